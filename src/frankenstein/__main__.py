@@ -1,0 +1,3 @@
+from frankenstein.cli import main
+
+main()

@@ -1,0 +1,77 @@
+"""A campaign folder: ``frank.toml`` + ``frank.db`` + ``workloads/ designs/ reports/ logs/``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from frankenstein.config import CampaignConfig, ResolvedRecipe, load_config, resolve
+from frankenstein.errors import ConfigError
+from frankenstein.store import Store
+
+CONFIG_NAME = "frank.toml"
+DB_NAME = "frank.db"
+SUBDIRS = ("workloads", "designs", "reports", "logs")
+
+DEFAULT_TOML = """\
+# A Frankenstein campaign. Parts are named changes to an engine; recipes are engine + model +
+# base arguments + ordered parts. `served` names the base recipe; `frank adopt` adds parts to it.
+name = "{name}"
+served = "base"
+
+[recipes.base]
+engine = "llamacpp"
+model = "pkg:tiny-target.gguf"
+args = ["--ctx-size", "4096", "--threads", "2", "--seed", "1"]
+
+[parts.draft]
+description = "Speculative decoding with the tiny draft model (draft-simple, up to 8 tokens)."
+args = ["-md", "pkg:tiny-draft.gguf", "--spec-type", "draft-simple", "--spec-draft-n-max", "8"]
+provenance = {{ fork = "https://github.com/ggml-org/llama.cpp", commit = "", author = "ggml-org", licence = "MIT" }}
+"""
+
+
+@dataclass
+class Campaign:
+    root: Path
+    config: CampaignConfig
+    store: Store
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    def recipe(self, name: str, extra_parts: list[str] = ()) -> ResolvedRecipe:  # type: ignore[assignment]
+        return resolve(self.config, name, list(extra_parts), base_dir=self.root)
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> Campaign:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def init_campaign(root: str | Path, *, toml: str | None = None) -> Campaign:
+    """Create a campaign folder (idempotent: an existing frank.toml is kept)."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    for sub in SUBDIRS:
+        (root / sub).mkdir(exist_ok=True)
+    cfg = root / CONFIG_NAME
+    if not cfg.exists():
+        cfg.write_text(toml if toml is not None else DEFAULT_TOML.format(name=root.resolve().name))
+    return open_campaign(root)
+
+
+def open_campaign(root: str | Path) -> Campaign:
+    root = Path(root)
+    cfg = root / CONFIG_NAME
+    if not cfg.exists():
+        raise ConfigError(f"no {CONFIG_NAME} here; create a campaign with `frank init {root}`", path=root)
+    config = load_config(cfg)
+    for sub in SUBDIRS:
+        (root / sub).mkdir(exist_ok=True)
+    return Campaign(root=root, config=config, store=Store(root / DB_NAME))

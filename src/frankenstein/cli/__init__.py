@@ -1,0 +1,51 @@
+"""The ``frank`` command line: thin commands that parse, call one library function, and turn our
+errors into one-line messages (exit 1; usage errors exit 2; Ctrl-C exits 130 after reaping engines)."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Sequence
+
+import typer
+from typer._click import exceptions as click_exc
+
+from frankenstein.cli.app import app
+from frankenstein.errors import FrankError
+
+# Each module registers its commands on ``app`` when imported.
+from frankenstein.cli import core as _core  # noqa: E402,F401
+
+for _name in ("workload", "design", "fidelity", "agent", "ledger", "serve"):
+    try:
+        __import__(f"frankenstein.cli.{_name}")
+    except ModuleNotFoundError as _exc:  # a room not built yet
+        if _exc.name != f"frankenstein.cli.{_name}":
+            raise
+
+
+def _sigterm(signum: int, frame: object) -> None:
+    # Turn SIGTERM/SIGHUP into KeyboardInterrupt so every ``finally`` (engine stop) runs.
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    signal.signal(signal.SIGTERM, _sigterm)
+    signal.signal(signal.SIGHUP, _sigterm)
+    try:
+        rv = app(args=list(argv) if argv is not None else None, standalone_mode=False, prog_name="frank")
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click_exc.NoArgsIsHelpError as exc:
+        exc.show()
+        sys.exit(2)
+    except click_exc.ClickException as exc:  # usage errors
+        exc.show()
+        sys.exit(2 if isinstance(exc, click_exc.UsageError) else 1)
+    except (KeyboardInterrupt, typer.Abort):
+        print("frank: interrupted; engines stopped", file=sys.stderr)
+        sys.exit(130)
+    except FrankError as exc:
+        print(f"frank: error: {exc}", file=sys.stderr)
+        sys.exit(1)
+    sys.exit(rv if isinstance(rv, int) else 0)

@@ -1,0 +1,130 @@
+"""``frank.toml``: the parts and recipes of a campaign (pydantic, ``extra="forbid"``).
+
+A *part* is a named change to an engine; a *recipe* is engine + model + base arguments + ordered
+parts. ``served`` names the base recipe; the ledger (``frank adopt``) appends parts to it.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from frankenstein.errors import ConfigError
+from frankenstein.shipped import expand
+
+EngineKind = Literal["llamacpp", "vllm", "sglang", "openai"]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Provenance(Strict):
+    fork: str = ""
+    commit: str = ""
+    author: str = ""
+    licence: str = ""
+
+
+class Part(Strict):
+    description: str = ""
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    binary: str | None = None
+    python: str | None = None
+    model: str | None = None
+    provenance: Provenance = Provenance()
+
+
+class Recipe(Strict):
+    engine: EngineKind = "llamacpp"
+    model: str = ""
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    binary: str | None = None
+    python: str | None = None
+    command: list[str] | None = None
+    parts: list[str] = Field(default_factory=list)
+    start_timeout_s: float = 300.0
+
+
+class CampaignConfig(Strict):
+    name: str = "campaign"
+    served: str = "base"
+    recipes: dict[str, Recipe] = Field(default_factory=dict)
+    parts: dict[str, Part] = Field(default_factory=dict)
+
+
+class ResolvedRecipe(Strict):
+    """A recipe with its parts applied: what an engine adapter launches."""
+
+    name: str
+    engine: EngineKind
+    model: str
+    args: list[str]
+    env: dict[str, str]
+    binary: str | None = None
+    python: str | None = None
+    command: list[str] | None = None
+    parts: list[str] = Field(default_factory=list)
+    start_timeout_s: float = 300.0
+
+
+def format_validation_error(path: object, exc: ValidationError) -> ConfigError:
+    """One message naming the file and the first bad field."""
+    err = exc.errors()[0]
+    field = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    msg = err["msg"]
+    if err["type"] == "extra_forbidden":
+        msg = "unknown field"
+    return ConfigError(msg, path=path, field=field)
+
+
+def load_config(path: str | Path) -> CampaignConfig:
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError as exc:
+        raise ConfigError("file not found", path=path) from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"not valid TOML: {exc}", path=path) from exc
+    try:
+        config = CampaignConfig.model_validate(data)
+    except ValidationError as exc:
+        raise format_validation_error(path, exc) from exc
+    for rname, recipe in config.recipes.items():
+        for p in recipe.parts:
+            if p not in config.parts:
+                raise ConfigError(f"unknown part {p!r}", path=path, field=f"recipes.{rname}.parts")
+    return config
+
+
+def resolve(config: CampaignConfig, recipe_name: str, extra_parts: list[str] = (), base_dir: Path | None = None) -> ResolvedRecipe:  # type: ignore[assignment]
+    """Apply a recipe's parts (and any extra ones) in order; later parts override binary/model."""
+    if recipe_name not in config.recipes:
+        raise ConfigError(f"unknown recipe {recipe_name!r} (known: {', '.join(sorted(config.recipes)) or 'none'})")
+    r = config.recipes[recipe_name]
+    args, env = list(r.args), dict(r.env)
+    binary, python, model = r.binary, r.python, r.model
+    names = [*r.parts, *extra_parts]
+    for name in names:
+        if name not in config.parts:
+            raise ConfigError(f"unknown part {name!r} (known: {', '.join(sorted(config.parts)) or 'none'})")
+        part = config.parts[name]
+        args += part.args
+        env.update(part.env)
+        binary = part.binary or binary
+        python = part.python or python
+        model = part.model or model
+    args = [expand(a) for a in args]
+    model = expand(model)
+    if base_dir is not None and model and not Path(model).is_absolute():
+        model = str((base_dir / model).resolve())
+    return ResolvedRecipe(
+        name=recipe_name if not extra_parts else f"{recipe_name}+{'+'.join(extra_parts)}",
+        engine=r.engine, model=model, args=args, env=env, binary=binary, python=python,
+        command=r.command, parts=names, start_timeout_s=r.start_timeout_s,
+    )

@@ -1,0 +1,111 @@
+"""One exception tree for Frankenstein.
+
+    FrankError                      anything the CLI turns into a one-line message (exit 1)
+    ├── ConfigError                 a file the user wrote is wrong (names the file and the field)
+    │   ├── DesignError             a design file, or a design refused at registration
+    │   ├── TraceError              a workload / trace file
+    │   └── TaskError               an agent task folder
+    ├── StoreError                  the SQLite store: format version, migrations, locking
+    │   ├── RegistryError           the hash-chained registry does not verify (tamper)
+    │   └── RunLockedError          another runner holds the campaign
+    ├── EngineError                 an engine could not be found, started, talked to, or died
+    │   ├── BinaryNotFoundError
+    │   ├── EngineStartError        died or timed out during start (carries the log tail)
+    │   └── EngineRequestError      a request failed (carries the turn id where known)
+    ├── AnalysisError               data cannot be analysed under the registered rule (bad CSV too)
+    ├── FidelityError
+    ├── SandboxError
+    └── LedgerError                 adopt/revert refused
+
+Foreign exceptions are translated at the boundary with ``raise ... from exc``.
+"""
+
+from __future__ import annotations
+
+
+class FrankError(Exception):
+    """Base of every error Frankenstein raises on purpose."""
+
+
+class ConfigError(FrankError):
+    """A user-written file is invalid; the message names the file and the field."""
+
+    def __init__(self, message: str, *, path: object | None = None, field: str | None = None) -> None:
+        where = ""
+        if path is not None:
+            where = f"{path}"
+            if field:
+                where += f": {field}"
+            where += ": "
+        super().__init__(where + message)
+        self.path = path
+        self.field = field
+
+
+class DesignError(ConfigError):
+    """A design file is invalid, or a design was refused at registration."""
+
+
+class TraceError(ConfigError):
+    """A trace (workload) file is invalid."""
+
+
+class TaskError(ConfigError):
+    """An agent task folder is invalid."""
+
+
+class StoreError(FrankError):
+    """The campaign store cannot be opened or written."""
+
+
+class RegistryError(StoreError):
+    """The registry chain or a stored design does not match its hash."""
+
+
+class RunLockedError(StoreError):
+    """Another runner is working on this campaign."""
+
+
+class EngineError(FrankError):
+    """An engine could not be found, started, talked to, or it died."""
+
+
+class BinaryNotFoundError(EngineError):
+    """The engine's binary could not be found."""
+
+
+class EngineStartError(EngineError):
+    """The engine died or timed out while starting; the message carries its log tail."""
+
+    def __init__(self, message: str, *, log_tail: str = "") -> None:
+        text = message
+        if log_tail:
+            text += "\n--- engine log (tail) ---\n" + log_tail.rstrip()
+        super().__init__(text)
+        self.log_tail = log_tail
+
+
+class EngineRequestError(EngineError):
+    """A request to a running engine failed."""
+
+    def __init__(self, message: str, *, turn_id: str | None = None, status: int | None = None) -> None:
+        prefix = f"turn {turn_id}: " if turn_id else ""
+        super().__init__(prefix + message)
+        self.turn_id = turn_id
+        self.status = status
+
+
+class AnalysisError(FrankError):
+    """The data cannot be analysed under the rule asked for."""
+
+
+class FidelityError(FrankError):
+    """A fidelity measurement could not be made."""
+
+
+class SandboxError(FrankError):
+    """The agent sandbox could not run a command."""
+
+
+class LedgerError(FrankError):
+    """An adopt or revert was refused."""
