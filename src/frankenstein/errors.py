@@ -31,12 +31,8 @@ class ConfigError(FrankError):
     """A user-written file is invalid; the message names the file and the field."""
 
     def __init__(self, message: str, *, path: object | None = None, field: str | None = None) -> None:
-        where = ""
-        if path is not None:
-            where = f"{path}"
-            if field:
-                where += f": {field}"
-            where += ": "
+        where = ": ".join(str(x) for x in (path, field) if x)
+        where = where + ": " if where else ""
         super().__init__(where + message)
         self.path = path
         self.field = field

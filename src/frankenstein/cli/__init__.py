@@ -16,7 +16,7 @@ from frankenstein.errors import FrankError
 # Each module registers its commands on ``app`` when imported.
 from frankenstein.cli import core as _core  # noqa: E402,F401
 
-for _name in ("workload", "design", "fidelity", "agent", "ledger", "serve"):
+for _name in ("runs", "workload", "design", "fidelity", "agent", "ledger", "serve"):
     try:
         __import__(f"frankenstein.cli.{_name}")
     except ModuleNotFoundError as _exc:  # a room not built yet
@@ -24,14 +24,18 @@ for _name in ("workload", "design", "fidelity", "agent", "ledger", "serve"):
             raise
 
 
-def _sigterm(signum: int, frame: object) -> None:
-    # Turn SIGTERM/SIGHUP into KeyboardInterrupt so every ``finally`` (engine stop) runs.
+_interrupted: list[int] = []
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    # Ctrl-C, SIGTERM and SIGHUP become KeyboardInterrupt so every ``finally`` (engine stop) runs.
+    _interrupted.append(signum)
     raise KeyboardInterrupt(f"signal {signum}")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    signal.signal(signal.SIGTERM, _sigterm)
-    signal.signal(signal.SIGHUP, _sigterm)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupt)
     try:
         rv = app(args=list(argv) if argv is not None else None, standalone_mode=False, prog_name="frank")
     except typer.Exit as exc:
@@ -48,4 +52,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     except FrankError as exc:
         print(f"frank: error: {exc}", file=sys.stderr)
         sys.exit(1)
+    if _interrupted:  # typer turns KeyboardInterrupt into a return value of 130
+        print("frank: interrupted; engines stopped", file=sys.stderr)
+        sys.exit(130)
     sys.exit(rv if isinstance(rv, int) else 0)

@@ -1,13 +1,17 @@
-"""Core commands: init, doctor."""
+"""Core commands: init, doctor, engine check."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import typer
 
-from frankenstein.campaign import init_campaign
+from frankenstein.campaign import init_campaign, open_campaign
 from frankenstein.cli.app import app
+
+engine_app = typer.Typer(help="Start and check engines.", no_args_is_help=True)
+app.add_typer(engine_app, name="engine")
 
 
 @app.command()
@@ -18,3 +22,35 @@ def init(directory: Path = typer.Argument(..., help="Campaign folder to create."
     """
     with init_campaign(directory) as c:
         typer.echo(f"campaign ready: {c.root} (frank.toml, frank.db)")
+
+
+@app.command()
+def doctor() -> None:
+    """Show which engine binaries Frankenstein finds, and their versions.
+
+    Example: frank doctor
+    """
+    from frankenstein.engines.llamacpp import binary_version, find_llama_server
+
+    path = find_llama_server()
+    typer.echo(f"llama-server: {path} ({binary_version(path)})")
+
+
+@engine_app.command("check")
+def engine_check(
+    recipe: Optional[str] = typer.Argument(None, help="Recipe name (default: the served recipe)."),
+    campaign: Path = typer.Option(Path("."), "--campaign", "-c", help="Campaign folder."),
+    part: list[str] = typer.Option([], "--part", "-p", help="Add a part to the recipe (repeatable)."),
+    port: Optional[int] = typer.Option(None, help="Port on 127.0.0.1 (default: a free one)."),
+    n_predict: int = typer.Option(48, help="Tokens to generate per request."),
+    requests: int = typer.Option(4, help="Number of requests."),
+) -> None:
+    """Start a recipe, send a few requests, print the server's step timings, and stop it.
+
+    Example: frank engine check base --part draft -c my-campaign
+    """
+    from frankenstein.engines.check import check_recipe
+
+    with open_campaign(campaign) as c:
+        r = c.recipe(recipe or c.config.served, part)
+        check_recipe(r, c.logs, n_predict=n_predict, requests=requests, port=port, echo=typer.echo)

@@ -1,0 +1,342 @@
+"""The agent sandbox without Docker: every tool command is a fresh process tree behind ``jail.py``.
+
+What a command gets (see ``jail.py`` for how): its own session, resource limits (CPU time, address
+space, file size, processes, open files), a scrubbed environment (no keys: a minimal PATH, HOME,
+LANG), and — where the machine allows namespaces — no network, a read-only file system apart from
+the workspace and a private ``/tmp``, hidden task folders, and a PID namespace so that nothing it
+started survives it. Long output is cut to head + tail with a note; reading stops (and the command is
+killed) past ``max_output_bytes``; on timeout the whole tree is killed.
+
+The file tools (:meth:`Sandbox.read_file`, :meth:`Sandbox.write_file`) run in our process but only
+on paths that resolve inside the workspace.
+
+Which isolation the machine gives is probed once (:func:`detect_isolation`) and recorded with every
+episode, including the note saying what is missing when it falls back.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from frankenstein.agent.tasks import SandboxLimits
+from frankenstein.errors import SandboxError
+
+JAIL = Path(__file__).with_name("jail.py")
+VIEW_WS = "/tmp/workspace"
+VIEW_GRADER = "/tmp/grader"
+SANDBOX_UID = 65534  # nobody: only used when we are root
+SETUP_FAILED = 125
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """How commands are contained on this machine. ``mode``: root, userns or none."""
+
+    mode: str
+    notes: tuple[str, ...] = ()
+
+    @property
+    def namespaces(self) -> bool:
+        return self.mode != "none"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"mode": self.mode, "network_isolated": self.namespaces, "pid_namespace": self.namespaces,
+                "readonly_root": self.namespaces, "notes": list(self.notes)}
+
+
+@dataclass
+class CommandResult:
+    """One command's outcome. ``rc`` is None when it was killed (timeout or too much output)."""
+
+    rc: int | None
+    output: str
+    seconds: float
+    timed_out: bool = False
+    output_overflow: bool = False
+    total_bytes: int = 0
+    cut_bytes: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"rc": self.rc, "seconds": round(self.seconds, 3), "timed_out": self.timed_out,
+                "output_overflow": self.output_overflow, "total_bytes": self.total_bytes, "cut_bytes": self.cut_bytes}
+
+
+class ToolRefused(Exception):
+    """A file tool refused a path; the message goes back to the model."""
+
+
+def scrubbed_env(home: str) -> dict[str, str]:
+    """No variable of ours gets through: keys, tokens, proxies and our own settings stay outside."""
+    venv_bin = str(Path(sys.executable).parent)
+    return {
+        "PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin", "HOME": home, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+        "TERM": "dumb", "TMPDIR": "/tmp", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONUNBUFFERED": "1", "PAGER": "cat", "GIT_PAGER": "cat",
+    }
+
+
+def _python_paths() -> list[str]:
+    """Folders the sandbox user must reach to run our Python (the venv and its base install)."""
+    return sorted({os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix)})
+
+
+@functools.cache
+def detect_isolation() -> Isolation:
+    """Try the strongest mode this machine allows; fall back with a note saying what is missing."""
+    candidates = (["root"] if os.geteuid() == 0 else []) + ["userns"]
+    failures: list[str] = []
+    for mode in candidates:
+        reason = _probe(mode)
+        if reason is None:
+            return Isolation(mode)
+        failures.append(f"{mode}: {reason}")
+    note = ("namespaces unavailable (" + "; ".join(failures) + "): the network is NOT isolated, files outside "
+            "the workspace are writable by this user, and processes that call setsid may outlive a command")
+    return Isolation("none", (note,))
+
+
+def _probe(mode: str) -> str | None:
+    with tempfile.TemporaryDirectory(prefix="frank-probe-") as d:
+        box = Sandbox(Path(d), SandboxLimits(), isolation=Isolation(mode))
+        try:
+            res = box.run("exit 0", timeout_s=20)
+        except SandboxError as exc:
+            return str(exc)
+        return None if res.rc == 0 else f"probe exited {res.rc}: {res.output.strip()[-300:]}"
+
+
+class Sandbox:
+    """Runs commands for one episode in ``workspace`` under ``limits``."""
+
+    def __init__(self, workspace: Path, limits: SandboxLimits, *, hide: Sequence[Path] = (),
+                 isolation: Isolation | None = None) -> None:
+        self.workspace = Path(workspace).resolve()
+        self.limits = limits
+        self.hide = [str(Path(h).resolve()) for h in hide]
+        self.isolation = isolation or detect_isolation()
+        self.mode = self.isolation.mode
+        self.env = scrubbed_env("/tmp" if self.mode != "none" else str(self.workspace))
+        self.view = VIEW_WS if self.mode != "none" else str(self.workspace)
+        self.give_to_sandbox(self.workspace)
+
+    # -- commands --------------------------------------------------------------------------------
+    def run(self, command: str, timeout_s: float) -> CommandResult:
+        """``bash -c command`` in the workspace."""
+        return self.run_argv(["/bin/bash", "-c", command], timeout_s)
+
+    def run_argv(self, argv: Sequence[str], timeout_s: float,
+                 binds: Sequence[tuple[Path, str]] = ()) -> CommandResult:
+        """Run ``argv`` in the jail; ``binds`` are (real folder, path seen inside) mounted read-only."""
+        read_end, write_end = os.pipe()
+        cfg = self._jail_config(binds, write_end)
+        cmd = [sys.executable, "-I", "-S", str(JAIL), json.dumps(cfg), "--", *argv]
+        t0 = time.monotonic()
+        try:
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    env=self.env, start_new_session=True, pass_fds=(write_end,),
+                                    cwd=self.workspace)
+        except OSError as exc:
+            os.close(read_end)
+            raise SandboxError(f"cannot start the sandbox launcher: {exc}") from exc
+        finally:
+            os.close(write_end)
+        ns_pid1 = _read_pid(read_end)
+        try:
+            collected = _collect(proc, t0 + timeout_s, self.limits)
+        finally:
+            _kill_tree(proc, ns_pid1)
+        return self._result(proc, collected, time.monotonic() - t0)
+
+    def _jail_config(self, binds: Sequence[tuple[Path, str]], report_fd: int) -> dict[str, Any]:
+        lim = self.limits
+        rlimits = {"cpu": lim.cpu_s, "as": lim.memory_mb << 20, "fsize": lim.file_size_mb << 20,
+                   "nproc": lim.processes, "nofile": lim.open_files, "core": 0}
+        if self.mode == "none":
+            rlimits.pop("nproc")  # counted per user across the machine: it would starve the user's other work
+        return {"mode": self.mode, "workspace": str(self.workspace), "hide": self.hide, "rlimits": rlimits,
+                "binds": [[str(src), dst, True] for src, dst in binds], "expose": _python_paths(),
+                "uid": SANDBOX_UID, "gid": SANDBOX_UID, "tmp_mb": lim.tmp_mb, "report_fd": report_fd}
+
+    def _result(self, proc: subprocess.Popen[bytes], c: _Collected, seconds: float) -> CommandResult:
+        rc = None if (c.timed_out or c.overflow) else proc.returncode
+        text = c.text(self.limits.output_chars)
+        if rc == SETUP_FAILED and text.startswith("jail: "):
+            raise SandboxError(text.strip().splitlines()[0])
+        notes = []
+        if c.timed_out:
+            notes.append(f"[timed out after {seconds:.0f} s; every process of the command was killed]")
+        if c.overflow:
+            notes.append(f"[output passed {self.limits.max_output_bytes} bytes; the command was killed]")
+        if notes:
+            text = text + ("\n" if text and not text.endswith("\n") else "") + "\n".join(notes)
+        return CommandResult(rc=rc, output=text, seconds=seconds, timed_out=c.timed_out, output_overflow=c.overflow,
+                             total_bytes=c.total, cut_bytes=c.cut)
+
+    # -- files -----------------------------------------------------------------------------------
+    def resolve(self, rel: str) -> Path:
+        """The real path for a path the model gave; refuses anything outside the workspace."""
+        if not rel or "\x00" in rel:
+            raise ToolRefused("empty path")
+        p = PurePosixPath(rel)
+        if p.is_absolute():
+            try:
+                p = p.relative_to(self.view)
+            except ValueError:
+                raise ToolRefused(f"{rel}: outside the workspace ({self.view})") from None
+        if ".." in p.parts:
+            raise ToolRefused(f"{rel}: '..' is not allowed in paths")
+        real = (self.workspace / p).resolve()
+        if not real.is_relative_to(self.workspace):
+            raise ToolRefused(f"{rel}: resolves outside the workspace")
+        return real
+
+    def read_file(self, rel: str) -> str:
+        path = self.resolve(rel)
+        if not path.is_file():
+            raise ToolRefused(f"{rel}: no such file")
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, "rb") as f:
+            data = f.read(self.limits.max_output_bytes + 1)
+        return cut_middle(data, self.limits.output_chars)
+
+    def write_file(self, rel: str, content: str) -> int:
+        path = self.resolve(rel)
+        if path == self.workspace or path.is_dir():
+            raise ToolRefused(f"{rel}: is a folder")
+        data = content.encode("utf-8")
+        if len(data) > self.limits.file_size_mb << 20:
+            raise ToolRefused(f"{rel}: larger than the file size limit ({self.limits.file_size_mb} MB)")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        self.give_to_sandbox(self.workspace)
+        return len(data)
+
+    def give_to_sandbox(self, folder: Path) -> None:
+        """As root, commands run as an unprivileged uid: the workspace must be theirs."""
+        if self.mode != "root":
+            return
+        for root, dirs, files in os.walk(folder):
+            for name in [*dirs, *files]:
+                os.lchown(os.path.join(root, name), SANDBOX_UID, SANDBOX_UID)
+        os.lchown(folder, SANDBOX_UID, SANDBOX_UID)
+
+
+# ---------------------------------------------------------------- output and process life
+
+@dataclass
+class _Collected:
+    head: bytearray = field(default_factory=bytearray)
+    tail: bytearray = field(default_factory=bytearray)
+    total: int = 0
+    cut: int = 0
+    timed_out: bool = False
+    overflow: bool = False
+
+    def add(self, chunk: bytes, keep: int) -> None:
+        self.total += len(chunk)
+        room = keep // 2 - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        self.tail += chunk
+        if len(self.tail) > 2 * keep:
+            del self.tail[: len(self.tail) - keep // 2]
+
+    def text(self, keep: int) -> str:
+        if self.total <= keep:
+            return (bytes(self.head) + bytes(self.tail)).decode("utf-8", errors="replace")
+        tail = bytes(self.tail[-(keep // 2):])
+        self.cut = self.total - len(self.head) - len(tail)
+        return _joined(bytes(self.head), tail, self.cut, self.total)
+
+
+def cut_middle(data: bytes, keep: int) -> str:
+    """Keep the first and last ``keep // 2`` bytes, with a note saying how much was cut."""
+    if len(data) <= keep:
+        return data.decode("utf-8", errors="replace")
+    half = keep // 2
+    return _joined(data[:half], data[-half:], len(data) - 2 * half, len(data))
+
+
+def _joined(head: bytes, tail: bytes, cut: int, total: int) -> str:
+    note = f"\n[... {cut} bytes cut from the middle ({total} bytes in all) ...]\n"
+    return head.decode("utf-8", errors="replace") + note + tail.decode("utf-8", errors="replace")
+
+
+def _read_pid(fd: int) -> int | None:
+    """The launcher reports the host pid of the namespace's PID 1 (nothing in mode none)."""
+    with os.fdopen(fd, "rb") as f:
+        line = f.readline()
+    return int(line) if line.strip().isdigit() else None
+
+
+def _collect(proc: subprocess.Popen[bytes], deadline: float, limits: SandboxLimits) -> _Collected:
+    """Read merged stdout/stderr until EOF, the deadline, or too much output."""
+    assert proc.stdout is not None
+    c = _Collected()
+    fd = proc.stdout.fileno()
+    os.set_blocking(fd, False)
+    exited_at: float | None = None
+    with selectors.DefaultSelector() as sel:
+        sel.register(fd, selectors.EVENT_READ)
+        while True:
+            now = time.monotonic()
+            if now >= deadline:
+                c.timed_out = True
+                break
+            if exited_at is None and proc.poll() is not None:
+                exited_at = now
+            if exited_at is not None and now - exited_at > 0.5:
+                break  # the command is done; a leftover holding the pipe is killed below
+            if not sel.select(min(deadline - now, 0.1)):
+                continue
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                break
+            c.add(chunk, limits.output_chars)
+            if c.total > limits.max_output_bytes:
+                c.overflow = True
+                break
+    return c
+
+
+def _kill_tree(proc: subprocess.Popen[bytes], ns_pid1: int | None) -> None:
+    """Kill the namespace's PID 1 (the kernel then kills everything in it, and the launcher exits
+    only once the namespace is empty), then the launcher's whole process group."""
+    if ns_pid1 is not None and proc.poll() is None:
+        _signal(lambda: os.kill(ns_pid1, signal.SIGKILL))
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+    _signal(lambda: os.killpg(proc.pid, signal.SIGKILL))
+    proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
+def _signal(send: Any) -> None:
+    try:
+        send()
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def remove_tree(path: Path) -> None:
+    """Remove a finished episode's folder (files may belong to the sandbox uid; we are root then)."""
+    shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,99 @@
+"""Commands that run engines over workloads: replay (and, with designs, register/run/verify)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from frankenstein.cli.app import app
+
+
+@app.command()
+def replay(
+    recipe: str = typer.Argument(..., help="Recipe name from frank.toml (e.g. base, or served)."),
+    workload: Path = typer.Argument(..., help="Workload JSONL file."),
+    campaign: Path = typer.Option(Path("."), "--campaign", "-c", help="Campaign folder."),
+    part: list[str] = typer.Option([], "--part", "-p", help="Add a part to the recipe (repeatable)."),
+    concurrency: int = typer.Option(1, min=1, help="Requests in flight (1 = one at a time)."),
+    warmup: int = typer.Option(1, min=0, help="Warm-up turns sent first and not measured."),
+    max_turns: int = typer.Option(0, min=0, help="Replay only the first N turns (0 = all)."),
+) -> None:
+    """Replay a workload against one fresh start of a recipe; store per-turn rows and print the start's metrics.
+
+    Example: frank replay base workloads/demo.jsonl -c my-campaign --part draft
+    """
+    from frankenstein.campaign import open_campaign
+    from frankenstein.design.start import measure_start, record_start
+    from frankenstein.progress import bar
+    from frankenstein.workload.replay import ReplaySettings
+    from frankenstein.workload.trace import load_trace
+
+    wl = load_trace(workload)
+    settings = ReplaySettings(concurrency=concurrency, warmup_turns=warmup, max_turns=max_turns or None)
+    with open_campaign(campaign) as c:
+        name = c.config.served if recipe == "served" else recipe
+        r = c.recipe(name, part)
+        with bar(f"replay {r.name}") as progress:
+            out = measure_start(r, wl, settings, c.logs, progress)
+        start_id = record_start(c.store, out)
+    typer.echo(f"start {start_id}: {out.status}{' (' + out.reason + ')' if out.reason else ''}")
+    for key in ("verify_step_ms", "decode_ms_per_token", "tokens_per_step", "acceptance_rate", "ttft_ms", "e2e_ms"):
+        v = out.metrics.get(key)
+        typer.echo(f"  {key:<20} {'-' if v is None else f'{v:.4f}'}")
+    if out.status != "ok":
+        raise typer.Exit(1)
+
+
+@app.command()
+def register(
+    design: Path = typer.Argument(..., help="Design file (TOML)."),
+    campaign: Path = typer.Option(Path("."), "--campaign", "-c", help="Campaign folder."),
+) -> None:
+    """Register a design: validate, freeze recipes, pin the workload hash, draw the seed, fix every block's arm order.
+
+    Example: frank register designs/draft.toml -c my-campaign
+    """
+    from frankenstein.campaign import open_campaign
+    from frankenstein.design.registry import register as do_register
+
+    with open_campaign(campaign) as c:
+        reg = do_register(c, design)
+    typer.echo(f"registered {reg.design_id} (hash {reg.design_hash[:16]}, seed {reg.seed})")
+    for b, order in enumerate(reg.schedule):
+        typer.echo(f"  block {b + 1}: {' → '.join(order)}")
+
+
+@app.command()
+def verify(campaign: Path = typer.Option(Path("."), "--campaign", "-c", help="Campaign folder.")) -> None:
+    """Check the registry's hash chain, every stored design against its hash, and every registered design file.
+
+    Example: frank verify -c my-campaign
+    """
+    from frankenstein.campaign import open_campaign
+    from frankenstein.design.registry import verify as do_verify
+
+    with open_campaign(campaign) as c:
+        lines = do_verify(c)
+    for line in lines:
+        typer.echo(line)
+    typer.echo(f"registry verified: {len(lines)} designs")
+
+
+@app.command()
+def run(
+    design_id: str = typer.Argument(..., help="A registered design id."),
+    campaign: Path = typer.Option(Path("."), "--campaign", "-c", help="Campaign folder."),
+    resume: bool = typer.Option(False, "--resume", help="Continue at the first unfinished start."),
+) -> None:
+    """Run a registered design: each block, each arm in its registered order, one fresh engine start each.
+
+    Example: frank run draft-vs-base-1 -c my-campaign --resume
+    """
+    from frankenstein.campaign import open_campaign
+    from frankenstein.design.runner import run_design
+    from frankenstein.progress import bar
+
+    with open_campaign(campaign) as c:
+        summary = run_design(c, design_id, resume=resume, echo=typer.echo, progress_factory=bar)
+    typer.echo(summary)

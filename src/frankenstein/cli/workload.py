@@ -1,0 +1,90 @@
+"""Workload commands: ``frank record``, ``frank workload import``, ``frank workload stats``."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import typer
+
+from frankenstein.cli.app import app
+from frankenstein.errors import FrankError
+
+workload_app = typer.Typer(help="Import and inspect workloads (recorded turns).", no_args_is_help=True)
+app.add_typer(workload_app, name="workload")
+
+
+@app.command()
+def record(
+    upstream: str = typer.Option(..., "--upstream", help="Base URL of the OpenAI-compatible server to record."),
+    listen: str = typer.Option("127.0.0.1:8081", "--listen", help="HOST:PORT to listen on."),
+    out: Path = typer.Option(..., "--out", help="Trace file (JSONL); turns are appended."),
+) -> None:
+    """Record turns through an OpenAI-compatible proxy until Ctrl-C.
+
+    Example: frank record --upstream http://127.0.0.1:8080 --listen 127.0.0.1:8081 --out turns.jsonl
+    """
+    from frankenstein.workload.record import parse_listen, serve_recorder
+
+    host, port = parse_listen(listen)
+
+    def on_turn(turn: object) -> None:
+        t = turn  # a Turn
+        typer.echo(f"recorded {t.turn_id} ({t.endpoint}, {t.output.completion_tokens} tokens)")  # type: ignore[attr-defined]
+
+    srv = serve_recorder(upstream, host, port, out, on_turn=on_turn)
+    typer.echo(f"recording {srv.url} -> {upstream}, turns appended to {out} (Ctrl-C to stop)")
+    try:
+        threading.Event().wait()
+    finally:
+        srv.shutdown()
+        typer.echo(f"recorded {srv.recorder.recorded} turns to {out}; {len(srv.errors)} upstream errors")
+
+
+@workload_app.command("import")
+def import_cmd(
+    inputs: list[Path] = typer.Argument(..., help="Input file(s); OpenAI Batch input + output files may be given together."),
+    source: str = typer.Option(..., "--from", help="openai | vllm | sharegpt"),
+    out: Path = typer.Option(..., "--out", help="Trace file to write (refused if it exists, unless --force)."),
+    output_len: int = typer.Option(None, "--output-len", help="vllm: tokens to generate per turn (else output_tokens)."),
+    endpoint: str = typer.Option("chat", "--endpoint", help="vllm: chat (template applied, vLLM's default) | completions."),
+    model: str = typer.Option(None, "--model", help="vllm/sharegpt: a model name to put in every request."),
+    force: bool = typer.Option(False, "--force", help="Overwrite OUT."),
+) -> None:
+    """Convert an OpenAI, vLLM bench custom-dataset or ShareGPT file into a frank trace.
+
+    Example: frank workload import --from sharegpt conversations.json --out workloads/chat.jsonl
+    """
+    from frankenstein.workload.importers import import_trace
+    from frankenstein.workload.trace import write_trace
+
+    if source not in ("openai", "vllm", "sharegpt"):
+        raise typer.BadParameter(f"{source!r}: expected openai, vllm or sharegpt", param_hint="--from")
+    if out.exists() and not force:
+        raise FrankError(f"{out}: exists; pass --force to overwrite")
+    options: dict[str, object] = {}
+    if source == "vllm":
+        options = {"output_len": output_len, "endpoint": endpoint, "model": model}
+    elif source == "sharegpt":
+        options = {"model": model}
+    result = import_trace(source, inputs, **options)  # type: ignore[arg-type]
+    if not result.turns:
+        raise FrankError(f"{', '.join(map(str, inputs))}: no turns to import")
+    digest = write_trace(out, result.turns)
+    for line in result.skipped:
+        typer.echo(f"skipped: {line}", err=True)
+    sessions = len({t.session_id for t in result.turns})
+    typer.echo(f"imported {len(result.turns)} turns in {sessions} sessions to {out} (hash {digest})")
+
+
+@workload_app.command("stats")
+def stats_cmd(trace: Path = typer.Argument(..., help="Trace file (JSONL).")) -> None:
+    """Turns, sessions, token totals and the repeated-prefix share of a workload.
+
+    Example: frank workload stats workloads/demo.jsonl
+    """
+    from frankenstein.workload.stats import compute_stats, format_stats
+    from frankenstein.workload.trace import load_trace
+
+    for line in format_stats(compute_stats(load_trace(trace)), str(trace)):
+        typer.echo(line)

@@ -1,0 +1,1 @@
+"""Designs: registration, runs, exact statistics, decision rules and the planner."""

@@ -1,0 +1,194 @@
+"""The planner: the spread seen in a pilot, and how many blocks a rule needs to detect an effect.
+
+Model (an assumption, stated wherever a plan is printed): the per-block log ratios are independent
+and normal with mean d (the effect on the log scale) and standard deviation sd (the spread of a
+block's log ratio, estimated from an A/A pilot). Under it:
+
+- all_blocks_better and sign tests have exact power: a block favours the candidate with probability
+  q = Phi(d / sd), and power = P(Binomial(n, q) >= the critical count);
+- permutation tests (and any rule with min_effect) are simulated with a fixed seed, through the same
+  ``rules.decide`` that gives verdicts, exactly up to EXACT_SIM_BLOCKS blocks and with the normal
+  limit of the sign-flip distribution beyond (labelled so).
+
+    pilot_spread(log_ratios)                        -> Spread
+    effect_gain(effect, direction, worse=False)     an effect (0.05 = 5%) on the log-gain scale
+    power(rule, n, sd, effect, direction, ...)      -> Power at n blocks
+    plan_blocks(rule, sd, effect, direction, ...)   -> PlanRow: the fewest blocks reaching the target
+    make_plan(rules, sd, effect, direction, ...)    -> Plan
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import numpy as np
+from scipy import stats as sps
+
+from frankenstein.design import stats
+from frankenstein.design.rules import (AllBlocksBetter, Direction, HarmRule, PermutationRule, Rule, decide,
+                                       effect_thresholds, min_blocks, smallest_p)
+from frankenstein.errors import AnalysisError
+
+EXACT_SIM_BLOCKS = 24
+UPPER_BOUND_LEVEL = 0.90
+
+
+@dataclass(frozen=True)
+class Spread:
+    """What an A/A pilot says about noise. ``sd`` is of the block log ratio; a start's own spread
+    is about sd / sqrt(2), since a block's log ratio is the difference of two starts."""
+
+    n_blocks: int
+    mean_log_ratio: float
+    sd: float
+    sd_upper: float  # one-sided UPPER_BOUND_LEVEL bound (chi-square, normal model)
+    start_sd: float
+    aa_p: Fraction  # exact two-sided sign-flip p that the A/A arms differ
+
+
+@dataclass(frozen=True)
+class Power:
+    value: float
+    method: str
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    rule: Rule
+    blocks: int | None  # None: no block count up to max_blocks reaches the target
+    power: float  # at ``blocks``, or the best seen when blocks is None
+    best_blocks: int | None
+    method: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    sd: float
+    effect: float
+    direction: Direction
+    target: float
+    max_blocks: int
+    rows: list[PlanRow]
+    spread: Spread | None = None
+    upper_rows: list[PlanRow] = field(default_factory=list)  # at spread.sd_upper
+
+
+def pilot_spread(log_ratios: Sequence[float]) -> Spread:
+    """Mean and sd of A/A block log ratios, a chi-square upper bound on sd, and whether the arms differ."""
+    n = len(log_ratios)
+    if n < 2:
+        raise AnalysisError(f"a pilot needs at least 2 blocks to estimate a spread, found {n}")
+    x = np.asarray(log_ratios, dtype=float)
+    sd = float(np.std(x, ddof=1))
+    if sd == 0:
+        raise AnalysisError("the pilot's log ratios are all equal: no spread to plan with")
+    upper = sd * math.sqrt((n - 1) / sps.chi2.ppf(1 - UPPER_BOUND_LEVEL, n - 1))
+    aa_p = stats.sign_flip_p(list(x), "two-sided") if n <= stats.MAX_ENUMERATED_BLOCKS else Fraction(1)
+    return Spread(n, float(x.mean()), sd, upper, sd / math.sqrt(2), aa_p)
+
+
+def effect_gain(effect: float, direction: Direction, worse: bool = False) -> float:
+    """The effect as a positive log gain: 5% better is ln(1/0.95) when lower is better (times),
+    ln(1.05) when higher is better (throughput); ``worse`` swaps the two."""
+    if effect <= 0:
+        raise AnalysisError(f"effect must be positive (0.05 = 5%), got {effect:g}")
+    shrink = (direction == "lower") != worse
+    if shrink and effect >= 1:
+        raise AnalysisError(f"an effect of {effect:g} would make the metric zero or negative")
+    return -math.log1p(-effect) if shrink else math.log1p(effect)
+
+
+def _harm_target(rule: Rule) -> bool:
+    return isinstance(rule, HarmRule) or (isinstance(rule, PermutationRule) and rule.side == "worse")
+
+
+def _exact_applies(rule: Rule) -> bool:
+    sign_like = isinstance(rule, AllBlocksBetter) or stats_test(rule) == "sign"
+    return sign_like and rule.min_effect is None
+
+
+def stats_test(rule: Rule) -> str:
+    if isinstance(rule, PermutationRule) or (isinstance(rule, HarmRule) and rule.test == "permutation"):
+        return "permutation"
+    return "sign"
+
+
+def power(rule: Rule, n: int, sd: float, effect: float, direction: Direction, *, simulations: int = 2000,
+          seed: int = 1, draws: np.ndarray | None = None) -> Power:
+    """Probability that the rule fires (confirmed, or harm shown for harm rules) with n blocks when
+    the true effect is ``effect`` in the direction the rule looks for."""
+    if smallest_p(rule, n) > stats.exact_fraction(rule.alpha):
+        return Power(0.0, "unreachable")
+    gain = effect_gain(effect, direction, worse=_harm_target(rule))
+    if _exact_applies(rule):
+        return Power(_exact_power(rule, n, float(sps.norm.cdf(gain / sd))), "exact (normal model)")
+    if draws is None:
+        draws = np.random.default_rng(seed).standard_normal((simulations, n))
+    g = (gain + sd * draws[:, :n]) * (-1 if _harm_target(rule) else 1)
+    return _simulated_power(rule, g, direction, seed)
+
+
+def _exact_power(rule: Rule, n: int, q: float) -> float:
+    if isinstance(rule, AllBlocksBetter):
+        return q**n
+    c = stats.sign_critical_count(n, rule.alpha)
+    return 0.0 if c is None else float(sps.binom.sf(c - 1, n, q))
+
+
+def _simulated_power(rule: Rule, g: np.ndarray, direction: Direction, seed: int) -> Power:
+    sims, n = g.shape
+    want = "harm shown" if _harm_target(rule) else "confirmed"
+    if n <= EXACT_SIM_BLOCKS:
+        hits = sum(decide(rule, list(row), direction).word == want for row in g)
+        return Power(hits / sims, f"simulation: {sims} designs, seed {seed}")
+    return Power(float(_normal_limit_fires(rule, g, direction, want).mean()),
+                 f"simulation: {sims} designs, seed {seed}; normal limit of the sign-flip test above {EXACT_SIM_BLOCKS} blocks")
+
+
+def _normal_limit_fires(rule: Rule, g: np.ndarray, direction: Direction, want: str) -> np.ndarray:
+    """The sign-flip sum has mean 0 and variance sum(g**2) under the null: p from its normal limit."""
+    z = g.sum(axis=1) / np.sqrt((g**2).sum(axis=1))
+    alpha = rule.alpha
+    if isinstance(rule, PermutationRule) and rule.side == "two-sided":
+        alpha /= 2
+    better_side = want == "confirmed"
+    fires = (sps.norm.sf(z) <= alpha) if better_side else (sps.norm.cdf(z) <= alpha)
+    better, worse = effect_thresholds(rule, direction, "ratio")
+    mean = g.mean(axis=1)
+    if rule.min_effect is not None:
+        fires &= (mean >= better) if better_side else (mean <= -worse)
+    return fires
+
+
+def plan_blocks(rule: Rule, sd: float, effect: float, direction: Direction, *, target: float = 0.8,
+                max_blocks: int = 40, simulations: int = 2000, seed: int = 1) -> PlanRow:
+    """The fewest blocks (up to ``max_blocks``) whose power reaches ``target``; the same random
+    draws serve every block count, so power curves are smooth and the result is reproducible."""
+    if sd <= 0:
+        raise AnalysisError(f"the spread sd must be positive, got {sd:g}")
+    draws = np.random.default_rng(seed).standard_normal((simulations, max_blocks))
+    best_n, best, method = None, -1.0, ""
+    for n in range(min_blocks(rule), max_blocks + 1):
+        pw = power(rule, n, sd, effect, direction, simulations=simulations, seed=seed, draws=draws)
+        if pw.value > best:
+            best_n, best, method = n, pw.value, pw.method
+        if pw.value >= target:
+            return PlanRow(rule, n, pw.value, n, pw.method)
+    return PlanRow(rule, None, max(best, 0.0), best_n, method or "unreachable")
+
+
+def make_plan(rules: Sequence[Rule], sd: float | None, effect: float, direction: Direction, *,
+              pilot_log_ratios: Sequence[float] | None = None, target: float = 0.8, max_blocks: int = 40,
+              simulations: int = 2000, seed: int = 1) -> Plan:
+    """Plan each rule at the given sd, or at a pilot's sd and again at its upper bound."""
+    if (sd is None) == (pilot_log_ratios is None):
+        raise AnalysisError("give either a pilot or a spread sd, not both or neither")
+    spread = pilot_spread(pilot_log_ratios) if pilot_log_ratios is not None else None
+    use_sd = spread.sd if spread else float(sd)  # type: ignore[arg-type]
+    kw = dict(target=target, max_blocks=max_blocks, simulations=simulations, seed=seed)
+    rows = [plan_blocks(r, use_sd, effect, direction, **kw) for r in rules]  # type: ignore[arg-type]
+    upper = [plan_blocks(r, spread.sd_upper, effect, direction, **kw) for r in rules] if spread else []  # type: ignore[arg-type]
+    return Plan(use_sd, effect, direction, target, max_blocks, rows, spread, upper)

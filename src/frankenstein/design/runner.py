@@ -1,0 +1,162 @@
+"""``frank run``: for each block, each arm in its registered order: start, ready, warm-up, replay,
+scrape, stop. Each start is written in one transaction; a rerun (``--resume``) continues at the first
+unfinished start and never counts a start twice (the store's unique key on design/block/position/rep).
+One runner per campaign: an exclusive ``flock`` on ``.run.lock`` (released by the kernel even after
+``kill -9``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import subprocess
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from frankenstein.campaign import Campaign
+from frankenstein.design import registry
+from frankenstein.design.start import StartOutcome, measure_start, record_start
+from frankenstein.errors import DesignError, RunLockedError
+from frankenstein.store import now_iso
+from frankenstein.workload.trace import Workload, load_trace
+
+
+@contextmanager
+def run_lock(campaign: Campaign) -> Iterator[None]:
+    path = campaign.root / ".run.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+            raise RunLockedError(f"another runner (pid {holder}) is working on campaign {campaign.root}") from exc
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True)
+class Slot:
+    block: int
+    position: int
+    arm: str
+    rep: int
+
+
+def slots(reg: registry.Registered) -> list[Slot]:
+    out = []
+    for b, order in enumerate(reg.schedule):
+        seen: dict[str, int] = {}
+        for pos, arm in enumerate(order):
+            out.append(Slot(b, pos, arm, seen.get(arm, 0)))
+            seen[arm] = seen.get(arm, 0) + 1
+    return out
+
+
+def done_slots(campaign: Campaign, design_id: str) -> set[tuple[int, int]]:
+    rows = campaign.store.query("SELECT block, position FROM starts WHERE design_id = ?", (design_id,))
+    return {(r["block"], r["position"]) for r in rows}
+
+
+def run_command_arm(command: list[str], log_dir: Any) -> StartOutcome:
+    """A command arm: run it in its own session, read JSON metrics from its stdout."""
+    from frankenstein.config import ResolvedRecipe
+
+    started = now_iso()
+    recipe = ResolvedRecipe(name="command", engine="openai", model="", args=[], env={}, command=command)
+    out = StartOutcome(status="failed", reason=None, started_at=started, recipe=recipe, engine="command")
+    try:
+        p = subprocess.run(command, capture_output=True, text=True, timeout=3600, start_new_session=True)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        out.reason = f"command failed: {exc}"
+        return out
+    if p.returncode != 0:
+        out.reason = f"command exited {p.returncode}: {p.stderr.strip()[-300:]}"
+        return out
+    try:
+        metrics = json.loads(p.stdout.strip().splitlines()[-1])
+        out.metrics = {k: float(v) for k, v in metrics.items()}
+    except (ValueError, IndexError, AttributeError, TypeError):
+        out.reason = f"command printed no JSON object of numbers on its last line: {p.stdout.strip()[-200:]!r}"
+        return out
+    out.status = "ok"
+    return out
+
+
+def _run_slot(campaign: Campaign, reg: registry.Registered, slot: Slot, workload: Workload | None,
+              progress: Callable[[int, int], None] | None) -> StartOutcome:
+    design = reg.design
+    spec = design.arms[slot.arm]
+    if spec.command is not None:
+        return run_command_arm(spec.command, campaign.logs)
+    recipe = reg.frozen.recipes[slot.arm]
+    assert recipe is not None
+    if design.kind == "fidelity":
+        from frankenstein.design.kinds import fidelity_start
+
+        return fidelity_start(campaign, reg, slot, recipe, workload)
+    if design.kind == "agent":
+        from frankenstein.design.kinds import agent_start
+
+        return agent_start(campaign, reg, slot, recipe)
+    assert workload is not None
+    return measure_start(recipe, workload, design.replay, campaign.logs, progress)
+
+
+def run_design(
+    campaign: Campaign, design_id: str, *, resume: bool = False,
+    echo: Callable[[str], None] = print, progress_factory: Callable[[str], Any] | None = None,
+) -> str:
+    """Run every unfinished start of a registered design; returns a one-line summary."""
+    reg = registry.get(campaign, design_id)
+    with run_lock(campaign):
+        done = done_slots(campaign, design_id)
+        if done and not resume:
+            raise DesignError(f"design {design_id} already has {len(done)} recorded starts; continue it with --resume")
+        workload = None
+        if reg.frozen.workload_path:
+            workload = load_trace(reg.frozen.workload_path)
+            if workload.hash != reg.frozen.workload_hash:
+                raise DesignError(f"workload {reg.frozen.workload_path} changed since {design_id} was registered")
+        todo = [s for s in slots(reg) if (s.block, s.position) not in done]
+        ran = 0
+        for slot in todo:
+            if reg.design.stopping == "curtail" and _settled(campaign, reg, slot.block):
+                echo(f"curtailed before block {slot.block + 1}: the registered verdict can no longer change")
+                break
+            label = f"block {slot.block + 1}/{reg.design.blocks} · {slot.arm}"
+            ctx = progress_factory(label) if progress_factory else _null()
+            with ctx as progress:
+                out = _run_slot(campaign, reg, slot, workload, progress)
+            artifacts = out.__dict__.pop("artifacts", None) if hasattr(out, "artifacts") else None
+            episodes = out.__dict__.pop("episodes", []) if hasattr(out, "episodes") else []
+            record_start(campaign.store, out, design_id=design_id, block=slot.block, position=slot.position,
+                         rep=slot.rep, arm=slot.arm, artifacts=artifacts, episodes=episodes)
+            ran += 1
+            metric = out.metrics.get(reg.design.primary_metric)
+            value = "-" if metric is None else f"{metric:.4f}"
+            echo(f"{label}: {out.status} {reg.design.primary_metric}={value}" + (f" ({out.reason})" if out.reason else ""))
+    return f"{design_id}: {ran} starts run, {len(done)} already recorded"
+
+
+@contextmanager
+def _null() -> Iterator[None]:
+    yield None
+
+
+def _settled(campaign: Campaign, reg: registry.Registered, next_block: int) -> bool:
+    """Whether the verdict can no longer change, given the complete blocks so far (curtailment)."""
+    from frankenstein.design.analysis import block_values, can_still_change
+
+    served, candidate, _ = block_values(campaign, reg)
+    complete = [b for b in range(next_block) if b in served and b in candidate]
+    if len(complete) < next_block:
+        return False
+    remaining = reg.design.blocks - next_block
+    return not can_still_change(reg, [served[b] for b in complete], [candidate[b] for b in complete], remaining)

@@ -1,0 +1,107 @@
+"""Text formatting of verdicts and plans. Every formatter returns a list of lines (no printing), so
+tests compare strings exactly and the CLI, the report and the runner share one rendering.
+
+    format_p(p)                 '1/32 = 0.03125': the exact fraction beside its decimal
+    describe_rule(rule)         one line naming the test, its side, alpha and min_effect
+    format_block_table(verdict) blocks as rows: served, candidate, ratio - 1, log ratio, favours
+    format_summary(verdict)     counts, geometric mean, exact CI, p, verdict
+    format_verdict(verdict)     table + blank line + summary
+    render_table(header, rows, align)  plain aligned columns
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from fractions import Fraction
+
+from frankenstein.design.rules import AllBlocksBetter, HarmRule, PermutationRule, Rule, Verdict
+
+
+def format_p(p: Fraction) -> str:
+    """The exact fraction and its decimal, e.g. '1/32 = 0.03125'."""
+    if p.denominator == 1:
+        return str(p.numerator)
+    return f"{p} = {float(p):.4g}"
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:+.2f}%"
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.6g}"
+
+
+def describe_rule(rule: Rule) -> str:
+    """One line: the test, which side it looks at, alpha, and the practical threshold if any."""
+    if isinstance(rule, AllBlocksBetter):
+        text = "all blocks better (false-positive rate 1/2^n)"
+    elif isinstance(rule, PermutationRule):
+        side = {"better": "one-sided, candidate better", "worse": "one-sided, candidate worse",
+                "two-sided": "two-sided"}[rule.side]
+        text = f"paired sign-flip permutation test over all 2^n assignments, {side}"
+    elif isinstance(rule, HarmRule):
+        test = "sign test" if rule.test == "sign" else "paired sign-flip permutation test"
+        text = f"harm: {test}, one-sided, candidate worse"
+    else:
+        text = "sign test, one-sided, candidate better (ties count against)"
+    text += f"; alpha = {rule.alpha:g}"
+    if rule.min_effect is not None:
+        text += f"; practical threshold min_effect = {rule.min_effect:g}"
+    return text
+
+
+def render_table(header: Sequence[str], rows: Sequence[Sequence[str]], align: str) -> list[str]:
+    """Columns padded to their widest cell; ``align`` has one 'l' or 'r' per column."""
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [c.ljust(w) if a == "l" else c.rjust(w) for c, w, a in zip(cells, widths, align)]
+        return "  ".join(parts).rstrip()
+
+    return [line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)]
+
+
+def format_block_table(v: Verdict) -> list[str]:
+    """One row per block. Ratio data: served, candidate, ratio - 1, log ratio; differences: the
+    difference (candidate - served). 'favours' says which arm the block's evidence points to."""
+    if v.data == "difference":
+        rows = [[r.block, _num(r.difference), r.favours or "-"] for r in v.rows]
+        return render_table(["block", "difference", "favours"], rows, "lrl")
+    rows = [[r.block, _num(r.served), _num(r.candidate),
+             "-" if r.ratio_minus_one is None else _pct(r.ratio_minus_one),
+             "-" if r.log_ratio is None else f"{r.log_ratio:+.4f}", r.favours or "-"] for r in v.rows]
+    return render_table(["block", "served", "candidate", "ratio - 1", "log ratio", "favours"], rows, "lrrrrl")
+
+
+def format_summary(v: Verdict) -> list[str]:
+    """Rule, direction, counts, estimate, exact CI, exact p, and the verdict with its reason."""
+    lines = [f"rule: {v.rule.kind} ({describe_rule(v.rule)})",
+             f"direction: {v.direction} is better for the candidate",
+             f"blocks: {v.n_blocks}; favour the candidate: {v.in_favour}, the served arm: {v.against}, ties: {v.ties}"]
+    if v.geomean_ratio is not None:
+        lines.append(f"geometric-mean ratio (candidate/served): {v.geomean_ratio:.4f} ({_pct(v.geomean_ratio - 1)})")
+    if v.mean_difference is not None:
+        lines.append(f"mean difference (candidate - served): {v.mean_difference:+.6g}")
+    lines += _ci_lines(v)
+    if v.p is not None:
+        check = "" if v.p_scipy is None else f" (scipy: {v.p_scipy:.6g})"
+        lines.append(f"p = {format_p(v.p)}{check}")
+    lines.append(f"verdict: {v.word} ({v.reason})")
+    return lines
+
+
+def _ci_lines(v: Verdict) -> list[str]:
+    if v.word == "invalid":
+        return []
+    if v.ci is None:
+        return [f"confidence interval: none ({v.ci_note})"] if v.ci_note else []
+    c = v.ci
+    text = (f"{c.level * 100:g}% CI for the {c.estimand}: [{c.low:.6g}, {c.high:.6g}] "
+            f"(exact coverage {format_p(c.coverage)})")
+    return [text] + ([f"  note: {v.ci_note}"] if v.ci_note else [])
+
+
+def format_verdict(v: Verdict) -> list[str]:
+    """The block table, a blank line, and the summary."""
+    return [*format_block_table(v), "", *format_summary(v)]

@@ -1,0 +1,95 @@
+"""One request, streamed or not, with client-side TTFT and end-to-end time.
+
+Memory stays bounded for long streams: only text, token ids and tool-call deltas are kept, never
+the raw chunks. The server's own numbers (``timings``, ``usage``, ``meta_info``) come from the last
+event that carries them and are read by the adapter's ``step_timing``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from frankenstein.errors import EngineRequestError
+
+if TYPE_CHECKING:
+    from frankenstein.engines.base import Engine, Reply
+
+
+def _delta(event: dict[str, Any]) -> tuple[str, list[int], list[dict[str, Any]], str | None]:
+    """Text, token ids, tool-call deltas and finish reason carried by one event of any supported shape."""
+    if "choices" in event and event["choices"]:
+        ch = event["choices"][0]
+        d = ch.get("delta") or {}
+        text = d.get("content") or ch.get("text") or (ch.get("message") or {}).get("content") or ""
+        calls = d.get("tool_calls") or (ch.get("message") or {}).get("tool_calls") or []
+        ids = ch.get("token_ids") or []
+        return text, list(ids), list(calls), ch.get("finish_reason")
+    text = event.get("content") or event.get("text") or ""
+    ids = event.get("tokens") or []
+    stop = event.get("stop_type") if event.get("stop") else None
+    return text, list(ids) if isinstance(ids, list) else [], [], stop
+
+
+def _merge_calls(acc: list[dict[str, Any]], deltas: list[dict[str, Any]]) -> None:
+    for d in deltas:
+        i = d.get("index", len(acc))
+        while len(acc) <= i:
+            acc.append({"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+        c = acc[i]
+        c["id"] = d.get("id") or c["id"]
+        fn = d.get("function") or {}
+        c["function"]["name"] += fn.get("name") or ""
+        c["function"]["arguments"] += fn.get("arguments") or ""
+
+
+def stream_request(engine: Engine, path: str, body: bytes, *, turn_id: str | None = None) -> Reply:
+    from frankenstein.engines.base import Reply
+
+    streamed = bool(json.loads(body).get("stream"))
+    client = engine._client()
+    t0 = time.perf_counter()
+    ttft: float | None = None
+    text: list[str] = []
+    ids: list[int] = []
+    calls: list[dict[str, Any]] = []
+    finish: str | None = None
+    last: dict[str, Any] = {}
+    try:
+        with client.stream("POST", path, content=body, headers={"Content-Type": "application/json"}) as r:
+            if r.status_code >= 400:
+                r.read()
+                raise EngineRequestError(
+                    f"{engine.kind} answered {r.status_code} to {path}: {r.text[:300]}", turn_id=turn_id, status=r.status_code
+                )
+            if not streamed:
+                last = json.loads(r.read())
+                t, i, c, finish = _delta(last)
+                text.append(t), ids.extend(i), calls.extend(c)
+            else:
+                for line in r.iter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        break
+                    event = json.loads(data)
+                    if "error" in event:
+                        raise EngineRequestError(f"{engine.kind} stream error: {event['error']}", turn_id=turn_id)
+                    t, i, c, f = _delta(event)
+                    if (t or i or c) and ttft is None:
+                        ttft = (time.perf_counter() - t0) * 1000.0
+                    text.append(t), ids.extend(i), _merge_calls(calls, c)
+                    finish = f or finish
+                    if any(k in event for k in ("timings", "usage", "meta_info")):
+                        last = {**last, **{k: v for k, v in event.items() if k in ("timings", "usage", "meta_info", "id", "model")}}
+    except httpx.TransportError as exc:
+        raise engine._died() from exc
+    e2e = (time.perf_counter() - t0) * 1000.0
+    return Reply(
+        body=last, text="".join(text), token_ids=ids or None, finish_reason=finish,
+        timing=engine.step_timing(last), ttft_ms=ttft, e2e_ms=e2e, tool_calls=calls,
+    )

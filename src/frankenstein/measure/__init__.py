@@ -1,0 +1,1 @@
+"""Metric definitions from engine data (timings) and resources (GPU memory, power)."""

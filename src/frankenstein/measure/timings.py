@@ -1,0 +1,96 @@
+"""Engine-independent step metrics.
+
+Per turn an adapter fills a :class:`StepTiming` from what the *server* reports. Per start the
+metrics are ratios of sums over the measured turns (never means of per-turn ratios):
+
+- ``verify_step_ms``      = Σ decode_ms / Σ target_steps
+- ``decode_ms_per_token`` = Σ decode_ms / Σ (generated_tokens − 1)
+- ``tokens_per_step``     = Σ (generated_tokens − 1) / Σ target_steps
+
+The first generated token comes out of the prefill, so a turn of n tokens has n − 1 decode tokens;
+without speculative decoding a target step yields one token (tokens_per_step = 1.0 exactly), with it a
+verify step yields its accepted draft tokens + 1, so ``target_steps = n − 1 − accepted``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+
+METRICS: dict[str, str] = {
+    "verify_step_ms": "lower",
+    "decode_ms_per_token": "lower",
+    "tokens_per_step": "higher",
+    "prompt_ms": "lower",
+    "prefill_tokens_per_s": "higher",
+    "ttft_ms": "lower",
+    "e2e_ms": "lower",
+    "acceptance_rate": "higher",
+    "passes": "higher",
+}
+"""Known metrics and the direction that is better."""
+
+
+@dataclass(frozen=True)
+class StepTiming:
+    """What the server reported for one request."""
+
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    prompt_ms: float | None = None
+    generated_tokens: int | None = None
+    decode_ms: float | None = None
+    target_steps: int | None = None
+    drafted: int | None = None
+    accepted: int | None = None
+
+    def as_dict(self) -> dict[str, float | int | None]:
+        return asdict(self)
+
+
+def target_steps(generated: int, accepted: int | None) -> int:
+    """Decode-time target forward passes for a turn of ``generated`` tokens."""
+    return max(generated - 1 - (accepted or 0), 0)
+
+
+def _sum(rows: Iterable[dict[str, float | int | None]], key: str) -> float | None:
+    vals = [r.get(key) for r in rows]
+    if not vals or any(v is None for v in vals):
+        return None
+    return float(sum(v for v in vals if v is not None))
+
+
+def _div(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def aggregate(turns: list[dict[str, float | int | None]]) -> dict[str, float | None]:
+    """Start-level metrics as ratios of sums over measured turns (rows with StepTiming keys + client times)."""
+    decode = _sum(turns, "decode_ms")
+    steps = _sum(turns, "target_steps")
+    gen = _sum(turns, "generated_tokens")
+    decode_tokens = None if gen is None else gen - len(turns)
+    prompt_ms = _sum(turns, "prompt_ms")
+    prompt_tokens = _sum(turns, "prompt_tokens")
+    cached = _sum(turns, "cached_tokens") or 0.0
+    drafted = _sum(turns, "drafted")
+    accepted = _sum(turns, "accepted")
+    ttft = _sum(turns, "ttft_ms")
+    e2e = _sum(turns, "e2e_ms")
+    n = len(turns) or None
+    return {
+        "verify_step_ms": _div(decode, steps),
+        "decode_ms_per_token": _div(decode, decode_tokens),
+        "tokens_per_step": _div(decode_tokens, steps),
+        "prompt_ms": _div(prompt_ms, n),
+        "prefill_tokens_per_s": _div(None if prompt_tokens is None else (prompt_tokens - cached) * 1000.0, prompt_ms),
+        "ttft_ms": _div(ttft, n),
+        "e2e_ms": _div(e2e, n),
+        "acceptance_rate": _div(accepted, drafted),
+        "decode_ms": decode,
+        "target_steps": steps,
+        "generated_tokens": gen,
+        "turns": float(len(turns)),
+    }

@@ -1,0 +1,484 @@
+"""The recording proxy: ``frank record --upstream URL --listen 127.0.0.1:PORT --out FILE``.
+
+An OpenAI-compatible HTTP proxy that forwards every request to the upstream unchanged and appends
+each finished generation turn (``/v1/chat/completions``, ``/v1/completions``, llama.cpp
+``/completion``; streamed or not) to a trace with :func:`~frankenstein.workload.trace.append_turn`.
+Every other path (``/tokenize``, ``/detokenize``, ``/v1/models``, ``/health``, ``/metrics``,
+token-count calls, ...) is passed through and not recorded.
+
+Reuse (``frank serve --record``)::
+
+    from frankenstein.workload.record import serve_recorder
+    srv = serve_recorder("http://127.0.0.1:8080", "127.0.0.1", 0, Path("turns.jsonl"))
+    srv.url          # "http://127.0.0.1:PORT" (port 0 picks a free one)
+    srv.shutdown()   # stop listening, close the upstream client, join the thread
+
+A proxy with its own HTTP front can use the recording core without this server:
+``TurnRecorder(out).record(endpoint, body, session_header, output, timings)`` appends one turn;
+:func:`output_from_response` turns a JSON answer into a :class:`RecordedOutput`, and
+:class:`StreamAssembler` does the same for an SSE stream fed chunk by chunk.
+
+What is recorded, and when:
+- the request body as the client sent it, minus credential-like string fields (``api_key``,
+  ``authorization``, ...: :func:`strip_secrets`); headers are never stored (``Authorization`` is
+  forwarded to the upstream, not written);
+- the session id from the ``X-Frank-Session`` header, else derived from the first user message
+  (:func:`derive_session_id`); turn index = the session's next index in this file (resumed when
+  appending to an existing trace);
+- streams are relayed chunk by chunk as they arrive; only text, token-id and tool-call deltas are
+  kept, never the raw chunks, so memory stays bounded by the output itself;
+- client disconnects: the proxy stops writing to the client but reads the upstream to its end, and
+  the turn is recorded complete with ``client_disconnected: true``;
+- an upstream that fails (unreachable, non-200, dies mid-stream or ends a stream without a finish)
+  records nothing: the trace holds only complete turns. The client gets the upstream's error, a
+  502, or — mid-stream — an SSE ``error`` event and a connection closed without the final chunk,
+  so its HTTP read fails. Each failure is counted in ``server.errors``.
+- ``ttft_ms``/``e2e_ms`` are measured at the proxy (request sent upstream → first output delta /
+  last byte), the engine's own ``timings`` are stored beside them.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from frankenstein.errors import FrankError
+from frankenstein.workload.trace import (
+    CHAT, RecordedOutput, RecordedTimings, ToolCall, Turn, append_turn, derive_session_id, load_trace,
+    make_turn_id, strip_secrets,
+)
+
+SESSION_HEADER = "X-Frank-Session"
+_ALIASES = {"/v1/chat/completions": "/v1/chat/completions", "/chat/completions": "/v1/chat/completions",
+            "/v1/completions": "/v1/completions", "/completions": "/v1/completions",
+            "/completion": "/completion"}
+_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
+        "transfer-encoding", "upgrade", "host", "content-length", "accept-encoding", "content-encoding"}
+_LLAMA_STOP = {"eos": "stop", "word": "stop", "limit": "length"}
+
+
+def canonical_endpoint(path: str) -> str | None:
+    """The recorded endpoint for a request path (query ignored), or None for pass-through paths."""
+    return _ALIASES.get(urlsplit(path).path.rstrip("/") or "/")
+
+
+# ---------------------------------------------------------------- pure: answers → RecordedOutput
+
+def _usage(resp: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    usage = resp.get("usage") or {}
+    prompt = usage.get("prompt_tokens", resp.get("tokens_evaluated"))
+    completion = usage.get("completion_tokens", resp.get("tokens_predicted"))
+    return prompt, completion
+
+
+def server_timings(resp: Mapping[str, Any]) -> dict[str, Any]:
+    """The engine's own timings: llama.cpp ``timings``, vLLM ``metrics``, SGLang ``meta_info``."""
+    for key in ("timings", "metrics", "meta_info"):
+        value = resp.get(key)
+        if isinstance(value, dict) and value:
+            return {k: v for k, v in value.items() if isinstance(v, (int, float, str, bool)) or v is None}
+    return {}
+
+
+def _tool_calls(raw: Any) -> list[ToolCall]:
+    calls = []
+    for c in raw or []:
+        fn = c.get("function") or {}
+        calls.append(ToolCall(id=c.get("id") or "", type=c.get("type") or "function",
+                              name=fn.get("name") or "", arguments=fn.get("arguments") or ""))
+    return calls
+
+
+def output_from_response(endpoint: str, resp: Mapping[str, Any]) -> RecordedOutput:
+    """Choice 0 of a non-streamed answer (chat, completions, or llama.cpp ``/completion``)."""
+    prompt, completion = _usage(resp)
+    if endpoint == "/completion":
+        stop = resp.get("stop_type")
+        return RecordedOutput(text=resp.get("content") or "", token_ids=resp.get("tokens") or None,
+                              finish_reason=_LLAMA_STOP.get(stop, stop), prompt_tokens=prompt,
+                              completion_tokens=completion)
+    choice = (resp.get("choices") or [{}])[0]
+    ids = choice.get("token_ids") or None
+    if endpoint == CHAT:
+        msg = choice.get("message") or {}
+        return RecordedOutput(text=msg.get("content") or "", reasoning=msg.get("reasoning_content") or "",
+                              tool_calls=_tool_calls(msg.get("tool_calls")), token_ids=ids,
+                              finish_reason=choice.get("finish_reason"), prompt_tokens=prompt,
+                              completion_tokens=completion)
+    return RecordedOutput(text=choice.get("text") or "", token_ids=ids, finish_reason=choice.get("finish_reason"),
+                          prompt_tokens=prompt, completion_tokens=completion)
+
+
+@dataclass
+class StreamAssembler:
+    """Builds a :class:`RecordedOutput` from SSE bytes fed as they arrive.
+
+    Keeps only the partial last line, the text/reasoning pieces, token ids, tool-call fragments,
+    the finish reason, usage and timings — never the raw chunks.
+    """
+
+    endpoint: str
+    _buf: bytearray = field(default_factory=bytearray)
+    _text: list[str] = field(default_factory=list)
+    _reasoning: list[str] = field(default_factory=list)
+    _ids: list[int] = field(default_factory=list)
+    _calls: dict[int, dict[str, Any]] = field(default_factory=dict)
+    finish_reason: str | None = None
+    usage: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, Any] = field(default_factory=dict)
+    done: bool = False
+    error: str | None = None
+    has_output: bool = False
+
+    def feed(self, data: bytes) -> None:
+        self._buf += data
+        while (nl := self._buf.find(b"\n")) >= 0:
+            line = bytes(self._buf[:nl]).rstrip(b"\r")
+            del self._buf[: nl + 1]
+            self._line(line)
+
+    def _line(self, line: bytes) -> None:
+        if not line.startswith(b"data:"):
+            return
+        payload = line[5:].strip()
+        if payload == b"[DONE]":
+            self.done = True
+            return
+        try:
+            chunk = json.loads(payload)
+        except json.JSONDecodeError:
+            self.error = f"malformed stream chunk: {payload[:80]!r}"
+            return
+        if isinstance(chunk, dict):
+            self._chunk(chunk)
+
+    def _chunk(self, chunk: dict[str, Any]) -> None:
+        if "error" in chunk:
+            self.error = json.dumps(chunk["error"])[:300]
+            return
+        if chunk.get("usage"):
+            self.usage = {"prompt_tokens": chunk["usage"].get("prompt_tokens"),
+                          "completion_tokens": chunk["usage"].get("completion_tokens")}
+        if timings := server_timings(chunk):
+            self.timings = timings
+        if self.endpoint == "/completion":
+            self._llama_chunk(chunk)
+        else:
+            for choice in chunk.get("choices") or []:
+                if choice.get("index", 0) == 0:
+                    self._choice(choice)
+
+    def _llama_chunk(self, chunk: dict[str, Any]) -> None:
+        self._add_text(chunk.get("content") or "", self._text)
+        self._ids.extend(chunk.get("tokens") or [])
+        if chunk.get("stop"):
+            stop = chunk.get("stop_type")
+            self.finish_reason = _LLAMA_STOP.get(stop, stop) or "stop"
+            self.usage = {"prompt_tokens": chunk.get("tokens_evaluated"),
+                          "completion_tokens": chunk.get("tokens_predicted")}
+            self.done = True
+
+    def _choice(self, choice: dict[str, Any]) -> None:
+        delta = choice.get("delta") or {}
+        self._add_text(delta.get("content") or choice.get("text") or "", self._text)
+        self._add_text(delta.get("reasoning_content") or "", self._reasoning)
+        self._ids.extend(choice.get("token_ids") or delta.get("token_ids") or [])
+        for tc in delta.get("tool_calls") or []:
+            self._tool_delta(tc)
+        if choice.get("finish_reason"):
+            self.finish_reason = choice["finish_reason"]
+
+    def _add_text(self, piece: str, into: list[str]) -> None:
+        if piece:
+            into.append(piece)
+            self.has_output = True
+
+    def _tool_delta(self, tc: dict[str, Any]) -> None:
+        self.has_output = True
+        slot = self._calls.setdefault(int(tc.get("index", 0)), {"id": "", "type": "function", "name": "", "args": []})
+        slot["id"] = tc.get("id") or slot["id"]
+        slot["type"] = tc.get("type") or slot["type"]
+        fn = tc.get("function") or {}
+        slot["name"] += fn.get("name") or ""
+        if fn.get("arguments"):
+            slot["args"].append(fn["arguments"])
+
+    @property
+    def finished(self) -> bool:
+        """The upstream said it finished (a finish reason, llama.cpp ``stop``) and sent no error."""
+        return self.error is None and self.finish_reason is not None
+
+    def output(self) -> RecordedOutput:
+        calls = [ToolCall(id=c["id"], type=c["type"], name=c["name"], arguments="".join(c["args"]))
+                 for _, c in sorted(self._calls.items())]
+        completion = self.usage.get("completion_tokens")
+        if completion is None and self._ids:
+            completion = len(self._ids)
+        return RecordedOutput(text="".join(self._text), reasoning="".join(self._reasoning),
+                              token_ids=list(self._ids) or None, tool_calls=calls,
+                              finish_reason=self.finish_reason, prompt_tokens=self.usage.get("prompt_tokens"),
+                              completion_tokens=completion)
+
+
+# ---------------------------------------------------------------- the recording core
+
+class TurnRecorder:
+    """Appends finished turns to ``out``, numbering them per session (thread-safe).
+
+    Appending to an existing trace resumes each session's turn index; an invalid existing trace
+    is refused at construction (never appended to)."""
+
+    def __init__(self, out: str | Path) -> None:
+        self.out = Path(out)
+        self._lock = threading.Lock()
+        self._next: dict[str, int] = {}
+        self.recorded = 0
+        if self.out.exists() and self.out.stat().st_size:
+            for t in load_trace(self.out).turns:
+                self._next[t.session_id] = max(self._next.get(t.session_id, 0), t.turn_index + 1)
+
+    def record(self, endpoint: str, body: Mapping[str, Any], session: str | None, output: RecordedOutput,
+               timings: RecordedTimings, *, client_disconnected: bool = False) -> Turn:
+        request = strip_secrets(dict(body))
+        session_id = session or derive_session_id(endpoint, request)
+        with self._lock:
+            index = self._next.get(session_id, 0)
+            turn = Turn(turn_id=make_turn_id(session_id, index), session_id=session_id, turn_index=index,
+                        endpoint=endpoint, request=request, output=output, timings=timings,  # type: ignore[arg-type]
+                        client_disconnected=client_disconnected, recorded_at=round(time.time(), 3))
+            append_turn(self.out, turn)
+            self._next[session_id] = index + 1
+            self.recorded += 1
+        return turn
+
+
+# ---------------------------------------------------------------- the HTTP proxy
+
+class _UpstreamFailed(Exception):
+    pass
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _ProxyServer
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet: the CLI reports turns
+        pass
+
+    def do_GET(self) -> None:
+        self._handle()
+
+    do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = do_GET
+
+    def _handle(self) -> None:
+        self.client_gone = False
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        endpoint = canonical_endpoint(self.path) if self.command == "POST" else None
+        body = _json_object(raw) if endpoint else None
+        try:
+            if endpoint and body is not None:
+                self._exchange(endpoint, raw, body)
+            else:
+                self._pass_through(raw)
+        except httpx.HTTPError as exc:
+            self.server.note_error(f"upstream: {exc!r}")
+            if not self.client_gone:
+                self._reply(502, {"content-type": "application/json"},
+                            json.dumps({"error": {"message": f"upstream failed: {exc}", "type": "upstream"}}).encode())
+
+    # -- forwarding helpers
+    def _upstream_headers(self) -> dict[str, str]:
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
+        headers["Accept-Encoding"] = "identity"
+        return headers
+
+    def _reply(self, status: int, headers: Mapping[str, str], data: bytes) -> None:
+        self.send_response(status)
+        for k, v in headers.items():
+            if k.lower() not in _HOP:
+                self.send_header(k, v)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self._write(data if self.command != "HEAD" else b"")
+
+    def _write(self, data: bytes) -> None:
+        if self.client_gone or not data:
+            return
+        try:
+            self.wfile.write(data)
+            self.wfile.flush()
+        except OSError:
+            self.client_gone = True
+            self.close_connection = True
+
+    def _pass_through(self, raw: bytes) -> None:
+        resp = self.server.client.request(self.command, self.server.upstream + self.path, content=raw,
+                                          headers=self._upstream_headers())
+        self._reply(resp.status_code, resp.headers, resp.content)
+
+    # -- recorded turns: each is appended before the client sees the end of its response
+    def _exchange(self, endpoint: str, raw: bytes, body: dict[str, Any]) -> None:
+        t0 = time.perf_counter()
+        req = self.server.client.build_request("POST", self.server.upstream + self.path, content=raw,
+                                               headers=self._upstream_headers())
+        resp = self.server.client.send(req, stream=True)
+        try:
+            if resp.status_code != 200:
+                resp.read()
+                self.server.note_error(f"upstream answered {resp.status_code} on {endpoint}")
+                self._reply(resp.status_code, resp.headers, resp.content)
+            elif "text/event-stream" in resp.headers.get("content-type", ""):
+                self._relay_stream(endpoint, body, resp, t0)
+            else:
+                self._relay_json(endpoint, body, resp, t0)
+        except _UpstreamFailed as exc:
+            self.server.note_error(str(exc))
+        finally:
+            resp.close()
+
+    def _record(self, endpoint: str, body: dict[str, Any], output: RecordedOutput, server: dict[str, Any],
+                t0: float, ttft: float | None) -> None:
+        timings = RecordedTimings(server=server, ttft_ms=ttft, e2e_ms=round((time.perf_counter() - t0) * 1e3, 3))
+        self.server.record(endpoint, body, self.headers.get(SESSION_HEADER), output, timings, self.client_gone)
+
+    def _relay_json(self, endpoint: str, body: dict[str, Any], resp: httpx.Response, t0: float) -> None:
+        data = resp.read()
+        answer = _json_object(data)
+        if answer is not None:
+            self._record(endpoint, body, output_from_response(endpoint, answer), server_timings(answer), t0, None)
+        self._reply(200, resp.headers, data)
+        if answer is None:
+            raise _UpstreamFailed(f"upstream answered non-JSON on {endpoint}")
+
+    def _relay_stream(self, endpoint: str, body: dict[str, Any], resp: httpx.Response, t0: float) -> None:
+        self.send_response(200)
+        for k, v in resp.headers.items():
+            if k.lower() not in _HOP:
+                self.send_header(k, v)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        asm, ttft = StreamAssembler(endpoint), None
+        try:
+            for chunk in resp.iter_raw():
+                asm.feed(chunk)
+                if ttft is None and asm.has_output:
+                    ttft = round((time.perf_counter() - t0) * 1e3, 3)
+                self._write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        except httpx.HTTPError as exc:
+            self._fail_stream(f"upstream died mid-stream on {endpoint}: {exc!r}")
+        if not asm.finished:
+            self._fail_stream(f"upstream stream on {endpoint} ended without finishing"
+                              + (f": {asm.error}" if asm.error else ""))
+        self._record(endpoint, body, asm.output(), asm.timings, t0, ttft)
+        self._write(b"0\r\n\r\n")
+
+    def _fail_stream(self, reason: str) -> None:
+        event = b"event: error\ndata: " + json.dumps({"error": {"message": reason, "type": "upstream"}}).encode() + b"\n\n"
+        self._write(b"%x\r\n%s\r\n" % (len(event), event))
+        self.close_connection = True  # no final chunk: the client's read fails
+        raise _UpstreamFailed(reason)
+
+
+def _json_object(raw: bytes) -> dict[str, Any] | None:
+    try:
+        value = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+class _ProxyServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, addr: tuple[str, int], upstream: str, recorder: TurnRecorder, timeout_s: float,
+                 on_turn: Callable[[Turn], None] | None) -> None:
+        super().__init__(addr, _Handler)
+        self.upstream = upstream.rstrip("/")
+        self.recorder = recorder
+        self.on_turn = on_turn
+        self.client = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=10.0))
+        self.errors: list[str] = []
+        self._err_lock = threading.Lock()
+
+    def note_error(self, message: str) -> None:
+        with self._err_lock:
+            self.errors.append(message)
+        print(f"frank record: {message}", file=sys.stderr)
+
+    def record(self, endpoint: str, body: dict[str, Any], session: str | None, output: RecordedOutput,
+               timings: RecordedTimings, client_gone: bool) -> None:
+        try:
+            turn = self.recorder.record(endpoint, body, session, output, timings, client_disconnected=client_gone)
+        except (FrankError, OSError, ValueError) as exc:
+            self.note_error(f"turn not recorded: {exc}")
+            return
+        if self.on_turn:
+            self.on_turn(turn)
+
+
+class RecorderServer:
+    """A running recording proxy (its own thread). ``url``, ``errors``, ``recorder``, ``shutdown()``."""
+
+    def __init__(self, httpd: _ProxyServer) -> None:
+        self._httpd = httpd
+        host, port = httpd.server_address[:2]
+        self.url = f"http://{host}:{port}"
+        self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name="frank-record", daemon=True)
+        self._thread.start()
+
+    @property
+    def errors(self) -> list[str]:
+        return self._httpd.errors
+
+    @property
+    def recorder(self) -> TurnRecorder:
+        return self._httpd.recorder
+
+    def shutdown(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._httpd.client.close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> RecorderServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+
+def serve_recorder(upstream: str, host: str = "127.0.0.1", port: int = 0, out: str | Path = "turns.jsonl", *,
+                   timeout_s: float = 600.0, on_turn: Callable[[Turn], None] | None = None) -> RecorderServer:
+    """Start the recording proxy in a background thread and return it (see the module docstring).
+
+    ``upstream``: base URL of the OpenAI-compatible server; ``port=0``: a free port; ``on_turn``:
+    called after each turn is appended; ``timeout_s``: upstream read timeout."""
+    if not upstream.startswith(("http://", "https://")):
+        raise FrankError(f"--upstream {upstream!r}: expected an http:// or https:// URL")
+    recorder = TurnRecorder(out)
+    try:
+        httpd = _ProxyServer((host, port), upstream, recorder, timeout_s, on_turn)
+    except OSError as exc:
+        raise FrankError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    return RecorderServer(httpd)
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """``127.0.0.1:8081`` or ``8081`` → (host, port)."""
+    host, _, port = value.rpartition(":")
+    try:
+        return host or "127.0.0.1", int(port)
+    except ValueError as exc:
+        raise FrankError(f"--listen {value!r}: expected HOST:PORT") from exc

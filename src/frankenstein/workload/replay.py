@@ -1,0 +1,142 @@
+"""Replay a workload against a running engine, one request at a time (or a fixed concurrency).
+
+Every arm receives byte-identical requests: the recorded body with the same overrides, encoded by
+:func:`frankenstein.workload.trace.request_bytes`. History always comes from the recording (each
+turn's request already holds it), never from the live engine. The output length is forced to the
+recorded length (``max_tokens``/``n_predict`` + ``ignore_eos``) at temperature 0 with a fixed seed
+unless the settings say otherwise. Time comes from the server; client TTFT and end-to-end are kept
+beside it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from frankenstein.engines.base import Engine, Reply
+from frankenstein.errors import EngineRequestError
+from frankenstein.measure.timings import aggregate
+from frankenstein.workload.trace import Turn, Workload, request_bytes
+
+
+class ReplaySettings(BaseModel):
+    """How turns are sent. Part of a design, so part of its hash."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    concurrency: int = Field(default=1, ge=1)
+    force_length: bool = True
+    temperature: float = 0.0
+    seed: int = 1
+    stream: bool = True
+    warmup_turns: int = Field(default=1, ge=0)
+    max_turns: int | None = Field(default=None, ge=1)
+
+
+def recorded_length(turn: Turn) -> int | None:
+    out = turn.output
+    if out.completion_tokens is not None:
+        return out.completion_tokens
+    return len(out.token_ids) if out.token_ids is not None else None
+
+
+def overrides(turn: Turn, settings: ReplaySettings) -> dict[str, Any]:
+    """The fields replay sets on every recorded body; the same for every arm."""
+    o: dict[str, Any] = {"temperature": settings.temperature, "seed": settings.seed, "stream": settings.stream}
+    n = recorded_length(turn)
+    if settings.force_length and n is not None:
+        o["n_predict" if turn.endpoint == "/completion" else "max_tokens"] = n
+        o["ignore_eos"] = True
+    if settings.stream and turn.endpoint != "/completion":
+        o["stream_options"] = {"include_usage": True}
+    return o
+
+
+def replay_body(turn: Turn, settings: ReplaySettings) -> bytes:
+    return request_bytes(turn, overrides(turn, settings))
+
+
+@dataclass
+class ReplayResult:
+    rows: list[dict[str, Any]]
+    metrics: dict[str, float | None]
+    invalid: list[str] = field(default_factory=list)
+    sent: list[bytes] = field(default_factory=list)
+
+    @property
+    def valid(self) -> bool:
+        return not self.invalid
+
+
+def _row(idx: int, turn: Turn, warmup: bool, reply: Reply | None, error: str | None) -> dict[str, Any]:
+    row: dict[str, Any] = {"idx": idx, "turn_id": turn.turn_id, "warmup": int(warmup), "error": error}
+    if reply is not None:
+        row.update(reply.timing.as_dict())
+        row.update({"ttft_ms": reply.ttft_ms, "e2e_ms": reply.e2e_ms})
+    return row
+
+
+def check_validity(turns: list[Turn], rows: list[dict[str, Any]], settings: ReplaySettings) -> list[str]:
+    """Turns, prompt tokens and generated tokens must match the workload."""
+    problems = []
+    if len(rows) != len(turns):
+        problems.append(f"{len(rows)} turns replayed, workload has {len(turns)}")
+    for turn, row in zip(turns, rows):
+        if row.get("error"):
+            problems.append(f"turn {turn.turn_id}: {row['error']}")
+            continue
+        want = recorded_length(turn)
+        if settings.force_length and want is not None and row.get("generated_tokens") not in (None, want):
+            problems.append(f"turn {turn.turn_id}: generated {row['generated_tokens']} tokens, recorded {want}")
+        rp = turn.output.prompt_tokens
+        if rp is not None and row.get("prompt_tokens") not in (None, rp):
+            problems.append(f"turn {turn.turn_id}: prompt has {row['prompt_tokens']} tokens, recorded {rp}")
+    return problems
+
+
+def replay(
+    engine: Engine, workload: Workload, settings: ReplaySettings = ReplaySettings(),
+    progress: Callable[[int, int], None] | None = None,
+) -> ReplayResult:
+    """Send every turn in recorded order; warm-up turns (the first ``warmup_turns``) are sent but not measured."""
+    turns = list(workload.turns[: settings.max_turns] if settings.max_turns else workload.turns)
+    for t in turns:
+        if t.endpoint not in engine.endpoints:
+            raise EngineRequestError(f"endpoint {t.endpoint} is not served by {engine.kind}", turn_id=t.turn_id)
+    bodies = [replay_body(t, settings) for t in turns]
+    rows: list[dict[str, Any] | None] = [None] * len(turns)
+    done = 0
+    lock = threading.Lock()
+
+    def send(i: int) -> None:
+        nonlocal done
+        t = turns[i]
+        try:
+            reply: Reply | None = engine.request(t.endpoint, bodies[i], turn_id=t.turn_id)
+            error = None
+        except EngineRequestError as exc:
+            if exc.status is None or exc.status >= 500:
+                raise
+            reply, error = None, str(exc)
+        rows[i] = _row(i, t, i < settings.warmup_turns, reply, error)
+        with lock:
+            done += 1
+            if progress:
+                progress(done, len(turns))
+
+    if settings.concurrency == 1:
+        for i in range(len(turns)):
+            send(i)
+    else:
+        for i in range(min(settings.warmup_turns, len(turns))):
+            send(i)
+        with ThreadPoolExecutor(settings.concurrency) as pool:
+            list(pool.map(send, range(settings.warmup_turns, len(turns))))
+    final = [r for r in rows if r is not None]
+    measured = [r for r in final if not r["warmup"] and not r.get("error")]
+    return ReplayResult(rows=final, metrics=aggregate(measured), invalid=check_validity(turns, final, settings), sent=bodies)

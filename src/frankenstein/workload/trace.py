@@ -1,0 +1,333 @@
+"""The trace format: a workload is a JSONL file of recorded turns, one complete turn per line.
+
+Every line carries ``"frank_trace": 1`` (the format version, checked on load) and holds the exact
+request body as the client sent it (credentials stripped), the recorded output and the recorded
+timings. Replay never feeds history back from a live engine: each turn's request already contains
+the recorded history, so every arm receives byte-identical requests (:func:`request_bytes`).
+
+Writing: :func:`append_turn` appends one whole line with a single ``write`` under an exclusive lock
+and ``fsync``s it, so a crash or a killed recorder never leaves half a line. Reading:
+:func:`load_trace` accepts nothing else — a malformed line, a missing final newline (a half-written
+line), an unknown version or a bad field is a :class:`TraceError` naming the file, the line number
+and the field.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from frankenstein.errors import TraceError
+
+TRACE_VERSION = 1
+Endpoint = Literal["/v1/chat/completions", "/v1/completions", "/completion"]
+ENDPOINTS: tuple[str, ...] = ("/v1/chat/completions", "/v1/completions", "/completion")
+CHAT = "/v1/chat/completions"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ToolCall(_Strict):
+    """One tool call of an assistant reply (OpenAI shape, flattened)."""
+
+    id: str = ""
+    type: str = "function"
+    name: str = ""
+    arguments: str = ""
+
+
+class RecordedOutput(_Strict):
+    """What the engine answered when the turn was recorded (choice 0 only)."""
+
+    text: str = ""
+    reasoning: str = ""
+    token_ids: list[int] | None = None
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    finish_reason: str | None = None
+    prompt_tokens: int | None = Field(default=None, ge=0)
+    completion_tokens: int | None = Field(default=None, ge=0)
+
+
+class RecordedTimings(_Strict):
+    """``server``: the engine's own timings as it reported them (llama.cpp ``timings``, vLLM
+    ``metrics``, SGLang ``meta_info`` numbers); ``ttft_ms``/``e2e_ms``: measured by the recorder."""
+
+    server: dict[str, Any] = Field(default_factory=dict)
+    ttft_ms: float | None = None
+    e2e_ms: float | None = None
+
+
+class Turn(_Strict):
+    """One recorded request and its answer. ``request`` is stored as sent (key order kept)."""
+
+    frank_trace: Literal[1] = TRACE_VERSION
+    turn_id: str = Field(min_length=1)
+    session_id: str = Field(min_length=1)
+    turn_index: int = Field(ge=0)
+    endpoint: Endpoint
+    request: dict[str, Any]
+    output: RecordedOutput = Field(default_factory=RecordedOutput)
+    timings: RecordedTimings = Field(default_factory=RecordedTimings)
+    client_disconnected: bool = False
+    recorded_at: float | None = None
+    source: str = "record"
+
+    @field_validator("request")
+    @classmethod
+    def _request_fits_endpoint(cls, request: dict[str, Any], info: Any) -> dict[str, Any]:
+        endpoint = info.data.get("endpoint")
+        if endpoint == CHAT:
+            messages = request.get("messages")
+            if not isinstance(messages, list) or not messages:
+                raise ValueError("a chat completions request needs a non-empty 'messages' list")
+        elif endpoint is not None and "prompt" not in request:
+            raise ValueError(f"a {endpoint} request needs a 'prompt'")
+        return request
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Turns in file order plus the content hash a design pins."""
+
+    turns: tuple[Turn, ...]
+    hash: str
+    path: Path | None = None
+
+    @property
+    def sessions(self) -> list[str]:
+        """Session ids in order of first appearance."""
+        return list(dict.fromkeys(t.session_id for t in self.turns))
+
+
+# ---------------------------------------------------------------- bytes on the wire and the hash
+
+def request_bytes(turn: Turn, overrides: Mapping[str, Any] | None = None) -> bytes:
+    """The exact body bytes replay sends, identical for every arm.
+
+    ``json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)`` encoded as
+    UTF-8, with keys in the order recorded (no sorting). ``overrides`` (e.g. forced ``max_tokens``,
+    ``seed``) replace top-level keys in place, or are appended after the recorded keys in the
+    order given; the same overrides give the same bytes.
+    """
+    body = dict(turn.request)
+    if overrides:
+        body.update(overrides)
+    return _dumps(body).encode("utf-8")
+
+
+def _dumps(obj: Any, *, sort_keys: bool = False) -> str:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False, sort_keys=sort_keys)
+
+
+def _turn_digest_line(turn: Turn) -> bytes:
+    """What the hash covers for one turn: identity + request bytes + recorded output.
+
+    The output and identity are canonical (sorted keys); the request is :func:`request_bytes`
+    (recorded key order), because that order is what goes on the wire.
+    """
+    head = _dumps(
+        {"turn_id": turn.turn_id, "session_id": turn.session_id, "turn_index": turn.turn_index,
+         "endpoint": turn.endpoint, "output": turn.output.model_dump(mode="json")},
+        sort_keys=True,
+    )
+    return head.encode("utf-8") + b"\n" + request_bytes(turn) + b"\n"
+
+
+def workload_hash(source: str | Path | Iterable[Turn]) -> str:
+    """sha256 (hex) over, per turn in file order: canonical JSON (sorted keys, compact separators,
+    UTF-8) of turn_id, session_id, turn_index, endpoint and the recorded output, then the turn's
+    :func:`request_bytes`. Reformatting the file or changing timings/metadata (``timings``,
+    ``recorded_at``, ``source``, ``client_disconnected``) keeps the hash; any change to a request
+    byte sent, an output, or the order of turns changes it."""
+    if isinstance(source, (str, Path)):
+        return load_trace(source).hash
+    h = hashlib.sha256()
+    for turn in source:
+        h.update(_turn_digest_line(turn))
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------- writing
+
+def turn_line(turn: Turn) -> bytes:
+    """One JSONL line (with its newline) for ``turn``; ``None`` fields left out."""
+    return (_dumps(turn.model_dump(mode="json", exclude_none=True)) + "\n").encode("utf-8")
+
+
+def append_turn(path: str | Path, turn: Turn) -> None:
+    """Append ``turn`` as one complete line: ``O_APPEND``, an exclusive ``flock``, one ``write`` of
+    the whole line, ``fsync``. Refuses to append to a file whose last line is unfinished (that
+    would glue two turns into one bad line); a short write is truncated away again."""
+    data = turn_line(turn)
+    created = not os.path.exists(path)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        _write_whole(fd, data, path)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    if created:
+        _fsync_dir(Path(path).parent)
+
+
+def _write_whole(fd: int, data: bytes, path: str | Path) -> None:
+    size = os.fstat(fd).st_size
+    if size and os.pread(fd, 1, size - 1) != b"\n":
+        raise TraceError(f"last line (ends at byte {size}) is unfinished; refusing to append", path=path)
+    written = os.write(fd, data)
+    if written != len(data):
+        os.ftruncate(fd, size)
+        raise TraceError(f"short write ({written} of {len(data)} bytes); the line was removed again", path=path)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_trace(path: str | Path, turns: Iterable[Turn]) -> str:
+    """Write a whole trace (importers): to a temporary file, then rename, so a failure leaves no
+    partial file. Returns the workload hash."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    h = hashlib.sha256()
+    with open(tmp, "wb") as f:
+        for turn in turns:
+            f.write(turn_line(turn))
+            h.update(_turn_digest_line(turn))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------- reading
+
+def iter_turns(path: str | Path) -> Iterator[tuple[int, Turn]]:
+    """(line number, turn) for every line; :class:`TraceError` on the first bad line."""
+    path = Path(path)
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError as exc:
+        raise TraceError("file not found", path=path) from exc
+    with f:
+        lineno = 0
+        for lineno, raw in enumerate(f, start=1):
+            if not raw.endswith(b"\n"):
+                raise TraceError("no newline at the end: a half-written line", path=path, field=f"line {lineno}")
+            yield lineno, parse_line(raw, path, lineno)
+
+
+def parse_line(raw: bytes, path: str | Path, lineno: int) -> Turn:
+    """Parse one JSONL line into a :class:`Turn`, with errors naming file, line and field."""
+    where = f"line {lineno}"
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        reason = "empty line" if not raw.strip() else f"not valid JSON ({exc})"
+        raise TraceError(reason, path=path, field=where) from exc
+    if not isinstance(data, dict):
+        raise TraceError(f"expected a JSON object, got {type(data).__name__}", path=path, field=where)
+    version = data.get("frank_trace")
+    if version is None:
+        raise TraceError("missing (not a frank trace line?)", path=path, field=f"{where}: frank_trace")
+    if version != TRACE_VERSION:
+        raise TraceError(f"unknown trace version {version!r} (this frank reads version {TRACE_VERSION})",
+                         path=path, field=f"{where}: frank_trace")
+    try:
+        return Turn.model_validate(data)
+    except ValidationError as exc:
+        raise _field_error(exc, path, where) from exc
+
+
+def _field_error(exc: ValidationError, path: str | Path, where: str) -> TraceError:
+    err = exc.errors()[0]
+    field = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    msg = {"extra_forbidden": "unknown field", "missing": "missing"}.get(err["type"], err["msg"])
+    msg = re.sub(r"^Value error, ", "", msg)
+    return TraceError(msg, path=path, field=f"{where}: {field}")
+
+
+def load_trace(path: str | Path) -> Workload:
+    """Read and validate a whole trace. Refuses duplicate turn ids and a repeated
+    (session_id, turn_index) pair, naming the line."""
+    seen_ids: dict[str, int] = {}
+    seen_pos: dict[tuple[str, int], int] = {}
+    turns: list[Turn] = []
+    h = hashlib.sha256()
+    for lineno, turn in iter_turns(path):
+        _check_unique(turn, lineno, seen_ids, seen_pos, path)
+        turns.append(turn)
+        h.update(_turn_digest_line(turn))
+    if not turns:
+        raise TraceError("no turns", path=path)
+    return Workload(turns=tuple(turns), hash=h.hexdigest(), path=Path(path))
+
+
+def _check_unique(turn: Turn, lineno: int, ids: dict[str, int], pos: dict[tuple[str, int], int],
+                  path: str | Path) -> None:
+    where = f"line {lineno}"
+    if turn.turn_id in ids:
+        raise TraceError(f"duplicate turn id {turn.turn_id!r} (first on line {ids[turn.turn_id]})",
+                         path=path, field=f"{where}: turn_id")
+    key = (turn.session_id, turn.turn_index)
+    if key in pos:
+        raise TraceError(f"session {turn.session_id!r} already has turn index {turn.turn_index} "
+                         f"(line {pos[key]})", path=path, field=f"{where}: turn_index")
+    ids[turn.turn_id] = lineno
+    pos[key] = lineno
+
+
+def workload_from_turns(turns: Sequence[Turn], path: Path | None = None) -> Workload:
+    """A :class:`Workload` for turns held in memory (tests, importers)."""
+    return Workload(turns=tuple(turns), hash=workload_hash(turns), path=path)
+
+
+# ---------------------------------------------------------------- sessions and credentials
+
+_SECRET_KEY = re.compile(r"(api[_-]?key|secret|password|passwd|authorization|access[_-]?token|bearer)", re.I)
+
+
+def strip_secrets(obj: Any) -> Any:
+    """A copy of ``obj`` without credential-like string values (keys such as ``api_key``,
+    ``authorization``, ``access_token``, ``client_secret``), at any depth. Only *string* values
+    are dropped, so a tool's JSON schema with a property named ``password`` (a dict) survives."""
+    if isinstance(obj, dict):
+        return {k: strip_secrets(v) for k, v in obj.items()
+                if not (isinstance(v, str) and _SECRET_KEY.search(str(k)))}
+    if isinstance(obj, list):
+        return [strip_secrets(v) for v in obj]
+    return obj
+
+
+def derive_session_id(endpoint: str, body: Mapping[str, Any]) -> str:
+    """A stable session id when the client gave none: ``s-`` + 12 hex digits of the sha256 of the
+    first user message (chat), or of the first 1,024 characters of the prompt (completions,
+    where sessions that share a long prefix merge: send ``X-Frank-Session`` to keep them apart)."""
+    if endpoint == CHAT:
+        first = next((m.get("content") for m in body.get("messages", [])
+                      if isinstance(m, dict) and m.get("role") == "user"), None)
+        key = _dumps(first, sort_keys=True)
+    else:
+        prompt = body.get("prompt")
+        key = prompt[:1024] if isinstance(prompt, str) else _dumps(prompt)[:1024]
+    return "s-" + hashlib.sha256(key.encode("utf-8")).hexdigest()[:12]
+
+
+def make_turn_id(session_id: str, turn_index: int) -> str:
+    return f"{session_id}-{turn_index:04d}"

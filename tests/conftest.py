@@ -1,0 +1,79 @@
+"""Shared fixtures: the real llama-server binary, the shipped tiny models, an isolated runtime dir."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from frankenstein.config import ResolvedRecipe
+from frankenstein.shipped import data_path
+
+BASE_ARGS = ["--ctx-size", "4096", "--threads", "2", "--parallel", "1", "--seed", "1", "--jinja"]
+DRAFT_ARGS = ["-md", str(data_path("tiny-draft.gguf")), "--spec-type", "draft-simple", "--spec-draft-n-max", "8"]
+
+
+@pytest.fixture(autouse=True)
+def _runtime_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test gets its own engine pid-file directory (inherited by `frank` subprocesses)."""
+    d = tmp_path_factory.mktemp("runtime")
+    monkeypatch.setenv("FRANK_RUNTIME_DIR", str(d))
+    return d
+
+
+@pytest.fixture(scope="session")
+def llama_server_bin() -> str:
+    from frankenstein.engines.llamacpp import find_llama_server
+
+    return find_llama_server()
+
+
+@pytest.fixture
+def tiny_recipe(llama_server_bin: str) -> ResolvedRecipe:
+    return ResolvedRecipe(
+        name="tiny", engine="llamacpp", model=str(data_path("tiny-target.gguf")), args=list(BASE_ARGS), env={},
+        start_timeout_s=120,
+    )
+
+
+@pytest.fixture
+def tiny_spec_recipe(llama_server_bin: str) -> ResolvedRecipe:
+    return ResolvedRecipe(
+        name="tiny+draft", engine="llamacpp", model=str(data_path("tiny-target.gguf")),
+        args=[*BASE_ARGS, *DRAFT_ARGS], env={}, parts=["draft"], start_timeout_s=120,
+    )
+
+
+def frank(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Run the real `frank` CLI in a subprocess."""
+    return subprocess.run(
+        [sys.executable, "-m", "frankenstein", *args], capture_output=True, text=True, cwd=cwd,
+        env={**os.environ, **(env or {})}, timeout=timeout,
+    )
+
+
+def pids_of(pattern: str) -> list[int]:
+    """Live (non-zombie) processes whose command line contains ``pattern``."""
+    out = []
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (p / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if pattern in cmd and state != "Z":
+            out.append(int(p.name))
+    return out
+
+
+@pytest.fixture
+def no_leftover_engines(tmp_path: Path) -> Iterator[None]:
+    """Asserts after the test that no llama-server started for this test's tmp_path is alive."""
+    yield
+    assert pids_of(str(tmp_path)) == [], "an engine outlived its test"

@@ -1,0 +1,150 @@
+"""No engine outlives frank: Ctrl-C during a start, kill -9 of frank, and bad input (real processes)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import frank, pids_of
+from helpers_campaign import TOML, make_campaign
+
+pytestmark = pytest.mark.engine
+
+
+def _wait_for(predicate, timeout: float = 30.0, what: str = "condition"):  # type: ignore[no-untyped-def]
+    """Poll for an event (not a sleep to make a test pass): fail with a message on timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _engine_pid(runtime: Path) -> int:
+    files = _wait_for(lambda: list(runtime.glob("*.json")), what="an engine pid file")
+    return int(files[0].stem)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state == "Z"
+
+
+def _slow_wrapper(tmp_path: Path, real: str, delay: float = 20.0) -> Path:
+    """A real wrapper program that waits before exec'ing llama-server: a start that takes a while."""
+    w = tmp_path / "slow-llama-server"
+    w.write_text(f"#!/bin/sh\nsleep {delay}\nexec {real} \"$@\"\n")
+    w.chmod(w.stat().st_mode | stat.S_IEXEC)
+    return w
+
+
+def test_sigint_during_start_leaves_nothing(tmp_path: Path, llama_server_bin: str, _runtime_dir: Path) -> None:
+    c = make_campaign(tmp_path / "c")
+    env = {"FRANK_LLAMA_SERVER": str(_slow_wrapper(tmp_path, llama_server_bin))}
+    p = subprocess.Popen([sys.executable, "-m", "frankenstein", "engine", "check", "-c", str(c.root)],
+                         env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pid = _engine_pid(_runtime_dir)
+    assert not _gone(pid)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err
+    assert "interrupted; engines stopped" in err
+    assert _gone(pid)
+    assert pids_of(str(tmp_path)) == []
+    assert list(_runtime_dir.glob("*.json")) == []
+
+
+def test_kill9_of_frank_kills_its_engine(tmp_path: Path, _runtime_dir: Path) -> None:
+    c = make_campaign(tmp_path / "c")
+    p = subprocess.Popen([sys.executable, "-m", "frankenstein", "engine", "check", "-c", str(c.root),
+                          "--requests", "100000", "--n-predict", "64"],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert p.stdout is not None
+    assert "ready at" in p.stdout.readline()
+    pid = _engine_pid(_runtime_dir)
+    p.kill()
+    p.wait()
+    _wait_for(lambda: _gone(pid), timeout=15, what="llama-server to die with its parent")
+    assert pids_of(str(tmp_path)) == []
+
+
+def test_leftovers_are_reaped_by_the_next_command(tmp_path: Path, llama_server_bin: str, _runtime_dir: Path) -> None:
+    """Second line of defence: a pid file whose owner is gone makes the next command kill that group."""
+    from frankenstein.engines.process import reap_leftovers
+
+    child = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    (_runtime_dir / f"{child.pid}.json").write_text(
+        f'{{"pid": {child.pid}, "pgid": {child.pid}, "owner": 999999999, "argv": ["sleep"]}}')
+    assert reap_leftovers() == [child.pid]
+    assert child.wait(timeout=10) == -signal.SIGKILL
+
+
+def _check(c_root: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return frank("engine", "check", "-c", str(c_root), "--requests", "1", *args, env=env, timeout=120)
+
+
+def test_missing_model_file(tmp_path: Path) -> None:
+    c = make_campaign(tmp_path / "c", TOML.replace('"pkg:tiny-target.gguf"', '"models/nope.gguf"'))
+    r = _check(c.root)
+    assert r.returncode == 1
+    assert r.stderr.strip() == f"frank: error: recipes.base.model: model file not found: {c.root.resolve() / 'models/nope.gguf'}"
+    assert pids_of(str(tmp_path)) == []
+
+
+def test_flag_llama_server_rejects(tmp_path: Path) -> None:
+    c = make_campaign(tmp_path / "c", TOML + '\n[parts.bogus]\nargs = ["--no-such-flag"]\n')
+    r = _check(c.root, "--part", "bogus")
+    assert r.returncode == 1
+    first = r.stderr.splitlines()[0]
+    assert first.startswith("frank: error: llama-server exited with code 1 during start (log: ")
+    assert "--- engine log (tail) ---" in r.stderr and "--no-such-flag" in r.stderr
+    assert pids_of(str(tmp_path)) == []
+
+
+def test_port_already_in_use(tmp_path: Path) -> None:
+    c = make_campaign(tmp_path / "c")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        r = _check(c.root, "--port", str(port))
+    assert r.returncode == 1
+    assert r.stderr.strip() == f"frank: error: port 127.0.0.1:{port} is already in use; choose another port"
+
+
+def test_malformed_frank_toml(tmp_path: Path) -> None:
+    c = make_campaign(tmp_path / "c")
+    (c.root / "frank.toml").write_text('served = "base"\n[recipes.base\nengine = "llamacpp"\n')
+    r = _check(c.root)
+    assert r.returncode == 1
+    assert r.stderr.startswith(f"frank: error: {c.root / 'frank.toml'}: not valid TOML: ")
+    (c.root / "frank.toml").write_text('served = "base"\n[recipes.base]\nengine = "llamacpp"\nthreads = 4\n')
+    r = _check(c.root)
+    assert r.stderr.strip() == f"frank: error: {c.root / 'frank.toml'}: recipes.base.threads: unknown field"
+
+
+def test_missing_llama_server_binary(tmp_path: Path) -> None:
+    c = make_campaign(tmp_path / "c")
+    r = _check(c.root, env={"FRANK_LLAMA_SERVER": str(tmp_path / "no-llama-server")})
+    assert r.returncode == 1
+    assert r.stderr.strip().startswith(
+        f"frank: error: llama-server not found at {tmp_path / 'no-llama-server'} (from FRANK_LLAMA_SERVER); install it with")
+
+
+def test_usage_error_exits_2(tmp_path: Path) -> None:
+    r = frank("engine", "check", "--requests", "many")
+    assert r.returncode == 2
+    assert "Invalid value for '--requests'" in r.stderr

@@ -1,0 +1,323 @@
+"""The recording proxy in front of an OpenAI-shaped upstream (a test double here; the real
+llama-server in the tests marked ``engine``)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from frankenstein.errors import FrankError
+from frankenstein.workload.record import StreamAssembler, serve_recorder
+from frankenstein.workload.trace import load_trace, parse_line
+
+SECRET = "sk-test-SECRET-1234567890"
+
+
+class FakeOpenAI(BaseHTTPRequestHandler):
+    """TEST DOUBLE of an OpenAI-compatible server (llama-server shapes): chat and completions,
+    streamed (chunked SSE) and not, llama.cpp ``/completion``, and pass-through paths.
+
+    Magic words in the last message / prompt: ``DIE`` sends two stream chunks then drops the
+    connection; ``WAIT`` sends one chunk, then waits for ``server.release`` before finishing;
+    ``FAIL`` answers 500."""
+
+    protocol_version = "HTTP/1.1"
+    server: Any
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _json(self, status: int, obj: Any) -> None:
+        data = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        self.server.received.append((self.command, self.path, dict(self.headers), b""))
+        if self.path == "/v1/models":
+            self._json(200, {"object": "list", "data": [{"id": "tiny"}]})
+        elif self.path == "/health":
+            self._json(200, {"status": "ok"})
+        elif self.path == "/metrics":
+            data = b"llamacpp:n_decode_total 7\n"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        else:
+            self._json(404, {"error": "not found"})
+
+    def do_POST(self) -> None:
+        raw = self.rfile.read(int(self.headers["Content-Length"]))
+        self.server.received.append((self.command, self.path, dict(self.headers), raw))
+        body = json.loads(raw)
+        if self.path == "/tokenize":
+            return self._json(200, {"tokens": [1, 2, 3]})
+        word = _magic(body)
+        if word == "FAIL":
+            return self._json(500, {"error": {"message": "boom"}})
+        if body.get("stream"):
+            return self._stream(self.path, word)
+        self._json(200, _answer(self.path))
+
+    def _chunk(self, obj: Any) -> None:
+        data = b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n\n"
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def _stream(self, path: str, word: str | None) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        chunks = _stream_chunks(path)
+        for i, chunk in enumerate(chunks):
+            if word == "DIE" and i == 2:
+                self.connection.shutdown(socket.SHUT_RDWR)  # upstream dies mid-stream
+                self.close_connection = True
+                return
+            if word == "WAIT" and i == 1:
+                assert self.server.release.wait(10)
+            self._chunk(chunk)
+        if path != "/completion":
+            self._chunk(b"[DONE]")
+        self.wfile.write(b"0\r\n\r\n")
+
+
+def _magic(body: dict[str, Any]) -> str | None:
+    text = body["messages"][-1]["content"] if "messages" in body else str(body.get("prompt"))
+    return next((w for w in ("DIE", "WAIT", "FAIL") if w in text), None)
+
+
+TIMINGS = {"prompt_n": 5, "prompt_ms": 1.5, "predicted_n": 3, "predicted_ms": 6.0}
+
+
+def _answer(path: str) -> dict[str, Any]:
+    usage = {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
+    if path == "/v1/chat/completions":
+        return {"id": "x", "object": "chat.completion", "choices": [{"index": 0, "finish_reason": "stop",
+                "message": {"role": "assistant", "content": "Hello world!"}}], "usage": usage, "timings": TIMINGS}
+    if path == "/v1/completions":
+        return {"id": "x", "choices": [{"index": 0, "text": "Hello world!", "finish_reason": "length"}], "usage": usage}
+    return {"content": "Hello world!", "tokens": [10, 11, 12], "stop": True, "stop_type": "limit",
+            "tokens_evaluated": 5, "tokens_predicted": 3, "timings": TIMINGS}
+
+
+def _stream_chunks(path: str) -> list[Any]:
+    if path == "/completion":
+        return [{"content": "Hello", "tokens": [10], "stop": False}, {"content": " world", "tokens": [11], "stop": False},
+                {"content": "!", "tokens": [12], "stop": False},
+                {"content": "", "stop": True, "stop_type": "limit", "tokens_evaluated": 5, "tokens_predicted": 3,
+                 "timings": TIMINGS}]
+    if path == "/v1/completions":
+        return [{"choices": [{"index": 0, "text": t, "finish_reason": None}]} for t in ("Hello", " world", "!")] + \
+               [{"choices": [{"index": 0, "text": "", "finish_reason": "length"}],
+                 "usage": {"prompt_tokens": 5, "completion_tokens": 3}}]
+    call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "read_file", "arguments": ""}}
+    return [
+        {"choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hello"}, "finish_reason": None}]},
+        {"choices": [{"index": 0, "delta": {"content": " world"}, "finish_reason": None}]},
+        {"choices": [{"index": 0, "delta": {"content": "!", "tool_calls": [call]}, "finish_reason": None}]},
+        {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": '{"path":'}}]}}]},
+        {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": '"a.py"}'}}]}}]},
+        {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}],
+         "usage": {"prompt_tokens": 5, "completion_tokens": 3}, "timings": TIMINGS},
+    ]
+
+
+@pytest.fixture
+def upstream() -> Iterator[Any]:
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), FakeOpenAI)
+    srv.daemon_threads = True
+    srv.received = []
+    srv.release = threading.Event()
+    t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    t.start()
+    srv.url = f"http://127.0.0.1:{srv.server_address[1]}"
+    yield srv
+    srv.release.set()
+    srv.shutdown()
+    srv.server_close()
+
+
+@pytest.fixture
+def proxy(upstream: Any, tmp_path: Path) -> Iterator[Any]:
+    recorded = threading.Semaphore(0)
+    srv = serve_recorder(upstream.url, "127.0.0.1", 0, tmp_path / "trace.jsonl", on_turn=lambda t: recorded.release())
+    srv.turn_recorded = recorded  # released once per appended turn
+    yield srv
+    srv.shutdown()
+
+
+def chat(content: str, **extra: Any) -> dict[str, Any]:
+    return {"model": "tiny", "messages": [{"role": "system", "content": "You are terse."},
+                                          {"role": "user", "content": content}], "max_tokens": 8, **extra}
+
+
+def sse_text(raw: bytes) -> str:
+    asm = StreamAssembler("/v1/chat/completions")
+    asm.feed(raw)
+    return asm.output().text
+
+
+def test_non_streamed_chat_is_relayed_and_recorded_without_credentials(upstream: Any, proxy: Any) -> None:
+    body = chat("hi", api_key=SECRET, extra_body={"openai_api_key": SECRET, "top_k": 1})
+    r = httpx.post(proxy.url + "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {SECRET}"})
+    assert r.status_code == 200
+    assert r.json()["choices"][0]["message"]["content"] == "Hello world!"
+    # The upstream got the client's bytes and its Authorization header...
+    _, path, headers, raw = upstream.received[-1]
+    assert path == "/v1/chat/completions" and json.loads(raw) == body
+    assert headers["Authorization"] == f"Bearer {SECRET}"
+    # ...the trace keeps neither.
+    text = proxy.recorder.out.read_text()
+    assert SECRET not in text and "Authorization" not in text and "api_key" not in text
+    (turn,) = load_trace(proxy.recorder.out).turns
+    assert turn.request == {k: v for k, v in body.items() if k != "api_key"} | {"extra_body": {"top_k": 1}}
+    assert list(turn.request) == ["model", "messages", "max_tokens", "extra_body"]  # key order as sent
+    assert turn.output.text == "Hello world!" and turn.output.finish_reason == "stop"
+    assert (turn.output.prompt_tokens, turn.output.completion_tokens) == (5, 3)
+    assert turn.timings.server == TIMINGS and turn.timings.e2e_ms is not None and turn.timings.ttft_ms is None
+    assert turn.turn_index == 0 and turn.endpoint == "/v1/chat/completions" and not turn.client_disconnected
+
+
+def test_streamed_chat_is_relayed_chunk_by_chunk_and_assembled(upstream: Any, proxy: Any) -> None:
+    with httpx.stream("POST", proxy.url + "/v1/chat/completions", json=chat("hi", stream=True)) as r:
+        assert r.status_code == 200 and r.headers["content-type"] == "text/event-stream"
+        raw = r.read()
+    assert raw.endswith(b"data: [DONE]\n\n") and sse_text(raw) == "Hello world!"
+    (turn,) = load_trace(proxy.recorder.out).turns
+    out = turn.output
+    assert out.text == "Hello world!" and out.finish_reason == "tool_calls"
+    assert [(c.id, c.name, c.arguments) for c in out.tool_calls] == [("call_1", "read_file", '{"path":"a.py"}')]
+    assert (out.prompt_tokens, out.completion_tokens) == (5, 3)
+    assert turn.timings.server == TIMINGS
+    assert 0 < turn.timings.ttft_ms <= turn.timings.e2e_ms
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_llamacpp_completion_keeps_token_ids(upstream: Any, proxy: Any, stream: bool) -> None:
+    r = httpx.post(proxy.url + "/completion", json={"prompt": "def f(", "n_predict": 3, "stream": stream})
+    assert r.status_code == 200
+    (turn,) = load_trace(proxy.recorder.out).turns
+    assert turn.endpoint == "/completion"
+    assert turn.output.text == "Hello world!" and turn.output.token_ids == [10, 11, 12]
+    assert turn.output.finish_reason == "length" and turn.output.completion_tokens == 3
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_completions_endpoint_recorded(upstream: Any, proxy: Any, stream: bool) -> None:
+    r = httpx.post(proxy.url + "/v1/completions", json={"prompt": "x = ", "max_tokens": 3, "stream": stream})
+    assert r.status_code == 200
+    (turn,) = load_trace(proxy.recorder.out).turns
+    assert turn.output.text == "Hello world!" and turn.output.finish_reason == "length"
+
+
+def test_pass_through_paths_are_not_recorded(upstream: Any, proxy: Any) -> None:
+    assert httpx.get(proxy.url + "/v1/models").json()["data"][0]["id"] == "tiny"
+    assert httpx.get(proxy.url + "/health").json() == {"status": "ok"}
+    assert httpx.get(proxy.url + "/metrics").text == "llamacpp:n_decode_total 7\n"
+    assert httpx.post(proxy.url + "/tokenize", json={"content": "abc"}).json() == {"tokens": [1, 2, 3]}
+    assert not proxy.recorder.out.exists()
+    assert [p for _, p, _, _ in upstream.received] == ["/v1/models", "/health", "/metrics", "/tokenize"]
+
+
+def test_sessions_from_header_or_first_user_message(upstream: Any, proxy: Any) -> None:
+    url = proxy.url + "/v1/chat/completions"
+    httpx.post(url, json=chat("task A"))
+    httpx.post(url, json=chat("task A") | {"messages": chat("task A")["messages"] + [
+        {"role": "assistant", "content": "ok"}, {"role": "user", "content": "more"}]})
+    httpx.post(url, json=chat("task B"))
+    httpx.post(url, json=chat("task C"), headers={"X-Frank-Session": "agent-7"})
+    turns = load_trace(proxy.recorder.out).turns
+    assert [t.turn_index for t in turns] == [0, 1, 0, 0]
+    assert turns[0].session_id == turns[1].session_id != turns[2].session_id
+    assert turns[0].session_id.startswith("s-") and len(turns[0].session_id) == 14
+    assert (turns[3].session_id, turns[3].turn_id) == ("agent-7", "agent-7-0000")
+
+
+def test_appending_to_an_existing_trace_resumes_turn_indices(upstream: Any, tmp_path: Path) -> None:
+    out = tmp_path / "trace.jsonl"
+    for _ in range(2):
+        with serve_recorder(upstream.url, "127.0.0.1", 0, out) as srv:
+            httpx.post(srv.url + "/v1/chat/completions", json=chat("same"), headers={"X-Frank-Session": "s"})
+    assert [t.turn_id for t in load_trace(out).turns] == ["s-0000", "s-0001"]
+
+
+def test_upstream_dying_mid_stream_leaves_a_valid_trace_and_the_client_an_error(upstream: Any, proxy: Any) -> None:
+    url = proxy.url + "/v1/chat/completions"
+    httpx.post(url, json=chat("before"))
+    with pytest.raises(httpx.RemoteProtocolError):
+        with httpx.stream("POST", url, json=chat("DIE now", stream=True)) as r:
+            got = b""
+            for part in r.iter_raw():
+                got += part
+    assert b"event: error" in got and b"upstream died mid-stream" in got
+    httpx.post(url, json=chat("after"))
+    lines = proxy.recorder.out.read_bytes().split(b"\n")
+    assert lines[-1] == b"" and len(lines) == 3  # two complete turns, nothing else
+    assert [parse_line(raw + b"\n", "t", i).output.text for i, raw in enumerate(lines[:-1], 1)] == ["Hello world!"] * 2
+    assert len(proxy.errors) == 1 and "upstream died mid-stream on /v1/chat/completions" in proxy.errors[0]
+
+
+def test_client_disconnect_mid_stream_still_records_the_whole_turn(upstream: Any, proxy: Any) -> None:
+    with httpx.stream("POST", proxy.url + "/v1/chat/completions", json=chat("WAIT", stream=True)) as r:
+        first = next(r.iter_raw())
+        assert b"Hello" in first
+    upstream.release.set()  # the client is gone; the upstream now finishes
+    assert proxy.turn_recorded.acquire(timeout=10)  # the proxy finishes the turn after the client left
+    proxy_turns = load_trace(proxy.recorder.out).turns
+    assert proxy_turns[0].client_disconnected is True
+    assert proxy_turns[0].output.text == "Hello world!" and proxy_turns[0].output.finish_reason == "tool_calls"
+
+
+def test_upstream_error_status_is_relayed_and_not_recorded(upstream: Any, proxy: Any) -> None:
+    r = httpx.post(proxy.url + "/v1/chat/completions", json=chat("FAIL"))
+    assert r.status_code == 500 and r.json() == {"error": {"message": "boom"}}
+    assert not proxy.recorder.out.exists()
+    assert proxy.errors == ["upstream answered 500 on /v1/chat/completions"]
+
+
+def test_unreachable_upstream_gives_502(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with serve_recorder(f"http://127.0.0.1:{port}", "127.0.0.1", 0, tmp_path / "t.jsonl") as srv:
+        r = httpx.post(srv.url + "/v1/chat/completions", json=chat("hi"))
+    assert r.status_code == 502 and r.json()["error"]["message"].startswith("upstream failed: ")
+    assert not (tmp_path / "t.jsonl").exists()
+
+
+def test_bad_upstream_url_and_busy_port_are_refused(upstream: Any, tmp_path: Path) -> None:
+    with pytest.raises(FrankError, match=r"^--upstream 'localhost:8080': expected an http:// or https:// URL$"):
+        serve_recorder("localhost:8080", "127.0.0.1", 0, tmp_path / "t.jsonl")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(FrankError, match=rf"^cannot listen on 127.0.0.1:{port}: "):
+            serve_recorder(upstream.url, "127.0.0.1", port, tmp_path / "t.jsonl")
+
+
+def test_stream_assembler_memory_stays_bounded_on_long_streams() -> None:
+    asm = StreamAssembler("/v1/chat/completions")
+    chunk = b'data: {"choices":[{"index":0,"delta":{"content":"x"}}]}\n\n'
+    for _ in range(20_000):
+        asm.feed(chunk[:17])
+        asm.feed(chunk[17:])
+        assert len(asm._buf) < len(chunk)
+    asm.feed(b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}\n\ndata: [DONE]\n\n')
+    assert asm.finished and asm.output().text == "x" * 20_000
+    assert len(asm._text) == 20_000 and not asm._buf  # the pieces, never the raw chunks

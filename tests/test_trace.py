@@ -1,0 +1,204 @@
+"""The trace format: atomic appends, strict loading with file:line:field messages, the hash and
+the exact request bytes replay sends."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from frankenstein.errors import TraceError
+from frankenstein.workload.trace import (
+    RecordedOutput, Turn, append_turn, derive_session_id, load_trace, request_bytes, strip_secrets, turn_line,
+    workload_hash, write_trace,
+)
+
+
+def make_turn(i: int = 0, session: str = "s1", **request: Any) -> Turn:
+    body = request or {"model": "tiny", "messages": [{"role": "user", "content": f"q{i} é"}], "max_tokens": 8}
+    return Turn(turn_id=f"{session}-{i:04d}", session_id=session, turn_index=i, endpoint="/v1/chat/completions",
+                request=body, output=RecordedOutput(text=f"a{i}", finish_reason="stop", prompt_tokens=5,
+                                                    completion_tokens=2))
+
+
+def good_line(i: int = 0, **changes: Any) -> str:
+    data = json.loads(turn_line(make_turn(i)))
+    data.update(changes)
+    return json.dumps(data)
+
+
+def write_lines(path: Path, *lines: str, final_newline: bool = True) -> Path:
+    path.write_text("\n".join(lines) + ("\n" if final_newline else ""))
+    return path
+
+
+def test_append_then_load_round_trips(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    turns = [make_turn(i) for i in range(3)]
+    for t in turns:
+        append_turn(path, t)
+    wl = load_trace(path)
+    assert list(wl.turns) == turns and wl.sessions == ["s1"] and wl.path == path
+    assert wl.hash == workload_hash(turns) == workload_hash(path)
+    assert path.read_bytes().count(b"\n") == 3 and oct(path.stat().st_mode & 0o777) == "0o600"
+
+
+def test_concurrent_appends_never_interleave(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    big = "x" * 70_000  # larger than a pipe buffer: one write per line still
+
+    def worker(w: int) -> None:
+        for i in range(25):
+            append_turn(path, make_turn(i, session=f"w{w}", messages=[{"role": "user", "content": big}]))
+
+    threads = [threading.Thread(target=worker, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(load_trace(path).turns) == 100
+
+
+def test_request_bytes_are_exact_and_keep_the_recorded_key_order() -> None:
+    turn = make_turn(0, model="m", messages=[{"role": "user", "content": "é\n"}], temperature=0.0, max_tokens=4)
+    assert request_bytes(turn) == '{"model":"m","messages":[{"role":"user","content":"é\\n"}],"temperature":0.0,"max_tokens":4}'.encode()
+    forced = request_bytes(turn, {"max_tokens": 7, "seed": 1, "ignore_eos": True})
+    assert forced == b'{"model":"m","messages":[{"role":"user","content":"\xc3\xa9\\n"}],"temperature":0.0,"max_tokens":7,"seed":1,"ignore_eos":true}'
+    assert request_bytes(turn) == request_bytes(Turn.model_validate_json(turn_line(turn)))
+
+
+def test_hash_ignores_formatting_and_metadata_but_not_request_bytes(tmp_path: Path) -> None:
+    turns = [make_turn(0), make_turn(1)]
+    h = workload_hash(turns)
+    # Reformatted: spaces, non-request keys reordered, timings and recorded_at changed.
+    lines = []
+    for t in turns:
+        d = json.loads(turn_line(t))
+        d["timings"] = {"server": {"prompt_ms": 3.0}, "e2e_ms": 9.0}
+        d["recorded_at"] = 1.5
+        lines.append(json.dumps(dict(reversed(list(d.items()))), indent=None, separators=(", ", ": "), ensure_ascii=True))
+    assert load_trace(write_lines(tmp_path / "r.jsonl", *lines)).hash == h
+    # A request key order change changes the bytes sent, so the hash.
+    swapped = make_turn(0, max_tokens=8, model="tiny", messages=[{"role": "user", "content": "q0 é"}])
+    assert swapped.request == turns[0].request and workload_hash([swapped, turns[1]]) != h
+    # One request byte, one output character, the turn order: each changes it.
+    assert workload_hash([make_turn(0, model="tinY", messages=[{"role": "user", "content": "q0 é"}], max_tokens=8), turns[1]]) != h
+    changed = turns[0].model_copy(update={"output": RecordedOutput(text="a0!", finish_reason="stop", prompt_tokens=5, completion_tokens=2)})
+    assert workload_hash([changed, turns[1]]) != h
+    assert workload_hash(list(reversed(turns))) != h
+
+
+def test_write_trace_is_whole_or_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    digest = write_trace(path, [make_turn(0), make_turn(1)])
+    assert load_trace(path).hash == digest and not (tmp_path / "t.jsonl.tmp").exists()
+
+
+# ---------------------------------------------------------------- bad input, each message exact
+
+def load_error(path: Path) -> str:
+    with pytest.raises(TraceError) as info:
+        load_trace(path)
+    return str(info.value)
+
+
+def test_malformed_json_line_names_its_line_number(tmp_path: Path) -> None:
+    path = write_lines(tmp_path / "t.jsonl", good_line(0), good_line(1), '{"frank_trace": 1, "turn_id": ')
+    assert load_error(path).startswith(f"{path}: line 3: not valid JSON (")
+
+
+def test_unknown_trace_version(tmp_path: Path) -> None:
+    path = write_lines(tmp_path / "t.jsonl", good_line(0), good_line(1, frank_trace=2))
+    assert load_error(path) == f"{path}: line 2: frank_trace: unknown trace version 2 (this frank reads version 1)"
+
+
+def test_line_without_a_version(tmp_path: Path) -> None:
+    path = write_lines(tmp_path / "t.jsonl", json.dumps({"prompt": "hi"}))
+    assert load_error(path) == f"{path}: line 1: frank_trace: missing (not a frank trace line?)"
+
+
+def test_missing_field_is_named(tmp_path: Path) -> None:
+    data = json.loads(good_line(0))
+    del data["session_id"]
+    path = write_lines(tmp_path / "t.jsonl", json.dumps(data))
+    assert load_error(path) == f"{path}: line 1: session_id: missing"
+
+
+def test_unknown_and_bad_nested_fields_are_named(tmp_path: Path) -> None:
+    data = json.loads(good_line(0))
+    data["output"]["logits"] = []
+    path = write_lines(tmp_path / "t.jsonl", json.dumps(data))
+    assert load_error(path) == f"{path}: line 1: output.logits: unknown field"
+    data = json.loads(good_line(0))
+    data["output"]["completion_tokens"] = -1
+    write_lines(path, json.dumps(data))
+    assert load_error(path) == f"{path}: line 1: output.completion_tokens: Input should be greater than or equal to 0"
+
+
+def test_unknown_endpoint_and_a_chat_request_without_messages(tmp_path: Path) -> None:
+    path = write_lines(tmp_path / "t.jsonl", good_line(0, endpoint="/v1/embeddings"))
+    assert load_error(path) == (f"{path}: line 1: endpoint: Input should be '/v1/chat/completions', "
+                                "'/v1/completions' or '/completion'")
+    write_lines(path, good_line(0, request={"prompt": "hi"}))
+    assert load_error(path) == f"{path}: line 1: request: a chat completions request needs a non-empty 'messages' list"
+    write_lines(path, good_line(0, endpoint="/completion", request={"messages": []}))
+    assert load_error(path) == f"{path}: line 1: request: a /completion request needs a 'prompt'"
+
+
+def test_half_written_last_line_and_empty_lines_are_refused(tmp_path: Path) -> None:
+    path = write_lines(tmp_path / "t.jsonl", good_line(0), good_line(1), final_newline=False)
+    assert load_error(path) == f"{path}: line 2: no newline at the end: a half-written line"
+    write_lines(path, good_line(0), "", good_line(1))
+    assert load_error(path) == f"{path}: line 2: empty line"
+
+
+def test_append_refuses_to_glue_onto_an_unfinished_line(tmp_path: Path) -> None:
+    path = write_lines(tmp_path / "t.jsonl", good_line(0), '{"frank_trace": 1, "tu', final_newline=False)
+    before = path.read_bytes()
+    with pytest.raises(TraceError) as info:
+        append_turn(path, make_turn(1))
+    assert str(info.value) == f"{path}: last line (ends at byte {len(before)}) is unfinished; refusing to append"
+    assert path.read_bytes() == before
+
+
+def test_duplicates_are_refused(tmp_path: Path) -> None:
+    path = write_lines(tmp_path / "t.jsonl", good_line(0), good_line(0))
+    assert load_error(path) == f"{path}: line 2: turn_id: duplicate turn id 's1-0000' (first on line 1)"
+    write_lines(path, good_line(0), good_line(0, turn_id="other"))
+    assert load_error(path) == f"{path}: line 2: turn_index: session 's1' already has turn index 0 (line 1)"
+
+
+def test_missing_and_empty_files(tmp_path: Path) -> None:
+    assert load_error(tmp_path / "none.jsonl") == f"{tmp_path / 'none.jsonl'}: file not found"
+    (tmp_path / "e.jsonl").write_text("")
+    assert load_error(tmp_path / "e.jsonl") == f"{tmp_path / 'e.jsonl'}: no turns"
+
+
+def test_not_an_object(tmp_path: Path) -> None:
+    path = write_lines(tmp_path / "t.jsonl", "[1, 2]")
+    assert load_error(path) == f"{path}: line 1: expected a JSON object, got list"
+
+
+# ---------------------------------------------------------------- credentials and sessions
+
+def test_strip_secrets_drops_credential_strings_at_any_depth_but_keeps_schemas() -> None:
+    body = {"api_key": "sk-1", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
+            "extra": {"Authorization": "Bearer x", "access_token": "t", "client_secret": "c", "top_k": 2},
+            "tools": [{"type": "function", "function": {"name": "login", "parameters": {
+                "type": "object", "properties": {"password": {"type": "string"}, "api_key": {"type": "string"}}}}}]}
+    out = strip_secrets(body)
+    assert out == {"messages": body["messages"], "max_tokens": 4, "extra": {"top_k": 2}, "tools": body["tools"]}
+    assert "api_key" in body  # the input is not changed
+
+
+def test_derived_session_ids() -> None:
+    a = {"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "task"}]}
+    b = {"messages": a["messages"] + [{"role": "assistant", "content": "x"}, {"role": "user", "content": "y"}]}
+    c = {"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "other"}]}
+    sid = derive_session_id("/v1/chat/completions", a)
+    assert sid == derive_session_id("/v1/chat/completions", b) != derive_session_id("/v1/chat/completions", c)
+    assert sid.startswith("s-") and len(sid) == 14
+    assert derive_session_id("/completion", {"prompt": "p" * 2000}) == derive_session_id("/completion", {"prompt": "p" * 1500})
