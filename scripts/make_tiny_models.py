@@ -100,7 +100,8 @@ CHAT_TEMPLATE = """\
 {%- for tool_call in message.tool_calls %}
 {%- if tool_call.function is defined %}{%- set tool_call = tool_call.function %}{%- endif %}
 {{- '\\n<tool_call>\\n{"name": "' + tool_call.name + '", "arguments": ' }}
-{%- if tool_call.arguments is string %}{{- tool_call.arguments }}{%- else %}{{- tool_call.arguments | tojson }}{%- endif %}
+{%- if tool_call.arguments is string %}{{- tool_call.arguments }}
+{%- else %}{{- tool_call.arguments | tojson }}{%- endif %}
 {{- '}\\n</tool_call>' }}
 {%- endfor %}
 {%- endif %}

@@ -90,7 +90,9 @@ def test_regenerated_tensors_match_shipped(name: str, regenerated: Path) -> None
     assert _tensors(regenerated / name) == _tensors(data_path(name))
 
 
-@pytest.mark.parametrize(("name", "n_layer"), [("tiny-target.gguf", 4), ("tiny-draft.gguf", 1), ("tiny-target-q8.gguf", 4)])
+@pytest.mark.parametrize(
+    ("name", "n_layer"), [("tiny-target.gguf", 4), ("tiny-draft.gguf", 1), ("tiny-target-q8.gguf", 4)]
+)
 def test_gguf_metadata(name: str, n_layer: int) -> None:
     reader = GGUFReader(data_path(name))
     assert _field(reader, "general.architecture") == "llama"
@@ -118,9 +120,11 @@ def test_gguf_vocabulary_is_the_shipped_tokenizer() -> None:
 
 def test_tokenizer_splits_code_and_text_into_words() -> None:
     tok = Tokenizer.from_file(str(data_path("tiny-tokenizer.json")))
-    assert tok.encode(" can you explain why the test fails?").tokens[:6] == ["Ġcan", "Ġyou", "Ġexplain", "Ġwhy", "Ġthe", "Ġtest"]
+    words = ["Ġcan", "Ġyou", "Ġexplain", "Ġwhy", "Ġthe", "Ġtest"]
+    assert tok.encode(" can you explain why the test fails?").tokens[:6] == words
     assert tok.encode("<|im_start|>user\n").ids[0] == 1
-    assert tok.decode(tok.encode("def f(x: int) -> int:\n    return x\n").ids) == "def f(x: int) -> int:\n    return x\n"
+    code = "def f(x: int) -> int:\n    return x\n"
+    assert tok.decode(tok.encode(code).ids) == code
 
 
 def test_draft_is_the_targets_first_layer() -> None:
@@ -160,7 +164,8 @@ def test_chat_template_renders_tools_calls_and_results() -> None:
     assert '<tools>\n{"type": "function", "function": {"name": "get_weather"' in text
     assert text.endswith(
         "<|im_start|>user\nWeather?<|im_end|>\n"
-        '<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>\n'
+        "<|im_start|>assistant\n<tool_call>\n"
+        '{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>\n'
         "<|im_start|>user\n<tool_response>\n21 C\n</tool_response><|im_end|>\n"
         "<|im_start|>assistant\n"
     )

@@ -321,3 +321,32 @@ def test_stream_assembler_memory_stays_bounded_on_long_streams() -> None:
     asm.feed(b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}\n\ndata: [DONE]\n\n')
     assert asm.finished and asm.output().text == "x" * 20_000
     assert len(asm._text) == 20_000 and not asm._buf  # the pieces, never the raw chunks
+
+
+# ---------------------------------------------------------------- in front of the real llama-server
+
+@pytest.mark.engine
+def test_recording_in_front_of_the_real_llama_server(tiny_recipe: Any, tmp_path: Path) -> None:
+    from frankenstein.engines import start_engine
+
+    body = {"messages": [{"role": "system", "content": "You write Python."},
+                         {"role": "user", "content": "Print hello."}], "max_tokens": 12, "temperature": 0.0, "seed": 1}
+    with start_engine(tiny_recipe, tmp_path / "logs") as eng, \
+            serve_recorder(eng.base_url, "127.0.0.1", 0, tmp_path / "t.jsonl") as proxy:
+        plain = httpx.post(proxy.url + "/v1/chat/completions", json=body, timeout=60).json()
+        with httpx.stream("POST", proxy.url + "/v1/chat/completions", json=body | {"stream": True}, timeout=60) as r:
+            raw = r.read()
+        tokens = httpx.post(proxy.url + "/tokenize", json={"content": "Print hello."}, timeout=60).json()["tokens"]
+        assert tokens == eng.tokenize("Print hello.")
+        assert proxy.errors == []
+    t_plain, t_stream = load_trace(tmp_path / "t.jsonl").turns
+    assert t_plain.request == body and t_stream.request == body | {"stream": True}
+    assert t_plain.output.text == plain["choices"][0]["message"]["content"] != ""
+    assert t_plain.output.completion_tokens == plain["usage"]["completion_tokens"] == t_plain.timings.server["predicted_n"]
+    # Temperature 0: the streamed turn generated the same text, relayed to the client as recorded.
+    assert t_stream.output.text == t_plain.output.text == sse_text(raw)
+    assert (t_stream.output.prompt_tokens, t_stream.output.completion_tokens) == \
+        (t_plain.output.prompt_tokens, t_plain.output.completion_tokens)
+    assert t_stream.output.finish_reason == t_plain.output.finish_reason
+    assert 0 < t_stream.timings.ttft_ms <= t_stream.timings.e2e_ms
+    assert (t_plain.session_id, t_stream.turn_index) == (t_stream.session_id, 1)

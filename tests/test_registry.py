@@ -44,8 +44,8 @@ def test_refuses_unreachable_alpha(camp) -> None:
     with pytest.raises(DesignError) as e:
         register(camp, write_design(camp.root / "d.toml", blocks=4))
     assert str(e.value) == (
-        f"{camp.root / 'd.toml'}: blocks: a sign rule over 4 blocks cannot reach alpha 0.05: its smallest p is "
-        "1/16 = 0.0625; use at least 5 blocks"
+        f"{camp.root / 'd.toml'}: blocks: 4 blocks cannot reach alpha = 0.05 under the sign rule: the smallest "
+        "reachable p is 1/16 = 0.0625 (it needs at least 5 blocks)"
     )
 
 

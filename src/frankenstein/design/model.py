@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from frankenstein.config import ResolvedRecipe
+from frankenstein.design.rules import AllBlocksBetter, HarmRule, PermutationRule, SignRule
 from frankenstein.errors import DesignError
 from frankenstein.workload.replay import ReplaySettings
 
@@ -43,14 +44,18 @@ class ArmSpec(Strict):
         return self
 
 
-class RuleSpec(Strict):
-    kind: Literal["all_blocks_better", "sign", "permutation", "harm", "fidelity"]
-    alpha: float = Field(default=0.05, gt=0, lt=1)
-    min_effect: float | None = Field(default=None, ge=0, description="practical threshold on |geomean ratio − 1|")
-    # fidelity rule
-    tolerance: float | None = Field(default=None, ge=0, description="mean KL (nats) allowed")
+class FidelityRule(Strict):
+    """Mean KL ≤ tolerance and fewer than ``max_positions_above`` positions above ``threshold`` (nats)."""
+
+    kind: Literal["fidelity"] = "fidelity"
+    tolerance: float = Field(ge=0, description="mean KL (nats) allowed")
     threshold: float = Field(default=0.5, gt=0, description="KL (nats) above which a position counts")
     max_positions_above: int = Field(default=1, ge=1, description="fewer than this many positions above threshold")
+
+
+DesignRule = Annotated[
+    Union[AllBlocksBetter, SignRule, PermutationRule, HarmRule, FidelityRule], Field(discriminator="kind")
+]
 
 
 class FidelitySpec(Strict):
@@ -81,7 +86,7 @@ class DesignFile(Strict):
     replay: ReplaySettings = ReplaySettings()
     primary_metric: str = "verify_step_ms"
     direction: Literal["lower", "higher"] | None = None
-    rule: RuleSpec
+    rule: DesignRule
     secondary: list[str] = Field(default_factory=list)
     stopping: Literal["none", "curtail"] = "none"
     failure_policy: Literal["drop_block", "invalidate"] = "drop_block"

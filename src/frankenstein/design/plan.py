@@ -15,6 +15,7 @@ block's log ratio, estimated from an A/A pilot). Under it:
     power(rule, n, sd, effect, direction, ...)      -> Power at n blocks
     plan_blocks(rule, sd, effect, direction, ...)   -> PlanRow: the fewest blocks reaching the target
     make_plan(rules, sd, effect, direction, ...)    -> Plan
+    plan_from_options(kinds, pilot=..., sd=..., ...) what `frank plan` runs (reads the pilot CSV)
 """
 
 from __future__ import annotations
@@ -23,13 +24,14 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 from scipy import stats as sps
 
 from frankenstein.design import stats
 from frankenstein.design.rules import (AllBlocksBetter, Direction, HarmRule, PermutationRule, Rule, decide,
-                                       effect_thresholds, min_blocks, smallest_p)
+                                       effect_thresholds, min_blocks, rule_test, smallest_p)
 from frankenstein.errors import AnalysisError
 
 EXACT_SIM_BLOCKS = 24
@@ -106,14 +108,8 @@ def _harm_target(rule: Rule) -> bool:
 
 
 def _exact_applies(rule: Rule) -> bool:
-    sign_like = isinstance(rule, AllBlocksBetter) or stats_test(rule) == "sign"
+    sign_like = isinstance(rule, AllBlocksBetter) or rule_test(rule) == "sign"
     return sign_like and rule.min_effect is None
-
-
-def stats_test(rule: Rule) -> str:
-    if isinstance(rule, PermutationRule) or (isinstance(rule, HarmRule) and rule.test == "permutation"):
-        return "permutation"
-    return "sign"
 
 
 def power(rule: Rule, n: int, sd: float, effect: float, direction: Direction, *, simulations: int = 2000,
@@ -192,3 +188,27 @@ def make_plan(rules: Sequence[Rule], sd: float | None, effect: float, direction:
     rows = [plan_blocks(r, use_sd, effect, direction, **kw) for r in rules]  # type: ignore[arg-type]
     upper = [plan_blocks(r, spread.sd_upper, effect, direction, **kw) for r in rules] if spread else []  # type: ignore[arg-type]
     return Plan(use_sd, effect, direction, target, max_blocks, rows, spread, upper)
+
+
+def plan_from_options(kinds: Sequence[str], *, pilot: Path | None, sd: float | None, effect: float,
+                      direction: Direction, alpha: float = 0.05, target: float = 0.8, max_blocks: int = 40,
+                      simulations: int = 2000, seed: int = 1) -> Plan:
+    """What ``frank plan`` does: check the options, read the pilot CSV (block,served,candidate), plan."""
+    from frankenstein.design.blockcsv import read_blocks_csv
+    from frankenstein.design.rules import parse_rule
+
+    if (pilot is None) == (sd is None):
+        raise AnalysisError("give either --pilot FILE.csv or --sd, not both or neither")
+    if not 0 < target < 1:
+        raise AnalysisError(f"--power must be between 0 and 1, got {target:g}")
+    if not 1 <= max_blocks <= 1000 or simulations < 1:
+        raise AnalysisError("--max-blocks must be 1..1000 and --simulations at least 1")
+    rules = [parse_rule(k, alpha=alpha) for k in kinds]
+    logs = None
+    if pilot is not None:
+        data = read_blocks_csv(pilot)
+        if data.data != "ratio":
+            raise AnalysisError(f"{pilot}: a pilot needs start-level values per arm: block,served,candidate")
+        logs = stats.log_ratios(data.served, data.candidate)
+    return make_plan(rules, sd, effect, direction, pilot_log_ratios=logs, target=target, max_blocks=max_blocks,
+                     simulations=simulations, seed=seed)

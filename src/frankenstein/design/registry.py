@@ -14,14 +14,13 @@ import json
 import random
 import secrets
 from dataclasses import dataclass
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 from frankenstein import __version__
 from frankenstein.campaign import Campaign
 from frankenstein.config import ResolvedRecipe
-from frankenstein.design.model import ARMS, DesignFile, FrozenDesign, load_design
+from frankenstein.design.model import ARMS, DesignFile, FidelityRule, FrozenDesign, load_design
 from frankenstein.errors import DesignError, RegistryError
 from frankenstein.measure.timings import METRICS
 from frankenstein.store import now_iso
@@ -52,12 +51,6 @@ class Registered:
     @property
     def design(self) -> DesignFile:
         return self.frozen.design
-
-
-def smallest_p(rule_kind: str, blocks: int, side: str = "one-sided") -> Fraction:
-    """The smallest p-value an exact paired test over ``blocks`` blocks can reach."""
-    p = Fraction(1, 2**blocks)
-    return min(Fraction(1), 2 * p) if side == "two-sided" else p
 
 
 def _served_recipe_name(campaign: Campaign) -> str:
@@ -110,26 +103,20 @@ def check_design(campaign: Campaign, design: DesignFile, path: Path) -> FrozenDe
 
 
 def _check_rule(design: DesignFile, path: Path) -> None:
+    from frankenstein.design.rules import unreachable_reason
+
     rule = design.rule
     if design.kind == "fidelity":
-        if rule.kind != "fidelity" or rule.tolerance is None:
-            raise DesignError("a fidelity design needs rule.kind = \"fidelity\" with a tolerance", path=path, field="rule")
+        if rule.kind != "fidelity":
+            raise DesignError("a fidelity design needs rule.kind = \"fidelity\" with a tolerance", path=path, field="rule.kind")
         return
-    if rule.kind == "fidelity":
+    if isinstance(rule, FidelityRule):
         raise DesignError("rule \"fidelity\" is only for fidelity designs", path=path, field="rule.kind")
     if design.kind == "agent" and rule.kind != "harm":
         raise DesignError("an agent design uses rule \"harm\"", path=path, field="rule.kind")
-    side = "two-sided" if rule.kind == "permutation" and getattr(rule, "side", "one-sided") == "two-sided" else "one-sided"
-    p = smallest_p(rule.kind, design.blocks, side)
-    if p > Fraction(str(rule.alpha)):
-        need = design.blocks
-        while smallest_p(rule.kind, need, side) > Fraction(str(rule.alpha)):
-            need += 1
-        raise DesignError(
-            f"a {rule.kind} rule over {design.blocks} blocks cannot reach alpha {rule.alpha}: its smallest p is "
-            f"{p.numerator}/{p.denominator} = {float(p):.4g}; use at least {need} blocks",
-            path=path, field="blocks",
-        )
+    reason = unreachable_reason(rule, design.blocks)
+    if reason:
+        raise DesignError(reason, path=path, field="blocks")
 
 
 def _check_workload(campaign: Campaign, design: DesignFile, path: Path) -> tuple[str | None, str | None]:

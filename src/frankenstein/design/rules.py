@@ -14,6 +14,7 @@ its own units). ``direction`` (lower | higher) says which way is better for the 
 Public functions:
 
     parse_rule(kind, alpha=..., side=..., min_effect=..., test=...)   build a Rule (AnalysisError)
+    rule_test(rule)            'sign' or 'permutation': the exact test behind the rule
     smallest_p(rule, n)        smallest p the rule can reach with n blocks
     min_blocks(rule)           fewest blocks for which the rule can reach its alpha
     unreachable_reason(rule, n) why n blocks can never reach alpha, or None
@@ -171,7 +172,7 @@ def parse_rule(kind: str, *, alpha: float = 0.05, side: str | None = None, min_e
         raise AnalysisError(f"rule {field}: {err['msg']}") from exc
 
 
-def _test_of(rule: Rule) -> stats.TestName:
+def rule_test(rule: Rule) -> stats.TestName:
     if isinstance(rule, PermutationRule) or (isinstance(rule, HarmRule) and rule.test == "permutation"):
         return "permutation"
     return "sign"
@@ -183,7 +184,7 @@ def _two_sided(rule: Rule) -> bool:
 
 def smallest_p(rule: Rule, n: int) -> Fraction:
     """The smallest p the rule can give with n blocks (1/2**n; 2/2**n for a two-sided test)."""
-    return stats.smallest_p(_test_of(rule), n, "two-sided" if _two_sided(rule) else "greater")
+    return stats.smallest_p(rule_test(rule), n, "two-sided" if _two_sided(rule) else "greater")
 
 
 def min_blocks(rule: Rule) -> int:
@@ -259,14 +260,14 @@ def _test(rule: Rule, g: Sequence[float], cross_check: bool) -> tuple[Fraction, 
         fired = "better" if up == n else None
         why = f"all {n} blocks favour the candidate" if fired else f"{up} of {n} blocks favour the candidate; the rule needs all"
         return st.p, fired, st.p_scipy, why
-    if _test_of(rule) == "sign":
+    if rule_test(rule) == "sign":
         harm = isinstance(rule, HarmRule)
         st = stats.sign_test(down if harm else up, n)
         fired = ("worse" if harm else "better") if st.p <= alpha else None
         return st.p, fired, st.p_scipy, _p_reason(st.p, alpha)
     side = _side(rule)
     p = stats.sign_flip_p(g, side)
-    scipy_p = stats.sign_flip_p_scipy(g, side) if cross_check and n <= stats.SCIPY_CROSS_CHECK_BLOCKS else None
+    scipy_p = stats.sign_flip_p_scipy(g, side) if cross_check and 2 <= n <= stats.SCIPY_CROSS_CHECK_BLOCKS else None
     fired = None
     if p <= alpha:
         fired = {"greater": "better", "less": "worse"}.get(side) or ("better" if math.fsum(g) > 0 else "worse")
@@ -350,7 +351,7 @@ def _interval(rule: Rule, values: list[float], data: DataKind) -> tuple[Interval
     if not values:
         return None, "no blocks"
     tail = stats.exact_fraction(rule.alpha) / (2 if _two_sided(rule) else 1)
-    method = _test_of(rule)
+    method = rule_test(rule)
     note = ""
     if method == "permutation" and len(values) > stats.MAX_CI_BLOCKS:
         method, note = "sign", f"more than {stats.MAX_CI_BLOCKS} blocks: the interval is the sign test's (median)"
@@ -390,7 +391,7 @@ def _p_range(rule: Rule, g: Sequence[float], remaining: int) -> tuple[Fraction, 
         if any(x <= 0 for x in g):
             return Fraction(1), Fraction(1)  # can never fire: a block already went the other way
         return stats.sign_p_range(d, d, remaining)
-    if _test_of(rule) == "sign":
+    if rule_test(rule) == "sign":
         k = sum(1 for x in g if (x < 0 if isinstance(rule, HarmRule) else x > 0))
         return stats.sign_p_range(k, d, remaining)
     return stats.sign_flip_p_range(g, remaining, _side(rule))

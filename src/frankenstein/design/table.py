@@ -6,14 +6,17 @@ tests compare strings exactly and the CLI, the report and the runner share one r
     format_block_table(verdict) blocks as rows: served, candidate, ratio - 1, log ratio, favours
     format_summary(verdict)     counts, geometric mean, exact CI, p, verdict
     format_verdict(verdict)     table + blank line + summary
+    format_plan(plan, pilot)    spread, effect, blocks needed per rule, warnings
     render_table(header, rows, align)  plain aligned columns
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from fractions import Fraction
 
+from frankenstein.design.plan import UPPER_BOUND_LEVEL, Plan, PlanRow
 from frankenstein.design.rules import AllBlocksBetter, HarmRule, PermutationRule, Rule, Verdict
 
 
@@ -26,6 +29,11 @@ def format_p(p: Fraction) -> str:
 
 def _pct(x: float) -> str:
     return f"{x * 100:+.2f}%"
+
+
+def _power(x: float) -> str:
+    # Rounded down, so a power just short of the target never prints as the target.
+    return f"{math.floor(x * 1000 + 1e-9) / 10:.1f}%"
 
 
 def _num(x: float | None) -> str:
@@ -44,7 +52,7 @@ def describe_rule(rule: Rule) -> str:
         test = "sign test" if rule.test == "sign" else "paired sign-flip permutation test"
         text = f"harm: {test}, one-sided, candidate worse"
     else:
-        text = "sign test, one-sided, candidate better (ties count against)"
+        text = "sign test, one-sided, candidate better, ties count against"
     text += f"; alpha = {rule.alpha:g}"
     if rule.min_effect is not None:
         text += f"; practical threshold min_effect = {rule.min_effect:g}"
@@ -105,3 +113,51 @@ def _ci_lines(v: Verdict) -> list[str]:
 def format_verdict(v: Verdict) -> list[str]:
     """The block table, a blank line, and the summary."""
     return [*format_block_table(v), "", *format_summary(v)]
+
+
+def format_plan(plan: Plan, pilot: str | None = None) -> list[str]:
+    """The pilot's spread (if any), the effect asked for, and blocks needed per rule; says plainly
+    when no block count up to the cap reaches the target power."""
+    lines: list[str] = []
+    s = plan.spread
+    if s is not None:
+        lines += [f"pilot: {pilot or 'A/A blocks'}: {s.n_blocks} blocks",
+                  f"  mean log ratio: {s.mean_log_ratio:+.4f} (A/A arms differ? two-sided sign-flip p = {format_p(s.aa_p)})",
+                  f"  spread of the block log ratio: sd {s.sd:.4f} ({UPPER_BOUND_LEVEL * 100:g}% upper bound {s.sd_upper:.4f})",
+                  f"  start-to-start spread: about {s.start_sd * 100:.2f}% per start (sd / sqrt 2)"]
+    else:
+        lines.append(f"spread of the block log ratio: sd {plan.sd:.4f} (given)")
+    better = "lower" if plan.direction == "lower" else "higher"
+    lines.append(f"effect: {plan.effect * 100:g}% ({better} is better); target power {plan.target * 100:g}%; "
+                 f"at most {plan.max_blocks} blocks; model: independent normal block log ratios")
+    lines += ["", *_plan_table(plan.rows, plan)]
+    if s is not None:
+        lines += ["", f"at the {UPPER_BOUND_LEVEL * 100:g}% upper bound of the spread (sd {s.sd_upper:.4f}):",
+                  *_plan_table(plan.upper_rows, plan)]
+    lines += _plan_warnings(plan)
+    return lines
+
+
+def _plan_table(rows: Sequence[PlanRow], plan: Plan) -> list[str]:
+    cells = []
+    for r in rows:
+        blocks = str(r.blocks) if r.blocks is not None else f"> {plan.max_blocks}"
+        cells.append([r.rule.kind, f"{r.rule.alpha:g}", blocks, _power(r.power), r.method])
+    table = render_table(["rule", "alpha", "blocks", "power", "method"], cells, "lrrrl")
+    for r in rows:
+        if r.blocks is None:
+            where = f" (best: {_power(r.power)} at {r.best_blocks} blocks)" if r.best_blocks else ""
+            table.append(f"no block count up to {plan.max_blocks} gives the {r.rule.kind} rule "
+                         f"{plan.target * 100:g}% power{where}")
+    return table
+
+
+def _plan_warnings(plan: Plan) -> list[str]:
+    s = plan.spread
+    out = []
+    if s is not None and s.n_blocks < 5:
+        out.append(f"warning: a spread from {s.n_blocks} blocks is rough; prefer the plan at the upper bound")
+    if s is not None and s.aa_p <= Fraction(1, 20):
+        out.append(f"warning: the A/A arms differ (p = {format_p(s.aa_p)}): look for order or warm-up "
+                   "effects before trusting any plan")
+    return out

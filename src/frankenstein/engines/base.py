@@ -90,7 +90,12 @@ class Engine:
             self.ready_s = self.process.wait_ready(
                 self.base_url + self.ready_path, self.recipe.start_timeout_s, self.is_ready
             )
-            self.client = httpx.Client(base_url=self.base_url, timeout=httpx.Timeout(600.0, connect=10.0), trust_env=False)
+            # No keep-alive: a fresh loopback connection per request costs ~0.1 ms and removes the race
+            # where the server closes an idle connection just as the client reuses it.
+            self.client = httpx.Client(
+                base_url=self.base_url, timeout=httpx.Timeout(600.0, connect=10.0), trust_env=False,
+                limits=httpx.Limits(max_keepalive_connections=0),
+            )
             self.version = self.read_version()
         except BaseException:
             self.stop()
@@ -120,13 +125,19 @@ class Engine:
             raise EngineError(f"{self.kind} is not running")
         return self.client
 
-    def _died(self) -> EngineError:
+    def _died(self, exc: Exception | None = None) -> EngineError:
         from frankenstein.engines.process import log_tail
 
         code = self.process.exited() if self.process else None
+        if code is None and self.process is not None and self.process.proc is not None:
+            try:  # a crash may still be in progress
+                code = self.process.proc.wait(timeout=0.5)
+            except Exception:  # noqa: BLE001 - still running
+                code = None
         if code is not None and self.process is not None:
             return EngineStartError(f"{self.kind} died (exit code {code})", log_tail=log_tail(self.process.log_path))
-        return EngineError(f"{self.kind} at {self.base_url} stopped answering")
+        why = f" ({type(exc).__name__}: {exc})" if exc else ""
+        return EngineError(f"{self.kind} at {self.base_url} stopped answering{why}")
 
     def post(self, path: str, body: dict[str, Any] | bytes, *, turn_id: str | None = None) -> dict[str, Any]:
         """POST JSON (a dict, or exact bytes); return the JSON answer or raise EngineRequestError."""
@@ -134,7 +145,7 @@ class Engine:
         try:
             r = self._client().post(path, content=content, headers={"Content-Type": "application/json"})
         except httpx.TransportError as exc:
-            raise self._died() from exc
+            raise self._died(exc) from exc
         if r.status_code >= 400:
             raise EngineRequestError(f"{self.kind} answered {r.status_code} to {path}: {r.text[:300]}", turn_id=turn_id, status=r.status_code)
         return r.json()
@@ -143,7 +154,7 @@ class Engine:
         try:
             return self._client().get(path)
         except httpx.TransportError as exc:
-            raise self._died() from exc
+            raise self._died(exc) from exc
 
     def metrics(self) -> dict[str, float]:
         """``/metrics`` (Prometheus text) parsed into {sample name with labels: value}."""

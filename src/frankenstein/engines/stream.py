@@ -87,7 +87,7 @@ def stream_request(engine: Engine, path: str, body: bytes, *, turn_id: str | Non
                     if any(k in event for k in ("timings", "usage", "meta_info")):
                         last = {**last, **{k: v for k, v in event.items() if k in ("timings", "usage", "meta_info", "id", "model")}}
     except httpx.TransportError as exc:
-        raise engine._died() from exc
+        raise engine._died(exc) from exc
     e2e = (time.perf_counter() - t0) * 1000.0
     return Reply(
         body=last, text="".join(text), token_ids=ids or None, finish_reason=finish,

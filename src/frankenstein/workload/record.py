@@ -75,9 +75,19 @@ def canonical_endpoint(path: str) -> str | None:
 # ---------------------------------------------------------------- pure: answers → RecordedOutput
 
 def _usage(resp: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    """(prompt, completion) tokens: OpenAI ``usage``, llama.cpp ``/completion`` counts, else
+    llama.cpp ``timings`` (a streamed chat without ``stream_options.include_usage`` has only those)."""
     usage = resp.get("usage") or {}
     prompt = usage.get("prompt_tokens", resp.get("tokens_evaluated"))
     completion = usage.get("completion_tokens", resp.get("tokens_predicted"))
+    return _from_timings(prompt, completion, resp.get("timings") or {})
+
+
+def _from_timings(prompt: int | None, completion: int | None, timings: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    if prompt is None and isinstance(timings.get("prompt_n"), int):
+        prompt = timings["prompt_n"] + int(timings.get("cache_n") or 0)
+    if completion is None and isinstance(timings.get("predicted_n"), int):
+        completion = timings["predicted_n"]
     return prompt, completion
 
 
@@ -221,12 +231,13 @@ class StreamAssembler:
     def output(self) -> RecordedOutput:
         calls = [ToolCall(id=c["id"], type=c["type"], name=c["name"], arguments="".join(c["args"]))
                  for _, c in sorted(self._calls.items())]
-        completion = self.usage.get("completion_tokens")
+        prompt, completion = _from_timings(self.usage.get("prompt_tokens"), self.usage.get("completion_tokens"),
+                                           self.timings)
         if completion is None and self._ids:
             completion = len(self._ids)
         return RecordedOutput(text="".join(self._text), reasoning="".join(self._reasoning),
                               token_ids=list(self._ids) or None, tool_calls=calls,
-                              finish_reason=self.finish_reason, prompt_tokens=self.usage.get("prompt_tokens"),
+                              finish_reason=self.finish_reason, prompt_tokens=prompt,
                               completion_tokens=completion)
 
 

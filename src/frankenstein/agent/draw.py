@@ -1,0 +1,98 @@
+"""Episodes and draws. A *draw* runs every task of the suite once against one engine; each run of a
+task is an *episode*: a fresh workspace, the agent loop in the sandbox, then the grader.
+
+Every episode ends with an :class:`EpisodeResult` (failures included), whose fields are the columns
+of the store's ``episodes`` table (:meth:`EpisodeResult.row`).
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from frankenstein.agent.grade import ERROR, Verdict, grade
+from frankenstein.agent.loop import GRADER_ERROR, AgentLoop, ChatClient
+from frankenstein.agent.sandbox import Isolation, Sandbox, detect_isolation
+from frankenstein.agent.tasks import Limits, Task, load_suite, make_workspace
+
+
+class EpisodeResult(BaseModel):
+    """One graded episode; ``status`` is the loop's stop status, or ``grader_error``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    task_id: str
+    draw: int
+    task_hash: str
+    status: str
+    passed: bool
+    grader_rc: int | None
+    turns: int
+    detail: dict[str, Any]
+
+    def row(self) -> dict[str, Any]:
+        """The dict ``Store.insert_start(episodes=[...])`` takes."""
+        return self.model_dump(mode="json")
+
+
+def session_id(task_id: str, draw: int) -> str:
+    return f"{task_id}-d{draw}"
+
+
+def _hidden(task: Task, work_dir: Path) -> list[Path]:
+    """What the agent must not see: the suite (graders, oracles) and earlier episodes' folders."""
+    keep = [Path(p).resolve() for p in (sys.prefix, sys.base_prefix)]
+    out = []
+    for p in (task.dir.parent.resolve(), work_dir.resolve()):
+        if p != Path("/") and not any(k.is_relative_to(p) for k in keep):
+            out.append(p)
+    return out
+
+
+def run_episode(client: ChatClient, task: Task, draw: int, trace_path: Path, work_dir: Path, *, model: str,
+                temperature: float = 0.0, seed: int | None = None, limit_overrides: dict[str, Any] | None = None,
+                isolation: Isolation | None = None) -> EpisodeResult:
+    episode_dir = work_dir / session_id(task.id, draw)
+    if episode_dir.exists():
+        shutil.rmtree(episode_dir)
+    episode_dir.mkdir(parents=True)
+    workspace = make_workspace(task, episode_dir / "workspace")
+    limits = Limits.model_validate({**task.config.limits.model_dump(), **(limit_overrides or {})})
+    box = Sandbox(workspace, task.config.sandbox, hide=_hidden(task, work_dir), isolation=isolation)
+    loop = AgentLoop(client, box, limits, trace_path, session_id(task.id, draw), model=model,
+                     temperature=temperature, seed=seed)
+    run = loop.run(task.prompt)
+    verdict = grade(task, box, episode_dir)
+    return _result(task, draw, run.status, run.turns, run.detail, verdict, box, limits.model_dump())
+
+
+def _result(task: Task, draw: int, status: str, turns: int, detail: dict[str, Any], verdict: Verdict, box: Sandbox,
+            limits: dict[str, Any]) -> EpisodeResult:
+    detail = {**detail, "stop": status, "grader": verdict.as_dict(), "sandbox": box.isolation.as_dict(),
+              "limits": limits, "task_version": task.config.version}
+    final = GRADER_ERROR if verdict.verdict == ERROR else status
+    return EpisodeResult(task_id=task.id, draw=draw, task_hash=task.hash, status=final, passed=verdict.passed,
+                         grader_rc=verdict.rc, turns=turns, detail=detail)
+
+
+def run_draw(base_url: str, suite_dir: Path, tasks: list[Task] | None, draw: int, trace_path: Path, work_dir: Path,
+             model: str = "tiny", *, temperature: float = 0.0, seed: int | None = None,
+             limit_overrides: dict[str, Any] | None = None, isolation: Isolation | None = None,
+             api_key: str | None = None) -> list[EpisodeResult]:
+    """Run every task once (sorted by id), one request at a time, appending each turn to
+    ``trace_path`` (use one trace file per start: session ids are ``<task>-d<draw>``).
+
+    ``seed`` defaults to ``draw``. ``limit_overrides`` replaces task limits (e.g. ``{"turns": 2}``).
+    """
+    tasks = tasks if tasks is not None else load_suite(suite_dir)
+    work_dir = Path(work_dir)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    iso = isolation or detect_isolation()
+    with ChatClient(base_url, api_key=api_key) as client:
+        return [run_episode(client, t, draw, Path(trace_path), work_dir, model=model, temperature=temperature,
+                            seed=draw if seed is None else seed, limit_overrides=limit_overrides, isolation=iso)
+                for t in sorted(tasks, key=lambda t: t.id)]

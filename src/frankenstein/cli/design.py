@@ -1,0 +1,99 @@
+"""Design commands: analyze (a registered design, or block values from a CSV) and plan."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from frankenstein.cli.app import app
+
+
+class RuleName(str, Enum):
+    all_blocks_better = "all_blocks_better"
+    sign = "sign"
+    permutation = "permutation"
+    harm = "harm"
+
+
+class DirectionName(str, Enum):
+    lower = "lower"
+    higher = "higher"
+
+
+class SideName(str, Enum):
+    better = "better"
+    worse = "worse"
+    two_sided = "two-sided"
+
+
+class HarmTest(str, Enum):
+    permutation = "permutation"
+    sign = "sign"
+
+
+def _echo_lines(lines: list[str]) -> None:
+    for line in lines:
+        typer.echo(line)
+
+
+@app.command()
+def analyze(
+    design_id: Optional[str] = typer.Argument(None, help="A registered design (omit with --blocks)."),
+    blocks: Optional[Path] = typer.Option(None, "--blocks", help="CSV: block,served,candidate or block,difference."),
+    rule: Optional[RuleName] = typer.Option(None, "--rule", help="Decision rule (with --blocks)."),
+    direction: Optional[DirectionName] = typer.Option(None, "--direction", help="Which way is better for the candidate."),
+    alpha: float = typer.Option(0.05, "--alpha", help="Significance level."),
+    side: Optional[SideName] = typer.Option(None, "--side", help="permutation rule: better, worse or two-sided."),
+    test: Optional[HarmTest] = typer.Option(None, "--test", help="harm rule: permutation (default) or sign."),
+    min_effect: Optional[float] = typer.Option(None, "--min-effect", help="Practical threshold (0.05 = 5%)."),
+    campaign: Path = typer.Option(Path("."), "--campaign", "-c", help="Campaign folder (with DESIGN_ID)."),
+) -> None:
+    """Per-block table, exact p and verdict of a registered design, or of block values measured elsewhere.
+
+    Example: frank analyze --blocks blocks.csv --rule sign --direction lower
+    """
+    if design_id is not None:
+        if blocks is not None:
+            raise typer.BadParameter("give a DESIGN_ID or --blocks, not both")
+        from frankenstein.design.analysis import analyze_registered
+
+        _echo_lines(analyze_registered(campaign, design_id))
+        return
+    if blocks is None or rule is None or direction is None:
+        raise typer.BadParameter("without a DESIGN_ID, --blocks, --rule and --direction are required")
+    from frankenstein.design.blockcsv import analyze_blocks_file
+    from frankenstein.design.rules import parse_rule
+    from frankenstein.design.table import format_verdict
+
+    r = parse_rule(rule.value, alpha=alpha, side=side.value if side else None, min_effect=min_effect,
+                   test=test.value if test else None)
+    _echo_lines(format_verdict(analyze_blocks_file(blocks, r, direction.value)))
+
+
+@app.command()
+def plan(
+    effect: float = typer.Option(..., "--effect", help="Effect to detect: 0.05 = 5% better for the candidate."),
+    direction: DirectionName = typer.Option(..., "--direction", help="Which way is better for the candidate."),
+    pilot: Optional[Path] = typer.Option(None, "--pilot", help="A/A pilot CSV: block,served,candidate."),
+    sd: Optional[float] = typer.Option(None, "--sd", help="Or: the sd of the block log ratio."),
+    rule: list[RuleName] = typer.Option([], "--rule", help="Rules to plan (repeatable; default: all_blocks_better, sign, permutation)."),
+    alpha: float = typer.Option(0.05, "--alpha", help="Significance level."),
+    power: float = typer.Option(0.8, "--power", help="Target power."),
+    max_blocks: int = typer.Option(40, "--max-blocks", help="The most blocks to consider."),
+    simulations: int = typer.Option(2000, "--simulations", help="Simulated designs per block count (permutation)."),
+    seed: int = typer.Option(1, "--seed", help="Seed of the simulations."),
+) -> None:
+    """How many blocks a rule needs to detect an effect, from an A/A pilot's spread or a given sd.
+
+    Example: frank plan --pilot aa.csv --effect 0.05 --direction lower
+    """
+    from frankenstein.design.plan import plan_from_options
+    from frankenstein.design.table import format_plan
+
+    kinds = [r.value for r in rule] or ["all_blocks_better", "sign", "permutation"]
+    result = plan_from_options(kinds, pilot=pilot, sd=sd, effect=effect, direction=direction.value, alpha=alpha,
+                               target=power, max_blocks=max_blocks, simulations=simulations, seed=seed)
+    _echo_lines(format_plan(result, str(pilot) if pilot else None))

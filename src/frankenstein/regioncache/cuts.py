@@ -1,0 +1,165 @@
+"""Where a UTF-8 prompt may be cut, and which of those cuts become chunk boundaries.
+
+Pure functions over bytes (numpy for the scans, so 1 MB takes about a millisecond):
+
+- :class:`NewlineRule` finds the newline barriers a pipeline allows (see ``pipeline.py``);
+- :class:`AddedTokenScanner` finds the edges of added tokens exactly as ``tokenizers`` matches them
+  (leftmost-longest, first the non-normalized tokens over the whole text, then the normalized ones
+  inside the gaps) and vetoes newline cuts that fall strictly inside any occurrence of one;
+- :func:`chunk_bounds` keeps a content-defined subset of the cuts as chunk boundaries: a cut is kept
+  when a hash of the 16 bytes before it, scaled by the distance to the previous cut, passes a
+  threshold. The decision depends on nearby bytes only, so an edit moves only nearby boundaries and
+  every chunk further away keeps its bytes, its key and its cached ids.
+
+"Whitespace" here is Python's ``str.isspace()``, a superset of Unicode White_Space (the ``\\s`` of
+the regex engine inside ``tokenizers``): the rules only cut before a character that is not
+whitespace under either definition.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+WINDOW = 16
+_NL = 0x0A
+# Bytes that can start a whitespace character (ASCII whitespace, and the lead bytes of U+0085,
+# U+00A0, U+1680, U+2000-U+205F and U+3000). A candidate next to one of them is decided exactly.
+_WS_LEAD = np.zeros(256, dtype=bool)
+_WS_LEAD[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32, 0xC2, 0xE1, 0xE2, 0xE3]] = True
+# Bytes that can end a whitespace character (ASCII whitespace and the last bytes of the others).
+_WS_LAST = np.zeros(256, dtype=bool)
+_WS_LAST[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True
+_WS_LAST[0x80:0xC0] = True
+_ASCII_WS = frozenset(b"\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f ")
+_MIX = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F], dtype=np.uint64)
+
+
+def _char_at(data: bytes, pos: int) -> str:
+    return data[pos:pos + 4].decode("utf-8", errors="ignore")[:1]
+
+
+def _char_before(data: bytes, end: int) -> str:
+    return data[max(0, end - 4):end].decode("utf-8", errors="ignore")[-1:]
+
+
+@dataclass(frozen=True)
+class NewlineRule:
+    """Cut right after a "\\n" whose next character is not whitespace; with ``isolated`` also the
+    character before the "\\n" must not be whitespace (or the "\\n" starts the text)."""
+
+    name: str
+    isolated: bool
+
+    @property
+    def describe(self) -> str:
+        if self.isolated:
+            return "after a lone '\\n' (no whitespace on either side)"
+        return "after '\\n' when the next character is not whitespace"
+
+    def positions(self, data: bytes, arr: np.ndarray) -> np.ndarray:
+        """Sorted byte offsets ``c`` (0 < c < len) where the rule allows a cut."""
+        nl = np.flatnonzero(arr[:-1] == _NL)
+        nxt = arr[nl + 1]
+        keep = ~_WS_LEAD[nxt]
+        maybe = np.flatnonzero(_WS_LEAD[nxt] & (nxt >= 0x80))
+        for i in maybe.tolist():
+            keep[i] = not _char_at(data, int(nl[i]) + 1).isspace()
+        if self.isolated:
+            keep &= self._prev_ok(data, arr, nl)
+        return nl[keep] + 1
+
+    @staticmethod
+    def _prev_ok(data: bytes, arr: np.ndarray, nl: np.ndarray) -> np.ndarray:
+        prev = arr[np.maximum(nl - 1, 0)]
+        ok = (nl == 0) | ~_WS_LAST[prev]
+        for i in np.flatnonzero((nl > 0) & _WS_LAST[prev] & (prev >= 0x80)).tolist():
+            ok[i] = not _char_before(data, int(nl[i])).isspace()
+        return ok
+
+
+NEWLINE_NONSPACE = NewlineRule("newline-nonspace", isolated=False)
+NEWLINE_ISOLATED = NewlineRule("newline-isolated", isolated=True)
+
+
+@dataclass(frozen=True)
+class AddedTokenScanner:
+    """Added tokens as ``tokenizers`` finds them; see the module docstring."""
+
+    raw: re.Pattern[bytes] | None = None
+    normalized: re.Pattern[bytes] | None = None
+    # (token bytes, k) for every token whose byte k-1 is "\n": a newline cut could fall inside it.
+    newline_inside: tuple[tuple[bytes, int], ...] = field(default_factory=tuple)
+
+    @classmethod
+    def build(cls, raw: list[str], normalized: list[str]) -> AddedTokenScanner:
+        inside = tuple((t.encode(), k) for t in raw + normalized
+                       for k in range(1, len(t.encode())) if t.encode()[k - 1] == _NL)
+        return cls(_alternation(raw), _alternation(normalized), inside)
+
+    def spans(self, data: bytes) -> list[tuple[int, int]]:
+        """Byte spans of the added tokens that ``tokenizers`` extracts, in order."""
+        first = [m.span() for m in self.raw.finditer(data)] if self.raw else []
+        if not self.normalized:
+            return first
+        out: list[tuple[int, int]] = []
+        start = 0
+        for s, e in [*first, (len(data), len(data))]:
+            out += [m.span() for m in self.normalized.finditer(data, start, s)]
+            if s < e:
+                out.append((s, e))
+            start = e
+        return out
+
+    def edges(self, data: bytes) -> np.ndarray:
+        spans = self.spans(data)
+        return np.unique(np.array([p for span in spans for p in span], dtype=np.int64))
+
+    def veto(self, data: bytes, cuts: np.ndarray) -> np.ndarray:
+        """Drop newline cuts that fall strictly inside an occurrence of an added token."""
+        if not self.newline_inside or cuts.size == 0:
+            return cuts
+        keep = [c for c in cuts.tolist()
+                if not any(data[c - k:c + len(t) - k] == t for t, k in self.newline_inside if c >= k)]
+        return np.array(keep, dtype=np.int64)
+
+
+def _alternation(tokens: list[str]) -> re.Pattern[bytes] | None:
+    """Leftmost-longest over literals: Python's regex takes the first alternative that matches at
+    the leftmost position, so longest-first order makes it the longest."""
+    if not tokens:
+        return None
+    ordered = sorted({t.encode() for t in tokens if t}, key=lambda b: (-len(b), b))
+    return re.compile(b"|".join(re.escape(t) for t in ordered))
+
+
+def candidate_cuts(data: bytes, rule: NewlineRule, scanner: AddedTokenScanner) -> np.ndarray:
+    """Every safe cut (sorted, 0 < c < len)."""
+    arr = np.frombuffer(data, dtype=np.uint8)
+    cuts = scanner.veto(data, rule.positions(data, arr)) if len(data) > 1 else np.empty(0, np.int64)
+    if scanner.raw is not None or scanner.normalized is not None:
+        cuts = np.union1d(cuts, scanner.edges(data))
+    return cuts[(cuts > 0) & (cuts < len(data))]
+
+
+def chunk_bounds(data: bytes, cuts: np.ndarray, target: int) -> list[int]:
+    """Chunk boundaries ``[0, ..., len(data)]`` chosen among ``cuts`` by content (module docstring).
+
+    A cut at distance ``gap`` from the previous cut is kept with probability ``min(1, gap/target)``
+    over the hash of its window, so chunks average ``target`` bytes whatever the density of cuts;
+    ``target=1`` keeps every cut."""
+    if cuts.size == 0:
+        return [0, len(data)]
+    padded = np.concatenate([np.zeros(WINDOW, np.uint8), np.frombuffer(data, np.uint8)])
+    windows = padded[cuts[:, None] + np.arange(WINDOW)]          # bytes [c-16, c) of each cut
+    words = np.ascontiguousarray(windows).view(np.uint64)        # two 64-bit words per cut
+    with np.errstate(over="ignore"):
+        h = words[:, 0] * _MIX[0] ^ words[:, 1] * _MIX[1]
+        h ^= h >> np.uint64(31)
+        h *= _MIX[0]
+    h32 = (h >> np.uint64(32)).astype(np.float64)
+    gap = np.diff(cuts, prepend=0).astype(np.float64)
+    keep = h32 * float(target) < gap * 4294967296.0
+    return [0, *cuts[keep].tolist(), len(data)]
