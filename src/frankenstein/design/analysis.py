@@ -84,11 +84,11 @@ def can_still_change(reg: registry.Registered, served: list[float], candidate: l
 def analyze(campaign: Campaign, design_id: str) -> Analysis:
     reg = registry.get(campaign, design_id)
     if reg.design.kind == "fidelity":
-        from frankenstein.design.kinds import analyze_fidelity
+        from frankenstein.design.kind_fidelity import analyze_fidelity
 
         return analyze_fidelity(campaign, reg)
     if reg.design.kind == "agent":
-        from frankenstein.design.kinds import analyze_agent
+        from frankenstein.design.kind_agent import analyze_agent
 
         return analyze_agent(campaign, reg)
     served, candidate, notes = block_values(campaign, reg)

@@ -98,11 +98,11 @@ def _run_slot(campaign: Campaign, reg: registry.Registered, slot: Slot, workload
     recipe = reg.frozen.recipes[slot.arm]
     assert recipe is not None
     if design.kind == "fidelity":
-        from frankenstein.design.kinds import fidelity_start
+        from frankenstein.design.kind_fidelity import fidelity_start
 
         return fidelity_start(campaign, reg, slot, recipe, workload)
     if design.kind == "agent":
-        from frankenstein.design.kinds import agent_start
+        from frankenstein.design.kind_agent import agent_start
 
         return agent_start(campaign, reg, slot, recipe)
     assert workload is not None
