@@ -4,7 +4,11 @@ llama-server in the tests marked ``engine``)."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -70,6 +74,8 @@ class FakeOpenAI(BaseHTTPRequestHandler):
             return self._json(500, {"error": {"message": "boom"}})
         if body.get("stream"):
             return self._stream(self.path, word)
+        if word == "WAIT":
+            assert self.server.release.wait(10)
         self._json(200, _answer(self.path))
 
     def _chunk(self, obj: Any) -> None:
@@ -283,6 +289,16 @@ def test_client_disconnect_mid_stream_still_records_the_whole_turn(upstream: Any
     assert proxy_turns[0].output.text == "Hello world!" and proxy_turns[0].output.finish_reason == "tool_calls"
 
 
+def test_client_gone_before_a_json_answer_still_records_the_turn(upstream: Any, proxy: Any) -> None:
+    with pytest.raises(httpx.ReadTimeout):  # the client gives up while the upstream is still working
+        httpx.post(proxy.url + "/v1/chat/completions", json=chat("WAIT"), timeout=httpx.Timeout(5, read=0.2))
+    upstream.release.set()
+    assert proxy.turn_recorded.acquire(timeout=10)
+    (turn,) = load_trace(proxy.recorder.out).turns
+    assert turn.client_disconnected is True and turn.output.text == "Hello world!"
+    assert proxy.errors == []
+
+
 def test_upstream_error_status_is_relayed_and_not_recorded(upstream: Any, proxy: Any) -> None:
     r = httpx.post(proxy.url + "/v1/chat/completions", json=chat("FAIL"))
     assert r.status_code == 500 and r.json() == {"error": {"message": "boom"}}
@@ -321,6 +337,30 @@ def test_stream_assembler_memory_stays_bounded_on_long_streams() -> None:
     asm.feed(b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}\n\ndata: [DONE]\n\n')
     assert asm.finished and asm.output().text == "x" * 20_000
     assert len(asm._text) == 20_000 and not asm._buf  # the pieces, never the raw chunks
+
+
+def test_frank_record_command_records_until_interrupted(upstream: Any, tmp_path: Path) -> None:
+    out = tmp_path / "cli.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "frankenstein", "record", "--upstream", upstream.url,
+                             "--listen", "127.0.0.1:0", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        first = proc.stdout.readline()  # type: ignore[union-attr]
+        url = first.split()[1]
+        assert first == f"recording {url} -> {upstream.url}, turns appended to {out} (Ctrl-C to stop)\n"
+        assert url.startswith("http://127.0.0.1:")
+        httpx.post(url + "/v1/chat/completions", json=chat("hi"), headers={"X-Frank-Session": "cli"})
+        assert proc.stdout.readline() == "recorded cli-0000 (/v1/chat/completions, 3 tokens)\n"  # type: ignore[union-attr]
+        os.kill(proc.pid, signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130
+    assert stdout == f"recorded 1 turns to {out}; 0 upstream errors\n"
+    assert stderr.endswith("frank: interrupted; engines stopped\n")
+    assert [t.turn_id for t in load_trace(out).turns] == ["cli-0000"]
 
 
 # ---------------------------------------------------------------- in front of the real llama-server

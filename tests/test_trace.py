@@ -202,3 +202,17 @@ def test_derived_session_ids() -> None:
     assert sid == derive_session_id("/v1/chat/completions", b) != derive_session_id("/v1/chat/completions", c)
     assert sid.startswith("s-") and len(sid) == 14
     assert derive_session_id("/completion", {"prompt": "p" * 2000}) == derive_session_id("/completion", {"prompt": "p" * 1500})
+
+
+def test_shipped_demo_workload_is_agent_shaped_and_fits_the_tiny_context() -> None:
+    from frankenstein.shipped import data_path
+
+    wl = load_trace(data_path("demo-workload.jsonl"))
+    assert len(wl.turns) == 60 and len(wl.sessions) == 3
+    for t in wl.turns:
+        assert t.request["messages"][0]["role"] == "system" and len(t.request["tools"]) == 5
+        assert 16 <= t.output.completion_tokens <= 48 and t.output.prompt_tokens < 4096 - 48
+        assert t.request["temperature"] == 0.0 and t.output.text
+    first, second = wl.turns[0], wl.turns[1]
+    assert second.request["messages"][: len(first.request["messages"])] == first.request["messages"]
+    assert second.request["messages"][len(first.request["messages"])] == {"role": "assistant", "content": first.output.text}

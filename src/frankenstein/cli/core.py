@@ -54,3 +54,18 @@ def engine_check(
     with open_campaign(campaign) as c:
         r = c.recipe(recipe or c.config.served, part)
         check_recipe(r, c.logs, n_predict=n_predict, requests=requests, port=port, echo=typer.echo)
+
+
+@app.command()
+def demo(
+    directory: Optional[Path] = typer.Option(None, "--dir", help="Campaign folder for the demo (default: a new temporary one)."),
+    blocks: int = typer.Option(5, min=1, help="Blocks in the demo's speed design."),
+    turns: int = typer.Option(8, min=2, help="Workload turns replayed per start."),
+) -> None:
+    """Run the whole loop on the tiny shipped models: engine, registered design, verdict, ledger, note.
+
+    Example: frank demo --dir /tmp/frank-demo
+    """
+    from frankenstein.demo import run_demo
+
+    run_demo(directory, blocks=blocks, turns=turns, echo=typer.echo)

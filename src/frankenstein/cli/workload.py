@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from frankenstein.cli.app import app
 from frankenstein.errors import FrankError
+from frankenstein.shipped import expand
+
+if TYPE_CHECKING:
+    from frankenstein.workload.trace import Turn
 
 workload_app = typer.Typer(help="Import and inspect workloads (recorded turns).", no_args_is_help=True)
 app.add_typer(workload_app, name="workload")
@@ -28,9 +33,8 @@ def record(
 
     host, port = parse_listen(listen)
 
-    def on_turn(turn: object) -> None:
-        t = turn  # a Turn
-        typer.echo(f"recorded {t.turn_id} ({t.endpoint}, {t.output.completion_tokens} tokens)")  # type: ignore[attr-defined]
+    def on_turn(t: Turn) -> None:
+        typer.echo(f"recorded {t.turn_id} ({t.endpoint}, {t.output.completion_tokens} tokens)")
 
     srv = serve_recorder(upstream, host, port, out, on_turn=on_turn)
     typer.echo(f"recording {srv.url} -> {upstream}, turns appended to {out} (Ctrl-C to stop)")
@@ -78,13 +82,13 @@ def import_cmd(
 
 
 @workload_app.command("stats")
-def stats_cmd(trace: Path = typer.Argument(..., help="Trace file (JSONL).")) -> None:
+def stats_cmd(trace: str = typer.Argument(..., help="Trace file (JSONL), or pkg:demo-workload.jsonl.")) -> None:
     """Turns, sessions, token totals and the repeated-prefix share of a workload.
 
-    Example: frank workload stats workloads/demo.jsonl
+    Example: frank workload stats pkg:demo-workload.jsonl
     """
     from frankenstein.workload.stats import compute_stats, format_stats
     from frankenstein.workload.trace import load_trace
 
-    for line in format_stats(compute_stats(load_trace(trace)), str(trace)):
+    for line in format_stats(compute_stats(load_trace(expand(trace))), trace):
         typer.echo(line)

@@ -245,7 +245,8 @@ def decide(rule: Rule, g: Sequence[float], direction: Direction = "lower", data:
     mean = math.fsum(g) / n
     short = mean < better if fired == "better" else mean > -worse
     if rule.min_effect is not None and short:
-        what = "geometric-mean ratio" if data == "ratio" else "mean difference"
+        est = mean if direction == "higher" else -mean
+        what = f"geometric-mean ratio {math.exp(est):.4g}" if data == "ratio" else f"mean difference {est:+.4g}"
         return Decision("not confirmed", p, f"{why}, but the {what} is short of the practical threshold "
                         f"min_effect = {rule.min_effect:g}", p_scipy)
     return Decision("confirmed" if fired == "better" else "harm shown", p, why, p_scipy)
@@ -256,15 +257,15 @@ def _test(rule: Rule, g: Sequence[float], cross_check: bool) -> tuple[Fraction, 
     n, alpha = len(g), stats.exact_fraction(rule.alpha)
     up, down = sum(1 for x in g if x > 0), sum(1 for x in g if x < 0)
     if isinstance(rule, AllBlocksBetter):
-        st = stats.sign_test(up, n)
+        st = stats.sign_test(up, n, cross_check=cross_check)
         fired = "better" if up == n else None
         why = f"all {n} blocks favour the candidate" if fired else f"{up} of {n} blocks favour the candidate; the rule needs all"
-        return st.p, fired, st.p_scipy, why
+        return st.p, fired, st.p_scipy if cross_check else None, why
     if rule_test(rule) == "sign":
         harm = isinstance(rule, HarmRule)
-        st = stats.sign_test(down if harm else up, n)
+        st = stats.sign_test(down if harm else up, n, cross_check=cross_check)
         fired = ("worse" if harm else "better") if st.p <= alpha else None
-        return st.p, fired, st.p_scipy, _p_reason(st.p, alpha)
+        return st.p, fired, st.p_scipy if cross_check else None, _p_reason(st.p, alpha)
     side = _side(rule)
     p = stats.sign_flip_p(g, side)
     scipy_p = stats.sign_flip_p_scipy(g, side) if cross_check and 2 <= n <= stats.SCIPY_CROSS_CHECK_BLOCKS else None

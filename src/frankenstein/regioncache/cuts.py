@@ -33,7 +33,9 @@ _WS_LEAD[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32, 0xC2, 0xE1, 0xE2, 0xE3]] = True
 _WS_LAST = np.zeros(256, dtype=bool)
 _WS_LAST[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True
 _WS_LAST[0x80:0xC0] = True
-_ASCII_WS = frozenset(b"\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f ")
+_HSPACE = np.zeros(256, dtype=bool)
+_HSPACE[[0x09, 0x20]] = True
+MAX_INDENT = 256
 _MIX = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F], dtype=np.uint64)
 
 
@@ -47,26 +49,32 @@ def _char_before(data: bytes, end: int) -> str:
 
 @dataclass(frozen=True)
 class NewlineRule:
-    """Cut right after a "\\n" whose next character is not whitespace; with ``isolated`` also the
-    character before the "\\n" must not be whitespace (or the "\\n" starts the text)."""
+    """Cut right after a "\\n" whose next character is not whitespace. With ``indent`` the "\\n" may
+    also be followed by spaces and tabs, when the first character after them is not whitespace (the
+    "\\n" is then the last line break of its whitespace run). With ``isolated`` also the character
+    before the "\\n" must not be whitespace (or the "\\n" starts the text)."""
 
     name: str
-    isolated: bool
+    isolated: bool = False
+    indent: bool = False
 
     @property
     def describe(self) -> str:
         if self.isolated:
             return "after a lone '\\n' (no whitespace on either side)"
+        if self.indent:
+            return "after '\\n' when only spaces/tabs, then a non-whitespace character, follow"
         return "after '\\n' when the next character is not whitespace"
 
     def positions(self, data: bytes, arr: np.ndarray) -> np.ndarray:
         """Sorted byte offsets ``c`` (0 < c < len) where the rule allows a cut."""
         nl = np.flatnonzero(arr[:-1] == _NL)
-        nxt = arr[nl + 1]
-        keep = ~_WS_LEAD[nxt]
-        maybe = np.flatnonzero(_WS_LEAD[nxt] & (nxt >= 0x80))
-        for i in maybe.tolist():
-            keep[i] = not _char_at(data, int(nl[i]) + 1).isspace()
+        first = _skip_indent(arr, nl + 1) if self.indent else nl + 1  # first byte that must be non-space
+        inside = first < len(arr)
+        nxt = arr[np.minimum(first, len(arr) - 1)]
+        keep = inside & ~_WS_LEAD[nxt]
+        for i in np.flatnonzero(inside & _WS_LEAD[nxt] & (nxt >= 0x80)).tolist():
+            keep[i] = not _char_at(data, int(first[i])).isspace()
         if self.isolated:
             keep &= self._prev_ok(data, arr, nl)
         return nl[keep] + 1
@@ -80,7 +88,24 @@ class NewlineRule:
         return ok
 
 
-NEWLINE_NONSPACE = NewlineRule("newline-nonspace", isolated=False)
+def _skip_indent(arr: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """For each start, the first offset at or after it that is not a space or tab (``len(arr)`` when
+    the run reaches the end or is longer than :data:`MAX_INDENT`: no cut there)."""
+    n = len(arr)
+    pos = pos.copy()
+    active = np.flatnonzero(_HSPACE[arr[np.minimum(pos, n - 1)]] & (pos < n))
+    for _ in range(MAX_INDENT):
+        if active.size == 0:
+            return pos
+        pos[active] += 1
+        active = active[pos[active] < n]
+        active = active[_HSPACE[arr[pos[active]]]]
+    pos[active] = n
+    return pos
+
+
+NEWLINE_NONSPACE = NewlineRule("newline-nonspace")
+NEWLINE_INDENT = NewlineRule("newline-indent", indent=True)
 NEWLINE_ISOLATED = NewlineRule("newline-isolated", isolated=True)
 
 

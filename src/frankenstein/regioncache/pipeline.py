@@ -24,7 +24,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from frankenstein.regioncache.cuts import NEWLINE_ISOLATED, NEWLINE_NONSPACE, AddedTokenScanner, NewlineRule
+from frankenstein.regioncache.cuts import NEWLINE_INDENT, NEWLINE_ISOLATED, AddedTokenScanner, NewlineRule
 
 FORMAT = "regioncache-1"
 
@@ -38,8 +38,8 @@ DEEPSEEK_V3 = (r"""[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p
 DIGITS_1_3 = r"\p{N}{1,3}"
 DEEPSEEK_V3_CJK = "[一-龥぀-ゟ゠-ヿ]+"
 
-# A barrier regex puts a piece boundary after "\n" when the next character is not whitespace
-# (docs/regioncache.md, "Why a newline is a barrier"). A transparent regex never matches a "\n",
+# A barrier regex puts a piece boundary after a "\n" that is the last line break before the next
+# non-whitespace character (docs/regioncache.md, "Why a newline is a barrier"). A transparent regex never matches a "\n",
 # has no look-around and never matches the empty string, so it can only split a piece that straddles
 # the cut into the same pieces the two halves would give.
 BARRIER_REGEXES = {LLAMA3: "llama3", QWEN2: "qwen2", DEEPSEEK_V3: "deepseek-v3"}
@@ -132,7 +132,8 @@ def _pre_tokenizer_rule(node: dict[str, Any] | None, where: str) -> tuple[Newlin
     barriers = [(rule, name) for rule, name in stages if rule is not None]
     if not barriers:
         raise Refused(f"{where}: no stage puts a boundary after a newline")
-    rule = NEWLINE_ISOLATED if any(r is NEWLINE_ISOLATED for r, _ in barriers) else NEWLINE_NONSPACE
+    # Each barrier's proof holds for its own rule and every stricter one: take the strictest.
+    rule = NEWLINE_ISOLATED if any(r is NEWLINE_ISOLATED for r, _ in barriers) else NEWLINE_INDENT
     names = "+".join(name for _, name in stages)
     return rule, f"{names}: cut {rule.describe}"
 
@@ -163,7 +164,7 @@ def _split_stage(node: dict[str, Any], where: str) -> tuple[NewlineRule | None, 
         raise Refused(f"{where}: Split behavior {node.get('behavior')!r} invert={node.get('invert')} "
                       "is not proven (only Isolated, not inverted)")
     if regex in BARRIER_REGEXES:
-        return NEWLINE_NONSPACE, BARRIER_REGEXES[regex]
+        return NEWLINE_INDENT, BARRIER_REGEXES[regex]
     if regex in TRANSPARENT_REGEXES:
         return None, TRANSPARENT_REGEXES[regex]
     raise Refused(f"{where}: Split regex {regex!r} is not in the proven list")

@@ -40,6 +40,8 @@ What is recorded, and when:
 from __future__ import annotations
 
 import json
+import select
+import socket
 import sys
 import threading
 import time
@@ -306,6 +308,18 @@ class _Handler(BaseHTTPRequestHandler):
             if not self.client_gone:
                 self._reply(502, {"content-type": "application/json"},
                             json.dumps({"error": {"message": f"upstream failed: {exc}", "type": "upstream"}}).encode())
+        except OSError:  # the client went away while headers were being written
+            self.close_connection = True
+
+    def _peer_closed(self) -> bool:
+        """The client closed its side (it sends nothing else while waiting for an answer)."""
+        if self.client_gone:
+            return True
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
 
     # -- forwarding helpers
     def _upstream_headers(self) -> dict[str, str]:
@@ -360,7 +374,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _record(self, endpoint: str, body: dict[str, Any], output: RecordedOutput, server: dict[str, Any],
                 t0: float, ttft: float | None) -> None:
         timings = RecordedTimings(server=server, ttft_ms=ttft, e2e_ms=round((time.perf_counter() - t0) * 1e3, 3))
-        self.server.record(endpoint, body, self.headers.get(SESSION_HEADER), output, timings, self.client_gone)
+        self.server.record(endpoint, body, self.headers.get(SESSION_HEADER), output, timings, self._peer_closed())
 
     def _relay_json(self, endpoint: str, body: dict[str, Any], resp: httpx.Response, t0: float) -> None:
         data = resp.read()
@@ -418,7 +432,10 @@ class _ProxyServer(ThreadingHTTPServer):
         self.upstream = upstream.rstrip("/")
         self.recorder = recorder
         self.on_turn = on_turn
-        self.client = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=10.0))
+        # One upstream connection per request: llama-server may close a kept-alive connection right
+        # after a stream, and a request racing that close fails with no response at all.
+        self.client = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=10.0),
+                                   limits=httpx.Limits(max_keepalive_connections=0))
         self.errors: list[str] = []
         self._err_lock = threading.Lock()
 

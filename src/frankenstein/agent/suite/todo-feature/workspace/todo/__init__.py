@@ -1,0 +1,3 @@
+"""todo: a small command-line to-do list."""
+
+__version__ = "0.3.0"

