@@ -123,6 +123,10 @@ def test_option_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert rc == 2 and "without a DESIGN_ID, --blocks, --rule and --direction are required" in err
     rc, _, err = run(["analyze", "--blocks", str(p), "--rule", "signs", "--direction", "lower"], capsys)
     assert rc == 2 and "'signs' is not one of" in err
+    rc, _, err = run(["analyze", "d-1", "--blocks", str(p)], capsys)
+    assert rc == 2 and "give a DESIGN_ID or --blocks, not both" in err
+    rc, _, err = run(["analyze", "d-1", "--rule", "sign"], capsys)
+    assert rc == 2 and "a registered design is analysed under its registered rule" in err
 
 
 def test_real_entry_point_and_help(tmp_path: Path) -> None:

@@ -106,6 +106,20 @@ MIGRATIONS: list[tuple[str, str]] = [
         );
         """,
     ),
+    (
+        "0002_refusals",
+        """
+        CREATE TABLE refusals (
+            seq        INTEGER PRIMARY KEY,
+            what       TEXT NOT NULL CHECK (what IN ('registration', 'adopt')),
+            name       TEXT NOT NULL,
+            part       TEXT,
+            path       TEXT,
+            reason     TEXT NOT NULL,
+            at         TEXT NOT NULL
+        );
+        """,
+    ),
 ]
 
 

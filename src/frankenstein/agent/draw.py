@@ -12,12 +12,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from frankenstein.agent.grade import ERROR, Verdict, grade
 from frankenstein.agent.loop import GRADER_ERROR, AgentLoop, ChatClient
 from frankenstein.agent.sandbox import Isolation, Sandbox, detect_isolation
 from frankenstein.agent.tasks import Limits, Task, load_suite, make_workspace
+from frankenstein.errors import ConfigError
 
 
 class EpisodeResult(BaseModel):
@@ -61,13 +62,23 @@ def run_episode(client: ChatClient, task: Task, draw: int, trace_path: Path, wor
         shutil.rmtree(episode_dir)
     episode_dir.mkdir(parents=True)
     workspace = make_workspace(task, episode_dir / "workspace")
-    limits = Limits.model_validate({**task.config.limits.model_dump(), **(limit_overrides or {})})
+    limits = effective_limits(task, limit_overrides)
     box = Sandbox(workspace, task.config.sandbox, hide=_hidden(task, work_dir), isolation=isolation)
     loop = AgentLoop(client, box, limits, trace_path, session_id(task.id, draw), model=model,
                      temperature=temperature, seed=seed)
     run = loop.run(task.prompt)
     verdict = grade(task, box, episode_dir)
     return _result(task, draw, run.status, run.turns, run.detail, verdict, box, limits.model_dump())
+
+
+def effective_limits(task: Task, overrides: dict[str, Any] | None) -> Limits:
+    """The task's limits with the caller's overrides (validated like task.toml's)."""
+    try:
+        return Limits.model_validate({**task.config.limits.model_dump(), **(overrides or {})})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        msg = {"extra_forbidden": "unknown limit"}.get(err["type"], err["msg"])
+        raise ConfigError(msg, path="limit overrides", field=".".join(str(p) for p in err["loc"])) from exc
 
 
 def _result(task: Task, draw: int, status: str, turns: int, detail: dict[str, Any], verdict: Verdict, box: Sandbox,

@@ -165,7 +165,8 @@ class Sandbox:
         rlimits = {"cpu": lim.cpu_s, "as": lim.memory_mb << 20, "fsize": lim.file_size_mb << 20,
                    "nproc": lim.processes, "nofile": lim.open_files, "core": 0}
         if self.mode == "none":
-            rlimits.pop("nproc")  # counted per user across the machine: it would starve the user's other work
+            # Without a user namespace the count is of all this user's processes on the machine.
+            rlimits["nproc"] = processes_of(os.getuid()) + lim.processes
         return {"mode": self.mode, "workspace": str(self.workspace), "hide": self.hide, "rlimits": rlimits,
                 "binds": [[str(src), dst, True] for src, dst in binds], "expose": _python_paths(),
                 "uid": SANDBOX_UID, "gid": SANDBOX_UID, "tmp_mb": lim.tmp_mb, "report_fd": report_fd}
@@ -276,6 +277,18 @@ def cut_middle(data: bytes, keep: int) -> str:
 def _joined(head: bytes, tail: bytes, cut: int, total: int) -> str:
     note = f"\n[... {cut} bytes cut from the middle ({total} bytes in all) ...]\n"
     return head.decode("utf-8", errors="replace") + note + tail.decode("utf-8", errors="replace")
+
+
+def processes_of(uid: int) -> int:
+    """How many processes ``uid`` runs now (from /proc)."""
+    n = 0
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                n += os.stat(entry.path).st_uid == uid
+            except OSError:
+                pass
+    return n
 
 
 def _read_pid(fd: int) -> int | None:

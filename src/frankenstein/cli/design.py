@@ -45,7 +45,7 @@ def analyze(
     blocks: Optional[Path] = typer.Option(None, "--blocks", help="CSV: block,served,candidate or block,difference."),
     rule: Optional[RuleName] = typer.Option(None, "--rule", help="Decision rule (with --blocks)."),
     direction: Optional[DirectionName] = typer.Option(None, "--direction", help="Which way is better for the candidate."),
-    alpha: float = typer.Option(0.05, "--alpha", help="Significance level."),
+    alpha: Optional[float] = typer.Option(None, "--alpha", help="Significance level (default 0.05)."),
     side: Optional[SideName] = typer.Option(None, "--side", help="permutation rule: better, worse or two-sided."),
     test: Optional[HarmTest] = typer.Option(None, "--test", help="harm rule: permutation (default) or sign."),
     min_effect: Optional[float] = typer.Option(None, "--min-effect", help="Practical threshold (0.05 = 5%)."),
@@ -58,6 +58,9 @@ def analyze(
     if design_id is not None:
         if blocks is not None:
             raise typer.BadParameter("give a DESIGN_ID or --blocks, not both")
+        if any(v is not None for v in (rule, direction, alpha, side, test, min_effect)):
+            raise typer.BadParameter("a registered design is analysed under its registered rule; "
+                                     "--rule, --direction, --alpha, --side, --test and --min-effect go with --blocks")
         from frankenstein.design.analysis import analyze_registered
 
         _echo_lines(analyze_registered(campaign, design_id))
@@ -68,7 +71,7 @@ def analyze(
     from frankenstein.design.rules import parse_rule
     from frankenstein.design.table import format_verdict
 
-    r = parse_rule(rule.value, alpha=alpha, side=side.value if side else None, min_effect=min_effect,
+    r = parse_rule(rule.value, alpha=0.05 if alpha is None else alpha, side=side.value if side else None, min_effect=min_effect,
                    test=test.value if test else None)
     _echo_lines(format_verdict(analyze_blocks_file(blocks, r, direction.value)))
 

@@ -48,7 +48,7 @@ class Spread:
     sd: float
     sd_upper: float  # one-sided UPPER_BOUND_LEVEL bound (chi-square, normal model)
     start_sd: float
-    aa_p: Fraction  # exact two-sided sign-flip p that the A/A arms differ
+    aa_p: Fraction | None  # exact two-sided sign-flip p that the A/A arms differ (None: too many blocks)
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ def pilot_spread(log_ratios: Sequence[float]) -> Spread:
     if sd == 0:
         raise AnalysisError("the pilot's log ratios are all equal: no spread to plan with")
     upper = sd * math.sqrt((n - 1) / sps.chi2.ppf(1 - UPPER_BOUND_LEVEL, n - 1))
-    aa_p = stats.sign_flip_p(list(x), "two-sided") if n <= stats.MAX_ENUMERATED_BLOCKS else Fraction(1)
+    aa_p = stats.sign_flip_p(list(x), "two-sided") if n <= stats.MAX_ENUMERATED_BLOCKS else None
     return Spread(n, float(x.mean()), sd, upper, sd / math.sqrt(2), aa_p)
 
 

@@ -107,7 +107,7 @@ class BlockRow(_Model):
     favours: Literal["candidate", "served", "tie"] | None = None
 
 
-class Interval(_Model):
+class ConfidenceInterval(_Model):
     """An exact CI on the data's scale: candidate/served ratio, or difference (candidate - served)."""
 
     low: float
@@ -134,7 +134,7 @@ class Verdict(_Model):
     rows: list[BlockRow] = Field(default_factory=list)
     geomean_ratio: float | None = None
     mean_difference: float | None = None
-    ci: Interval | None = None
+    ci: ConfidenceInterval | None = None
     ci_note: str = ""
     p: ExactFraction | None = None
     p_float: float | None = None
@@ -267,7 +267,10 @@ def _test(rule: Rule, g: Sequence[float], cross_check: bool) -> tuple[Fraction, 
         fired = ("worse" if harm else "better") if st.p <= alpha else None
         return st.p, fired, st.p_scipy if cross_check else None, _p_reason(st.p, alpha)
     side = _side(rule)
-    p = stats.sign_flip_p(g, side)
+    try:
+        p = stats.sign_flip_p(g, side)
+    except ValueError as exc:  # too many real-valued blocks to enumerate
+        raise AnalysisError(str(exc)) from exc
     scipy_p = stats.sign_flip_p_scipy(g, side) if cross_check and 2 <= n <= stats.SCIPY_CROSS_CHECK_BLOCKS else None
     fired = None
     if p <= alpha:
@@ -343,7 +346,7 @@ def _verdict(rule: Rule, g: list[float], direction: Direction, data: DataKind, r
     )
 
 
-def _interval(rule: Rule, values: list[float], data: DataKind) -> tuple[Interval | None, str]:
+def _interval(rule: Rule, values: list[float], data: DataKind) -> tuple[ConfidenceInterval | None, str]:
     """The exact CI that matches the rule's test, at two-sided level 1 - 2*tail.
 
     tail = alpha for one-sided rules, so the relevant bound excludes no-change exactly when the
@@ -364,7 +367,7 @@ def _interval(rule: Rule, values: list[float], data: DataKind) -> tuple[Interval
                 ("sign", "ratio"): "median ratio (order statistics of the log ratios)",
                 ("permutation", "difference"): "centre of symmetry of the differences",
                 ("sign", "difference"): "median difference"}[(iv.method, data)]
-    return Interval(low=lo, high=hi, level=float(1 - 2 * tail), coverage=iv.coverage, method=iv.method,
+    return ConfidenceInterval(low=lo, high=hi, level=float(1 - 2 * tail), coverage=iv.coverage, method=iv.method,
                     estimand=estimand), note
 
 

@@ -18,6 +18,7 @@ from fractions import Fraction
 
 from frankenstein.design.plan import UPPER_BOUND_LEVEL, Plan, PlanRow
 from frankenstein.design.rules import AllBlocksBetter, HarmRule, PermutationRule, Rule, Verdict
+from frankenstein.design.stats import MAX_ENUMERATED_BLOCKS
 
 
 def format_p(p: Fraction) -> str:
@@ -122,7 +123,7 @@ def format_plan(plan: Plan, pilot: str | None = None) -> list[str]:
     s = plan.spread
     if s is not None:
         lines += [f"pilot: {pilot or 'A/A blocks'}: {s.n_blocks} blocks",
-                  f"  mean log ratio: {s.mean_log_ratio:+.4f} (A/A arms differ? two-sided sign-flip p = {format_p(s.aa_p)})",
+                  f"  mean log ratio: {s.mean_log_ratio:+.4f} ({_aa_test(s.aa_p)})",
                   f"  spread of the block log ratio: sd {s.sd:.4f} ({UPPER_BOUND_LEVEL * 100:g}% upper bound {s.sd_upper:.4f})",
                   f"  start-to-start spread: about {s.start_sd * 100:.2f}% per start (sd / sqrt 2)"]
     else:
@@ -136,6 +137,12 @@ def format_plan(plan: Plan, pilot: str | None = None) -> list[str]:
                   *_plan_table(plan.upper_rows, plan)]
     lines += _plan_warnings(plan)
     return lines
+
+
+def _aa_test(p: Fraction | None) -> str:
+    if p is None:
+        return f"A/A arms differ? not tested above {MAX_ENUMERATED_BLOCKS} blocks"
+    return f"A/A arms differ? two-sided sign-flip p = {format_p(p)}"
 
 
 def _plan_table(rows: Sequence[PlanRow], plan: Plan) -> list[str]:
@@ -157,7 +164,7 @@ def _plan_warnings(plan: Plan) -> list[str]:
     out = []
     if s is not None and s.n_blocks < 5:
         out.append(f"warning: a spread from {s.n_blocks} blocks is rough; prefer the plan at the upper bound")
-    if s is not None and s.aa_p <= Fraction(1, 20):
+    if s is not None and s.aa_p is not None and s.aa_p <= Fraction(1, 20):
         out.append(f"warning: the A/A arms differ (p = {format_p(s.aa_p)}): look for order or warm-up "
                    "effects before trusting any plan")
     return out

@@ -88,7 +88,7 @@ def check_validity(turns: list[Turn], rows: list[dict[str, Any]], settings: Repl
         problems.append(f"{len(rows)} turns replayed, workload has {len(turns)}")
     for turn, row in zip(turns, rows):
         if row.get("error"):
-            problems.append(f"turn {turn.turn_id}: {row['error']}")
+            problems.append(str(row["error"]))  # already names the turn
             continue
         want = recorded_length(turn)
         if settings.force_length and want is not None and row.get("generated_tokens") not in (None, want):

@@ -1,0 +1,131 @@
+"""Region cache benchmark: count a ~200k-token prompt whose first ~190k tokens were seen before.
+
+    .venv/bin/python benchmarks/regioncache_count.py [--reps 7] [--serial]
+
+Trains a Llama-3-style byte-level BPE tokenizer (32k vocabulary) on ~8 MB of the Python standard
+library's sources (files in sorted order, shuffled with a fixed seed), builds a chat-shaped prompt
+from other stdlib files, warms the cache with its first ~190k tokens (the previous turn), then for
+each repetition appends a *different* ~10k-token tail (so every repetition encodes new text) and
+times ``RegionCache.count`` against a full ``Tokenizer.encode`` of the same prompt, checking that
+``RegionCache.encode`` gives identical ids. ``--serial`` sets TOKENIZERS_PARALLELISM=false (the new
+chunks are then encoded on one thread, as the full encode always is).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import sys
+import sysconfig
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+
+def stdlib_files(seed: int) -> list[Path]:
+    root = Path(sysconfig.get_paths()["stdlib"])
+    files = sorted(p for p in root.rglob("*.py") if "site-packages" not in p.parts and "test" not in p.parts)
+    random.Random(seed).shuffle(files)
+    return files
+
+
+def read(p: Path) -> str:
+    try:
+        return p.read_text(encoding="utf-8")
+    except (UnicodeDecodeError, OSError):
+        return ""
+
+
+def take(files: list[Path], chars: int) -> tuple[list[str], list[Path]]:
+    """Texts from the front of ``files`` until ``chars`` characters; the rest of the files."""
+    out, n, i = [], 0, 0
+    while n < chars and i < len(files):
+        t = read(files[i])
+        i += 1
+        if t:
+            out.append(t)
+            n += len(t)
+    return out, files[i:]
+
+
+def best_and_median(fn: Callable[[], object], reps: int) -> tuple[float, float]:
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times), statistics.median(times)
+
+
+def file_block(path_hint: int, text: str) -> str:
+    return f"<|im_start|>user\nFile {path_hint}:\n```python\n{text}```<|im_end|>\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--serial", action="store_true", help="TOKENIZERS_PARALLELISM=false")
+    args = ap.parse_args()
+    if args.serial:
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    from frankenstein.regioncache import RegionCache
+    from frankenstein.regioncache import reference as ref
+
+    files = stdlib_files(seed=20240607)
+    corpus, files = take(files, 8_000_000)
+    t0 = time.perf_counter()
+    tok = ref.build("llama3", corpus, vocab_size=32000)
+    print(f"trained llama3-style BPE: vocab {tok.get_vocab_size()} on {sum(map(len, corpus)) / 1e6:.1f} MB "
+          f"in {time.perf_counter() - t0:.1f} s")
+
+    head_texts, files = take(files, 1_200_000)
+    head = "<|im_start|>system\nYou are a coding agent.<|im_end|>\n"
+    for i, t in enumerate(head_texts):
+        head += file_block(i, t)
+        if len(tok.encode(head).ids) >= 190_000:
+            break
+    tails = []
+    for r in range(args.reps + 1):
+        texts, files = take(files, 40_000)
+        tails.append("".join(file_block(1000 + r * 10 + j, t) for j, t in enumerate(texts)))
+    prompts = [head + t for t in tails]
+
+    cache = RegionCache(tok)
+    n_head = cache.count(head)  # the previous turn: warms the cache
+    n_total = [len(tok.encode(p).ids) for p in prompts]
+    same = all(cache.encode(p) == tok.encode(p).ids for p in prompts[:1])
+    print(f"prompt: {n_total[0]} tokens ({len(prompts[0].encode()) / 1e6:.2f} MB), cached region {n_head} tokens "
+          f"({100 * n_head / n_total[0]:.1f}%), new tail ~{n_total[0] - n_head} tokens; rule {cache.rule.name}")
+
+    # Each timed count sees a tail it has never seen; the full encodes use the same prompts.
+    it = iter(prompts[1:])
+    t_cached = best_and_median(lambda: cache.count(next(it)), args.reps)
+    it_full = iter(prompts[1:])
+    t_full = best_and_median(lambda: tok.encode(next(it_full)), args.reps)
+    it_fast = iter(prompts[1:])
+    t_fast = best_and_median(lambda: tok.encode_batch_fast([next(it_fast)]), args.reps)
+    same = same and all(cache.encode(p) == tok.encode(p).ids for p in prompts[1:])
+    t_hit = best_and_median(lambda: cache.count(prompts[1]), args.reps)
+    cold = RegionCache(tok)
+    t0 = time.perf_counter()
+    cold.count(prompts[1])
+    t_cold = time.perf_counter() - t0
+
+    st = cache.status()
+    print(f"{'':34}{'best':>10}{'median':>10}")
+    for name, (b, m) in [("full Tokenizer.encode", t_full), ("full encode_batch_fast([text])", t_fast),
+                         ("RegionCache.count, new 10k tail", t_cached), ("RegionCache.count, all cached", t_hit)]:
+        print(f"{name:34}{b * 1e3:>8.1f}ms{m * 1e3:>8.1f}ms")
+    print(f"{'RegionCache.count, cold cache':34}{t_cold * 1e3:>8.1f}ms")
+    print(f"speedup count vs full encode (median): {t_full[1] / t_cached[1]:.1f}x; "
+          f"vs encode_batch_fast: {t_fast[1] / t_cached[1]:.1f}x")
+    print(f"identical ids for all {len(prompts)} prompts: {same}")
+    print(f"cache: {st.entries} entries, {st.nbytes / 1e6:.2f} MB of {st.max_bytes / 1e6:.0f} MB budget; "
+          f"threads: {'1 (serial)' if args.serial else 'rayon default'}; cpus {os.cpu_count()}")
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

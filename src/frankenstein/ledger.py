@@ -1,0 +1,293 @@
+"""The served-recipe ledger: adopt and revert, one step at a time, each pointing at its verdict.
+
+The served recipe is the base recipe named by ``served`` in ``frank.toml`` plus the parts the ledger
+lists; each ledger row stores the whole parts list after its step, so the served recipe is the last
+row's list and a revert restores exactly the list before the step it undoes.
+
+``adopt`` lets a part in only on the evidence of a registered design. Some refusals are about the
+request and can never be forced (an unknown part, one already served, a design that did not test
+served + this part); the others are about the evidence (the verdict, blocks not run, a changed served
+recipe, a gate that failed or could not be checked) and ``force=True`` with a reason overrides them:
+the row is then marked forced and keeps the refusals it overrode. Refusals about evidence are kept in
+the store for the progress note.
+
+    served_parts(campaign) -> list[str]        parts on top of the base recipe (the registry calls this)
+    served_recipe(campaign) -> ResolvedRecipe
+    history(campaign) -> list[LedgerEntry]
+    adopt(campaign, part, design_id, *, force=False, why=None) -> LedgerEntry
+    revert(campaign, *, why=None) -> LedgerEntry
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from frankenstein.campaign import Campaign
+from frankenstein.config import ResolvedRecipe
+from frankenstein.errors import FrankError, LedgerError
+from frankenstein.store import now_iso
+
+ADOPTABLE_KINDS = ("speed", "screen")
+LAUNCH_FIELDS = ("engine", "model", "args", "env", "binary", "python", "command")
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    seq: int
+    action: str  # adopt | revert
+    part: str
+    design_id: str | None
+    scope: dict[str, Any]
+    forced: bool
+    why: str | None
+    parts: list[str]
+    at: str
+
+
+def _entry(row: Any) -> LedgerEntry:
+    return LedgerEntry(seq=row["seq"], action=row["action"], part=row["part"], design_id=row["design_id"],
+                       scope=json.loads(row["scope"]), forced=bool(row["forced"]), why=row["why"],
+                       parts=json.loads(row["parts"]), at=row["at"])
+
+
+def history(campaign: Campaign) -> list[LedgerEntry]:
+    """Every step, oldest first."""
+    return [_entry(r) for r in campaign.store.query("SELECT * FROM ledger ORDER BY seq")]
+
+
+def _last(campaign: Campaign) -> LedgerEntry | None:
+    rows = campaign.store.query("SELECT * FROM ledger ORDER BY seq DESC LIMIT 1")
+    return _entry(rows[0]) if rows else None
+
+
+def served_parts(campaign: Campaign) -> list[str]:
+    """The parts the ledger has adopted on top of the base recipe, in order."""
+    last = _last(campaign)
+    return list(last.parts) if last else []
+
+
+def served_recipe(campaign: Campaign) -> ResolvedRecipe:
+    """The base recipe with the served parts applied, named ``served``."""
+    r = campaign.recipe(campaign.config.served, served_parts(campaign))
+    return r.model_copy(update={"name": "served"})
+
+
+def describe_parts(campaign: Campaign, parts: list[str]) -> str:
+    """'base + draft + q8', or 'base' with no parts."""
+    return " + ".join([campaign.config.served, *parts])
+
+
+# ---------------------------------------------------------------- adopt
+
+
+@dataclass
+class Evidence:
+    """What adopt found: refusals that force may override, and the scope to record."""
+
+    problems: list[str] = field(default_factory=list)
+    scope: dict[str, Any] = field(default_factory=dict)
+
+
+def adopt(campaign: Campaign, part: str, design_id: str, *, force: bool = False, why: str | None = None) -> LedgerEntry:
+    """Add ``part`` to the served recipe on the evidence of ``design_id``; one step, recorded with its scope."""
+    before = _last(campaign)
+    current = list(before.parts) if before else []
+    _check_request(campaign, part, current, force, why)
+    reg = _registered(campaign, design_id)
+    _check_design_shape(reg, part)
+    ev = gather_evidence(campaign, reg, part, current)
+    if ev.problems and not force:
+        reason = "; ".join(ev.problems)
+        from frankenstein.report.refusals import record_refusal
+
+        record_refusal(campaign, what="adopt", name=design_id, part=part, reason=reason)
+        raise LedgerError(f"refused: adopt {part!r} on design {design_id}: {reason}")
+    if force:
+        ev.scope["overridden"] = list(ev.problems)
+    return _append(campaign, before, action="adopt", part=part, design_id=design_id, scope=ev.scope,
+                   forced=force, why=why, parts=[*current, part])
+
+
+def _check_request(campaign: Campaign, part: str, current: list[str], force: bool, why: str | None) -> None:
+    if force and not (why or "").strip():
+        raise LedgerError("--force needs --why TEXT: a forced adoption is recorded with its reason")
+    if part not in campaign.config.parts:
+        known = ", ".join(sorted(campaign.config.parts)) or "none"
+        raise LedgerError(f"unknown part {part!r} (parts in frank.toml: {known})")
+    base_parts = campaign.config.recipes[campaign.config.served].parts if campaign.config.served in campaign.config.recipes else []
+    if part in current or part in base_parts:
+        raise LedgerError(f"part {part!r} is already served ({describe_parts(campaign, current)})")
+
+
+def _registered(campaign: Campaign, design_id: str) -> Any:
+    from frankenstein.design.registry import get
+
+    try:
+        return get(campaign, design_id)
+    except FrankError as exc:
+        raise LedgerError(f"cannot adopt on design {design_id}: {exc}") from exc
+
+
+def _check_design_shape(reg: Any, part: str) -> None:
+    """Refusals no force overrides: the design must be a comparison of served with served + this part."""
+    did, kind = reg.design_id, reg.design.kind
+    if kind not in ADOPTABLE_KINDS:
+        raise LedgerError(f"design {did} is a {kind} design; a part is adopted on a speed design "
+                          "(fidelity and memory are its gates, an agent design guards against harm)")
+    served, cand = reg.frozen.recipes["served"], reg.frozen.recipes["candidate"]
+    if served is None or cand is None:
+        raise LedgerError(f"design {did} compares command arms, not recipes; there is no part to adopt")
+    extra = cand.parts[len(served.parts):] if cand.parts[: len(served.parts)] == served.parts else None
+    if extra != [part]:
+        tested = "+ " + " + ".join(extra) if extra else f"parts {cand.parts} against {served.parts}"
+        raise LedgerError(f"design {did} did not test served + {part}: its candidate arm is served {tested}")
+
+
+def gather_evidence(campaign: Campaign, reg: Any, part: str, current: list[str]) -> Evidence:
+    """Every refusal about the evidence (force may override them) and the scope the result holds in."""
+    from frankenstein.design.analysis import analyze
+    from frankenstein.report.facts import design_facts
+
+    ev = Evidence()
+    facts = design_facts(campaign, reg)
+    if facts.blocks_run < facts.blocks:
+        how = facts.stopped or "incomplete"
+        ev.problems.append(f"{facts.blocks_run} of {facts.blocks} blocks were run ({how}); adopt needs every registered block")
+    a = analyze(campaign, reg.design_id)
+    if a.word != "confirmed":
+        reason = a.extra.get("reason") or (a.verdict.reason if a.verdict else "")
+        ev.problems.append(f"its verdict is {a.word!r}, not 'confirmed'" + (f" ({reason})" if reason else ""))
+    ev.problems += _recipe_problems(campaign, reg, part, current)
+    fid_ok, fid_text = _fidelity_gate(campaign, reg)
+    mem_ok, mem_text = _memory_gate(reg, facts)
+    ev.problems += [t for ok, t in ((fid_ok, fid_text), (mem_ok, mem_text)) if ok is not True and t]
+    ev.scope = _scope(reg, facts, a, fid_text, mem_text)
+    return ev
+
+
+def _recipe_problems(campaign: Campaign, reg: Any, part: str, current: list[str]) -> list[str]:
+    """The served recipe then must be the served recipe now, and frank.toml must still define both arms the same."""
+    did = reg.design_id
+    then = reg.frozen.recipes["served"]
+    now = campaign.recipe(campaign.config.served, current)
+    if then.parts != now.parts:
+        return [f"it was registered when the served recipe was {' + '.join([campaign.config.served, *then.parts])}, "
+                f"and it is now {describe_parts(campaign, current)}: register the design again"]
+    cand_now = campaign.recipe(campaign.config.served, [*current, part])
+    for arm, frozen, fresh in (("served", then, now), ("candidate", reg.frozen.recipes["candidate"], cand_now)):
+        changed = [k for k in LAUNCH_FIELDS if getattr(frozen, k) != getattr(fresh, k)]
+        if changed:
+            return [f"frank.toml changed since {did} was registered: its {arm} arm's {', '.join(changed)} "
+                    "differ from what the recipe resolves to now"]
+    return []
+
+
+def _fidelity_gate(campaign: Campaign, reg: Any) -> tuple[bool | None, str]:
+    gate = reg.design.gates.fidelity
+    if not gate:
+        return True, ""
+    try:
+        from frankenstein.fidelity.gate import fidelity_gate_passed  # type: ignore[import-not-found]
+    except ModuleNotFoundError as exc:
+        if not (exc.name or "").startswith("frankenstein.fidelity"):
+            raise
+        return None, (f"it names fidelity gate {gate}, but this Frankenstein cannot check fidelity gates "
+                      "(frankenstein.fidelity.gate is missing)")
+    ok, text = fidelity_gate_passed(campaign, reg.design_id)
+    return bool(ok), (text if ok else f"fidelity gate failed: {text}")
+
+
+def _memory_gate(reg: Any, facts: Any) -> tuple[bool | None, str]:
+    from frankenstein.report.facts import memory_gate
+
+    limit = reg.design.gates.memory_mib
+    if limit is None:
+        return True, ""
+    return memory_gate(facts.resources, limit)
+
+
+def _scope(reg: Any, facts: Any, a: Any, fid_text: str, mem_text: str) -> dict[str, Any]:
+    """Where the result holds: the conditions it was tested under, and the numbers it rests on."""
+    v = a.verdict
+    return {
+        "design_id": reg.design_id, "kind": reg.design.kind, "design_hash": reg.design_hash,
+        "concurrency": facts.concurrency, "workload_path": facts.workload_path, "workload_hash": facts.workload_hash,
+        "engine": ", ".join(facts.engines) or None, "engine_version": ", ".join(facts.engine_versions) or None,
+        "metric": reg.design.primary_metric, "verdict": a.word,
+        "p": None if v is None or v.p is None else str(v.p),
+        "geomean_ratio": None if v is None else v.geomean_ratio,
+        "blocks": None if v is None else v.n_blocks, "in_favour": None if v is None else v.in_favour,
+        "fidelity_gate": fid_text or None, "memory_gate": mem_text or None,
+    }
+
+
+def _append(campaign: Campaign, before: LedgerEntry | None, **row: Any) -> LedgerEntry:
+    """Write one step, refusing if another step was written since ``before`` was read."""
+    at = now_iso()
+    with campaign.store.transaction() as c:
+        last = c.execute("SELECT MAX(seq) FROM ledger").fetchone()[0]
+        if last != (before.seq if before else None):
+            raise LedgerError("the ledger changed while this step was being checked (another adopt or revert?); run it again")
+        cur = c.execute(
+            "INSERT INTO ledger (action, part, design_id, scope, forced, why, parts, at) VALUES (?,?,?,?,?,?,?,?)",
+            (row["action"], row["part"], row["design_id"], json.dumps(row["scope"], sort_keys=True),
+             int(row["forced"]), row["why"], json.dumps(row["parts"]), at),
+        )
+        seq = int(cur.lastrowid or 0)
+    return LedgerEntry(seq=seq, action=row["action"], part=row["part"], design_id=row["design_id"], scope=row["scope"],
+                       forced=bool(row["forced"]), why=row["why"], parts=list(row["parts"]), at=at)
+
+
+# ---------------------------------------------------------------- revert
+
+
+def revert(campaign: Campaign, *, why: str | None = None) -> LedgerEntry:
+    """Undo exactly the last step: the served parts become exactly what they were before it.
+
+    Reverting an adopt removes that part; reverting a revert re-applies what it undid."""
+    steps = campaign.store.query("SELECT * FROM ledger ORDER BY seq DESC LIMIT 2")
+    if not steps:
+        raise LedgerError(f"nothing to revert: the ledger is empty (served: {describe_parts(campaign, [])})")
+    last = _entry(steps[0])
+    previous = _entry(steps[1]).parts if len(steps) > 1 else []
+    scope = {"undoes": last.seq, "undoes_action": last.action, "parts_before": last.parts}
+    return _append(campaign, last, action="revert", part=last.part, design_id=last.design_id, scope=scope,
+                   forced=False, why=why, parts=list(previous))
+
+
+# ---------------------------------------------------------------- formatting
+
+
+def format_step(e: LedgerEntry) -> str:
+    """One line per step: seq, time, action, part, design, forced, and the parts after it."""
+    what = f"{e.action} {e.part}"
+    if e.action == "revert":
+        what += f" (undoes step {e.scope.get('undoes')}: {e.scope.get('undoes_action')})"
+    design = f"  design {e.design_id}" if e.design_id else ""
+    forced = f"  FORCED: {e.why}" if e.forced else (f"  why: {e.why}" if e.why else "")
+    return f"{e.seq:>3}  {e.at}  {what}{design}{forced}  → [{', '.join(e.parts)}]"
+
+
+def format_scope(scope: dict[str, Any]) -> str:
+    keys = ("concurrency", "workload_hash", "engine_version", "kind", "verdict", "p")
+    cells = [f"{k}={str(scope[k])[:12] if k == 'workload_hash' else scope[k]}" for k in keys if scope.get(k) is not None]
+    return "scope: " + ", ".join(cells) if cells else ""
+
+
+def format_served(campaign: Campaign) -> list[str]:
+    """``frank served``: the served recipe as resolved now, then its history."""
+    parts = served_parts(campaign)
+    r = served_recipe(campaign)
+    lines = [f"served: {describe_parts(campaign, parts)}", f"  engine: {r.engine}", f"  model: {r.model}",
+             f"  args: {' '.join(r.args) or '-'}"]
+    if r.env:
+        lines.append("  env: " + " ".join(f"{k}={v}" for k, v in sorted(r.env.items())))
+    steps = history(campaign)
+    lines += ["", "history:" if steps else "history: no steps yet (the served recipe is the base recipe)"]
+    for e in steps:
+        lines.append("  " + format_step(e))
+        if e.action == "adopt" and format_scope(e.scope):
+            lines.append("       " + format_scope(e.scope))
+    return lines
