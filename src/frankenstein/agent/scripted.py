@@ -131,7 +131,8 @@ class ScriptedModelServer:
     def __init__(self, steps: Sequence[Step]) -> None:
         self.script = _Script(list(steps))
         self.httpd = _Server(self.script)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, name="scripted-model", daemon=True)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                       name="scripted-model", daemon=True)
 
     @property
     def base_url(self) -> str:

@@ -6,7 +6,6 @@ analysis module is not installed or the analysis fails, the note says so instead
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,20 +117,22 @@ def tested_part(reg: Registered) -> str:
 
 
 def block_status(campaign: Campaign, reg: Registered) -> dict[int, str]:
-    """Per registered block (0-based): complete, dropped (a start failed), partial, or not run."""
+    """Per registered block (0-based): complete, failed (a start failed or was invalid), partial, or not run."""
     from frankenstein.design.runner import slots
 
     rows = campaign.store.query("SELECT block, position, status FROM starts WHERE design_id = ?", (reg.design_id,))
     status = {(r["block"], r["position"]): r["status"] for r in rows}
-    out: dict[int, str] = {}
+    per_block: dict[int, list[str | None]] = {}
     for s in slots(reg):
-        st = status.get((s.block, s.position))
-        cur = out.get(s.block, "complete")
-        if st is None:
-            cur = "not run" if cur in ("complete", "not run") and not any(k[0] == s.block for k in status) else "partial"
-        elif st != "ok" and cur != "partial":
-            cur = "dropped"
-        out[s.block] = cur
+        per_block.setdefault(s.block, []).append(status.get((s.block, s.position)))
+    out = {}
+    for b, states in per_block.items():
+        if all(st is None for st in states):
+            out[b] = "not run"
+        elif any(st is None for st in states):
+            out[b] = "partial"
+        else:
+            out[b] = "complete" if all(st == "ok" for st in states) else "failed"
     return out
 
 
@@ -170,9 +171,12 @@ def credits(campaign: Campaign) -> list[Credit]:
     cfg = campaign.config
     base_parts = cfg.recipes[cfg.served].parts if cfg.served in cfg.recipes else []
     adopted_at: dict[str, int] = {}
+    before: list[str] = []
     for e in history(campaign):
-        if e.action == "adopt" or e.part in e.parts:
-            adopted_at.setdefault(e.part, e.seq)
+        for p in e.parts:
+            if p not in before:
+                adopted_at[p] = e.seq  # the step that last put it in
+        before = e.parts
     out = []
     for name, step in [*((p, None) for p in base_parts), *((p, adopted_at.get(p)) for p in served_parts(campaign))]:
         prov = cfg.parts[name].provenance if name in cfg.parts else None
@@ -180,6 +184,3 @@ def credits(campaign: Campaign) -> list[Credit]:
                           author=prov.author if prov else "", licence=prov.licence if prov else "", step=step))
     return out
 
-
-def scope_of(entry: LedgerEntry) -> dict[str, Any]:
-    return json.loads(json.dumps(entry.scope))
