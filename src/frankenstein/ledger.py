@@ -160,7 +160,7 @@ def gather_evidence(campaign: Campaign, reg: Any, part: str, current: list[str])
         reason = a.extra.get("reason") or (a.verdict.reason if a.verdict else "")
         ev.problems.append(f"its verdict is {a.word!r}, not 'confirmed'" + (f" ({reason})" if reason else ""))
     ev.problems += _recipe_problems(campaign, reg, part, current)
-    fid_ok, fid_text = _fidelity_gate(campaign, reg)
+    fid_ok, fid_text = _fidelity_gate(campaign, reg, part)
     mem_ok, mem_text = _memory_gate(reg, facts)
     ev.problems += [t for ok, t in ((fid_ok, fid_text), (mem_ok, mem_text)) if ok is not True and t]
     ev.scope = _scope(reg, facts, a, fid_text, mem_text)
@@ -184,19 +184,29 @@ def _recipe_problems(campaign: Campaign, reg: Any, part: str, current: list[str]
     return []
 
 
-def _fidelity_gate(campaign: Campaign, reg: Any) -> tuple[bool | None, str]:
+def _fidelity_gate(campaign: Campaign, reg: Any, part: str) -> tuple[bool | None, str]:
+    """The named fidelity design must have passed, for this part, against the same served recipe."""
     gate = reg.design.gates.fidelity
     if not gate:
         return True, ""
     try:
-        from frankenstein.fidelity.gate import fidelity_gate_passed  # type: ignore[import-not-found]
+        from frankenstein.fidelity.gate import fidelity_gate_passed
     except ModuleNotFoundError as exc:
         if not (exc.name or "").startswith("frankenstein.fidelity"):
             raise
         return None, (f"it names fidelity gate {gate}, but this Frankenstein cannot check fidelity gates "
                       "(frankenstein.fidelity.gate is missing)")
-    ok, text = fidelity_gate_passed(campaign, reg.design_id)
-    return bool(ok), (text if ok else f"fidelity gate failed: {text}")
+    ok, text = fidelity_gate_passed(campaign, gate, candidate_parts=[part])
+    if not ok:
+        return False, text if text.startswith("fidelity gate") else f"fidelity gate {gate}: {text}"
+    from frankenstein.design.registry import get
+
+    fid_served = get(campaign, gate).frozen.recipes["served"]
+    if fid_served is None or fid_served.parts != reg.frozen.recipes["served"].parts:
+        then = "a command" if fid_served is None else " + ".join([campaign.config.served, *fid_served.parts])
+        now = " + ".join([campaign.config.served, *reg.frozen.recipes["served"].parts])
+        return False, f"fidelity gate {gate} measured against served = {then}, but {reg.design_id} tested served = {now}"
+    return True, text
 
 
 def _memory_gate(reg: Any, facts: Any) -> tuple[bool | None, str]:

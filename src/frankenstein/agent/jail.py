@@ -189,6 +189,8 @@ def main(argv):
     mode = cfg["mode"]
     report_fd = cfg.get("report_fd")
     try:
+        if mode not in ("root", "userns", "none"):
+            raise OSError("unknown mode")
         if mode in ("root", "userns"):
             _enter_namespaces(mode)
             pid = os.fork()

@@ -54,8 +54,9 @@ def check_task(task: Task, k: int, iso: Isolation | None = None) -> TaskCheck:
                     check.agree = False
                 if first.verdict != want:
                     label = "oracle" if oracle else "untouched workspace"
-                    check.problems.append(f"{label} run {i + 1}: {first.verdict} (want {want}): "
-                                          f"{first.output.strip()[-300:]}")
+                    said = first.output.strip()[-300:]
+                    check.problems.append(f"{label} run {i + 1}: {first.verdict} (want {want})"
+                                          + (f": {said}" if said else ""))
         shutil.rmtree(d, ignore_errors=True)
     if not check.agree:
         check.problems.append("repeated grader runs disagree (exit code or output differ)")

@@ -3,6 +3,7 @@ errors into one-line messages (exit 1; usage errors exit 2; Ctrl-C exits 130 aft
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -33,6 +34,15 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+def _exit_interrupted() -> None:
+    """Engines are already stopped (every start sits in a ``finally``); exit 130 without letting the
+    interpreter turn a late KeyboardInterrupt into death by SIGINT."""
+    print("frank: interrupted; engines stopped", file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(130)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _interrupt)
@@ -47,12 +57,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         exc.show()
         sys.exit(2 if isinstance(exc, click_exc.UsageError) else 1)
     except (KeyboardInterrupt, typer.Abort):
-        print("frank: interrupted; engines stopped", file=sys.stderr)
-        sys.exit(130)
+        _exit_interrupted()
     except FrankError as exc:
         print(f"frank: error: {exc}", file=sys.stderr)
         sys.exit(1)
     if _interrupted:  # typer turns KeyboardInterrupt into a return value of 130
-        print("frank: interrupted; engines stopped", file=sys.stderr)
-        sys.exit(130)
+        _exit_interrupted()
     sys.exit(rv if isinstance(rv, int) else 0)

@@ -36,7 +36,7 @@ class PositionStats:
     kl: np.ndarray            # float64, lower bound of KL(served ‖ candidate), nats
     captured: np.ndarray      # float32, served probability mass in the shared bins (what the KL resolves)
     served_mass: np.ndarray   # float32, served probability mass in its own top-k
-    top1_agree: np.ndarray    # bool, both engines' most likely token is the same
+    top1_agree: np.ndarray    # bool (pooled: share of pairs), both engines' most likely token is the same
     served_top1_p: np.ndarray  # float32, served probability of its most likely token
     dp: np.ndarray            # float32, p_candidate − p_served of the recorded token; NaN where one did not list it
     duplicate: np.ndarray     # bool, a list held the same token id twice (bad engine output)

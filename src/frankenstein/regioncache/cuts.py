@@ -111,23 +111,41 @@ NEWLINE_ISOLATED = NewlineRule("newline-isolated", isolated=True)
 
 @dataclass(frozen=True)
 class AddedTokenScanner:
-    """Added tokens as ``tokenizers`` finds them; see the module docstring."""
+    """Added tokens as ``tokenizers`` finds them; see the module docstring.
 
-    raw: re.Pattern[bytes] | None = None
+    Pass 1 (non-normalized tokens, whole text): every occurrence is found from a short literal
+    *anchor* (its first two bytes, a C-speed ``bytes.find``), the longest token starting there is
+    taken with one anchored regex match, and the leftmost-longest non-overlapping set is picked
+    greedily. Pass 2 (normalized tokens, identity normalizer only) runs a longest-first alternation
+    inside each gap, exactly like the second trie of ``tokenizers``."""
+
+    raw: tuple[bytes, ...] = ()
     normalized: re.Pattern[bytes] | None = None
+    # anchor -> anchored alternation (longest first) of the raw tokens starting with it
+    groups: tuple[tuple[bytes, re.Pattern[bytes]], ...] = ()
     # (token bytes, k) for every token whose byte k-1 is "\n": a newline cut could fall inside it.
-    newline_inside: tuple[tuple[bytes, int], ...] = field(default_factory=tuple)
+    newline_inside: tuple[tuple[bytes, int], ...] = ()
 
     @classmethod
     def build(cls, raw: list[str], normalized: list[str]) -> AddedTokenScanner:
-        inside = tuple((t.encode(), k) for t in raw + normalized
-                       for k in range(1, len(t.encode())) if t.encode()[k - 1] == _NL)
-        return cls(_alternation(raw), _alternation(normalized), inside)
+        raw_b = tuple(sorted({t.encode() for t in raw if t}))
+        anchors: dict[bytes, list[bytes]] = {}
+        for t in raw_b:
+            anchors.setdefault(t[:2], []).append(t)
+        groups = tuple((a, _alternation(ts)) for a, ts in sorted(anchors.items()))
+        inside = tuple((t, k) for t in {x.encode() for x in raw + normalized if x}
+                       for k in range(1, len(t)) if t[k - 1] == _NL)
+        return cls(raw_b, _alternation([t.encode() for t in normalized if t]) if normalized else None,
+                   groups, tuple(sorted(inside)))
+
+    @property
+    def empty(self) -> bool:
+        return not self.raw and self.normalized is None
 
     def spans(self, data: bytes) -> list[tuple[int, int]]:
         """Byte spans of the added tokens that ``tokenizers`` extracts, in order."""
-        first = [m.span() for m in self.raw.finditer(data)] if self.raw else []
-        if not self.normalized:
+        first = self._leftmost_longest(data)
+        if self.normalized is None:
             return first
         out: list[tuple[int, int]] = []
         start = 0
@@ -138,25 +156,48 @@ class AddedTokenScanner:
             start = e
         return out
 
+    def _leftmost_longest(self, data: bytes) -> list[tuple[int, int]]:
+        found: list[tuple[int, int]] = []
+        for anchor, rx in self.groups:
+            i = data.find(anchor)
+            while i >= 0:
+                m = rx.match(data, i)
+                if m:
+                    found.append((i, -m.end()))
+                i = data.find(anchor, i + 1)
+        found.sort()
+        out, pos = [], 0
+        for s, neg_end in found:
+            if s >= pos:
+                out.append((s, -neg_end))
+                pos = -neg_end
+        return out
+
     def edges(self, data: bytes) -> np.ndarray:
         spans = self.spans(data)
-        return np.unique(np.array([p for span in spans for p in span], dtype=np.int64))
+        return np.array(sorted({p for span in spans for p in span}), dtype=np.int64)
 
     def veto(self, data: bytes, cuts: np.ndarray) -> np.ndarray:
         """Drop newline cuts that fall strictly inside an occurrence of an added token."""
         if not self.newline_inside or cuts.size == 0:
             return cuts
-        keep = [c for c in cuts.tolist()
-                if not any(data[c - k:c + len(t) - k] == t for t, k in self.newline_inside if c >= k)]
-        return np.array(keep, dtype=np.int64)
+        bad = [p + k for t, k in self.newline_inside for p in _occurrences(data, t)]
+        return cuts[~np.isin(cuts, np.array(bad, dtype=np.int64))] if bad else cuts
 
 
-def _alternation(tokens: list[str]) -> re.Pattern[bytes] | None:
-    """Leftmost-longest over literals: Python's regex takes the first alternative that matches at
-    the leftmost position, so longest-first order makes it the longest."""
-    if not tokens:
-        return None
-    ordered = sorted({t.encode() for t in tokens if t}, key=lambda b: (-len(b), b))
+def _occurrences(data: bytes, needle: bytes) -> list[int]:
+    """Every start of ``needle`` in ``data``, overlapping ones too."""
+    out, i = [], data.find(needle)
+    while i >= 0:
+        out.append(i)
+        i = data.find(needle, i + 1)
+    return out
+
+
+def _alternation(tokens: list[bytes] | tuple[bytes, ...]) -> re.Pattern[bytes]:
+    """Longest-first literals: Python's regex takes the first alternative that matches at a
+    position, so at the leftmost position it takes the longest."""
+    ordered = sorted(set(tokens), key=lambda b: (-len(b), b))
     return re.compile(b"|".join(re.escape(t) for t in ordered))
 
 
@@ -164,9 +205,16 @@ def candidate_cuts(data: bytes, rule: NewlineRule, scanner: AddedTokenScanner) -
     """Every safe cut (sorted, 0 < c < len)."""
     arr = np.frombuffer(data, dtype=np.uint8)
     cuts = scanner.veto(data, rule.positions(data, arr)) if len(data) > 1 else np.empty(0, np.int64)
-    if scanner.raw is not None or scanner.normalized is not None:
-        cuts = np.union1d(cuts, scanner.edges(data))
+    if not scanner.empty:
+        cuts = _merge(cuts, scanner.edges(data))
     return cuts[(cuts > 0) & (cuts < len(data))]
+
+
+def _merge(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Sorted union of two sorted arrays (np.union1d hashes; this only sorts)."""
+    c = np.concatenate([a, b])
+    c.sort(kind="stable")
+    return c[np.concatenate(([True], c[1:] != c[:-1]))] if c.size else c
 
 
 def chunk_bounds(data: bytes, cuts: np.ndarray, target: int) -> list[int]:

@@ -144,26 +144,34 @@ def episodes(campaign: Campaign, design_id: str) -> list[Episode]:
 
 
 def fidelity_series(campaign: Campaign, reg: Registered) -> dict[str, Any] | None:
-    """Per-position KL of the candidate and of the noise floor, from the fidelity helper's module.
+    """Per-position KL (pooled over pairs) of the candidate and of the noise floor, for the KL plot.
 
-    Reads ``frankenstein.design.kind_fidelity.kl_series(campaign, reg)`` when that module provides it
-    (``{"candidate": [...], "noise": [...], "tolerance": float, "threshold": float}``); otherwise None,
-    and the note says no KL plot was made.
-    """
+    Uses ``kind_fidelity.kl_series(campaign, reg)`` when the fidelity module provides it; otherwise
+    pairs the stored top-k artifacts the way its analysis does (``_load``, ``make_pairs``, ``pool``).
+    Returns None, and the note says no KL plot was made, when neither is available or readable."""
     try:
-        from frankenstein.design import kind_fidelity  # type: ignore[attr-defined]
+        from frankenstein.design import kind_fidelity as kf
+        from frankenstein.fidelity.compare import pool
     except ModuleNotFoundError as exc:
         if not (exc.name or "").startswith("frankenstein."):
             raise
         return None
-    fn = getattr(kind_fidelity, "kl_series", None)
-    if fn is None:
-        return None
+    rule = reg.design.rule
     try:
-        data = fn(campaign, reg)
-    except FrankError:
+        if hasattr(kf, "kl_series"):
+            data = kf.kl_series(campaign, reg)
+            return dict(data) if data else None
+        starts, failures = kf._load(campaign, reg)
+        if reg.design.failure_policy == "drop_block":
+            bad = {f["block"] for f in failures}
+            starts = [s for s in starts if s.block not in bad]
+        noise, cand = kf.make_pairs(starts)
+    except (FrankError, AttributeError, KeyError, ValueError):
         return None
-    return dict(data) if data else None
+    if not cand:
+        return None
+    return {"candidate": [float(x) for x in pool(cand).kl], "noise": [float(x) for x in pool(noise).kl] if noise else None,
+            "tolerance": getattr(rule, "tolerance", None), "threshold": getattr(rule, "threshold", None)}
 
 
 def credits(campaign: Campaign) -> list[Credit]:

@@ -73,6 +73,7 @@ class DesignFacts:
     fidelity_gate: str | None
     memory_gate_mib: float | None
     top_k: int
+    fidelity_paths: tuple[str, ...] = ()  # the forced-decode path(s) of this fidelity design, or of its gate
 
 
 def _gpu_entries(resources_json: str) -> tuple[list[dict[str, Any]] | None, str | None]:
@@ -150,7 +151,24 @@ def design_facts(campaign: Campaign, reg: Registered) -> DesignFacts:
         starts_ok=len(ok), starts_failed=len(rows) - len(ok), stopped=_stopped(campaign, reg, blocks_run),
         resources=read_resources(rows), fidelity_gate=d.gates.fidelity, memory_gate_mib=d.gates.memory_mib,
         top_k=d.fidelity.top_k,
+        fidelity_paths=fidelity_paths(campaign, reg.design_id if d.kind == "fidelity" else d.gates.fidelity),
     )
+
+
+def fidelity_paths(campaign: Campaign, design_id: str | None) -> tuple[str, ...]:
+    """The paths a fidelity design's ok starts recorded (``capabilities.fidelity_path``), e.g. the decode path."""
+    if not design_id:
+        return ()
+    rows = campaign.store.query("SELECT capabilities FROM starts WHERE design_id = ? AND status = 'ok'", (design_id,))
+    paths = set()
+    for r in rows:
+        try:
+            path = json.loads(r["capabilities"] or "{}").get("fidelity_path")
+        except (ValueError, AttributeError):
+            path = None
+        if path:
+            paths.add(str(path))
+    return tuple(sorted(paths))
 
 
 def _distinct(values: Any) -> tuple[str, ...]:
@@ -218,6 +236,9 @@ def what_it_shows(f: DesignFacts) -> list[str]:
     lines.append(_engines(f))
     lines.append(_fidelity(f))
     lines += resource_lines(f.resources)
+    if f.memory_gate_mib is not None:
+        text = memory_gate(f.resources, f.memory_gate_mib)[1]
+        lines.append(text[0].upper() + text[1:] + ".")
     lines.append(_blocks(f))
     return lines
 
@@ -248,10 +269,12 @@ def _engines(f: DesignFacts) -> str:
 
 def _fidelity(f: DesignFacts) -> str:
     bound = "KL over the top-k union plus one tail bucket is a lower bound of the full-vocabulary KL"
+    path = "; ".join(f.fidelity_paths) or "not recorded"
     if f.kind == "fidelity":
-        return f"Fidelity path measured: forced decode of the recorded continuations, top-{f.top_k} logprobs; {bound}."
+        return (f"Fidelity path measured: {path}; forced decode of the recorded continuations, top-{f.top_k} "
+                f"logprobs requested; {bound}. Other paths (e.g. accepted draft tokens) were not measured.")
     if f.fidelity_gate:
-        return f"Fidelity was gated by design `{f.fidelity_gate}` (forced decode, top-k KL; {bound})."
+        return f"Fidelity was gated by design `{f.fidelity_gate}` (path measured: {path}; {bound})."
     return "Fidelity was not measured for this design: it does not show that the outputs are unchanged."
 
 

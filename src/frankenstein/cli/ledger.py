@@ -1,0 +1,91 @@
+"""Ledger and report commands: served, adopt, revert, report."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from frankenstein.cli.app import app
+
+CAMPAIGN = typer.Option(Path("."), "--campaign", "-c", help="Campaign folder.")
+
+
+@app.command()
+def served(campaign: Path = CAMPAIGN) -> None:
+    """Show the served recipe (base recipe + adopted parts) and every adopt and revert step.
+
+    Example: frank served -c my-campaign
+    """
+    from frankenstein.campaign import open_campaign
+    from frankenstein.ledger import format_served
+
+    with open_campaign(campaign) as c:
+        lines = format_served(c)
+    for line in lines:
+        typer.echo(line)
+
+
+@app.command()
+def adopt(
+    part: str = typer.Argument(..., help="Part name from frank.toml."),
+    design: str = typer.Option(..., "--design", "-d", help="The registered design whose confirmed verdict lets the part in."),
+    force: bool = typer.Option(False, "--force", help="Adopt although the evidence is refused (needs --why)."),
+    why: Optional[str] = typer.Option(None, "--why", help="Why it is forced; recorded in the ledger."),
+    campaign: Path = CAMPAIGN,
+) -> None:
+    """Add a part to the served recipe: only on a confirmed verdict whose gates passed; one step, with its scope.
+
+    Example: frank adopt draft --design draft-speed-1 -c my-campaign
+    """
+    from frankenstein.campaign import open_campaign
+    from frankenstein.ledger import adopt as do_adopt
+    from frankenstein.ledger import describe_parts, format_scope
+
+    with open_campaign(campaign) as c:
+        e = do_adopt(c, part, design, force=force, why=why)
+        now = describe_parts(c, e.parts)
+    typer.echo(f"step {e.seq}: adopted {part} on design {design}{' (FORCED)' if e.forced else ''}; served: {now}")
+    if format_scope(e.scope):
+        typer.echo("  " + format_scope(e.scope))
+
+
+@app.command()
+def revert(
+    why: Optional[str] = typer.Option(None, "--why", help="Why; recorded in the ledger."),
+    campaign: Path = CAMPAIGN,
+) -> None:
+    """Undo exactly the last ledger step (a revert of a revert re-applies it).
+
+    Example: frank revert -c my-campaign --why "slower at concurrency 4"
+    """
+    from frankenstein.campaign import open_campaign
+    from frankenstein.ledger import describe_parts
+    from frankenstein.ledger import revert as do_revert
+
+    with open_campaign(campaign) as c:
+        e = do_revert(c, why=why)
+        now = describe_parts(c, e.parts)
+    typer.echo(f"step {e.seq}: undid step {e.scope['undoes']} ({e.scope['undoes_action']} {e.part}); served: {now}")
+
+
+@app.command()
+def report(
+    out: Path = typer.Option(..., "--out", "-o", help="Folder for note.md and its PNG plots."),
+    since: Optional[datetime] = typer.Option(None, "--since", formats=["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S"],
+                                             help="Only designs, steps and refusals from this UTC date on."),
+    campaign: Path = CAMPAIGN,
+) -> None:
+    """Write the progress note: summary, one section per design, what didn't work, credits; with PNG plots.
+
+    Example: frank report --out reports/week-49 --since 2025-12-01 -c my-campaign
+    """
+    from frankenstein.campaign import open_campaign
+    from frankenstein.report import write_report
+
+    day = since.date() if since is not None and since.time() == datetime.min.time() else since
+    with open_campaign(campaign) as c:
+        path = write_report(c, out, since=day)
+    typer.echo(str(path))

@@ -1,0 +1,186 @@
+"""The fidelity rule, its report lines, and the gate a speed design can name.
+
+Rule (registered with the design): the candidate passes when its mean per-position KL(served ‖
+candidate) ≤ ``tolerance`` **and** fewer than ``max_positions_above`` positions have KL above
+``threshold``. It is reported beside the noise floor (two starts of the served recipe), which is
+not part of the rule but says what "zero" looks like on this engine. Any bad engine output among the
+candidate's positions (see :mod:`frankenstein.fidelity.compare`) makes the verdict ``invalid``: the
+rule cannot be evaluated on positions that were not measured.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from frankenstein.design.model import FidelityRule
+
+BOUND_LABEL = "top-k union + tail bucket: a lower bound of the full-vocabulary KL"
+
+
+def apply_rule(rule: FidelityRule, candidate: dict[str, Any]) -> tuple[str, str]:
+    """(word, one-line reason): ``passed`` | ``failed`` | ``invalid``."""
+    if not candidate.get("positions"):
+        return "invalid", "no positions could be compared"
+    if candidate.get("bad_total"):
+        kinds = ", ".join(f"{v} {k}" for k, v in candidate["bad"].items() if v)
+        return "invalid", f"bad engine output at candidate positions ({kinds}); not averaged in"
+    mean, above = candidate["kl"]["mean"], candidate["above_threshold"]
+    ok_mean = mean <= rule.tolerance
+    ok_above = above < rule.max_positions_above
+    reason = (f"mean KL {mean:.6f} {'≤' if ok_mean else '>'} {rule.tolerance:g} nats; "
+              f"{above} position(s) above {rule.threshold:g} nats ({'fewer than' if ok_above else 'not fewer than'} "
+              f"{rule.max_positions_above})")
+    return ("passed" if ok_mean and ok_above else "failed"), reason
+
+
+# ---------------------------------------------------------------- lines
+
+def _f(x: float | None, width: int = 9) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-".rjust(width)
+    return f"{x:{width}.6f}" if abs(x) < 10 else f"{x:{width}.3f}"
+
+
+HEADER = (f"{'':24}{'positions':>9} {'mean':>9} {'median':>9} {'p90':>9} {'p99':>9} {'p99.9':>9} {'max':>9} "
+          f"{'>thr':>5} {'top-1 agree':>11}")
+
+
+def summary_row(label: str, s: dict[str, Any] | None) -> str:
+    if not s or not s.get("positions"):
+        return f"{label:24}{0:>9} " + "(nothing compared)"
+    k = s["kl"]
+    return (f"{label:24}{s['positions']:>9} {_f(k['mean'])} {_f(k['median'])} {_f(k['p90'])} {_f(k['p99'])} "
+            f"{_f(k['p99_9'])} {_f(k['max'])} {s['above_threshold']:>5} {s['top1_agreement'] * 100:>10.1f}%")
+
+
+def _bad_line(label: str, s: dict[str, Any] | None) -> str:
+    if not s:
+        return f"  {label}: -"
+    kinds = ", ".join(f"{v} {k}" for k, v in s["bad"].items() if v)
+    return f"  {label}: {kinds or 'none'}"
+
+
+def format_summary(summary: dict[str, Any]) -> list[str]:
+    """Lines for a fidelity summary (``frank analyze`` and ``frank fidelity check`` both print these)."""
+    noise, cand = summary.get("noise_floor"), summary["candidate"]
+    k = summary.get("k", {})
+    lines = [
+        f"KL(served ‖ candidate) per position, nats — {BOUND_LABEL}",
+        f"path measured: {summary.get('path', '-')}",
+        f"top-k: requested {k.get('requested', '-')}, used " + ", ".join(f"{a} {v}" for a, v in k.get("used", {}).items()),
+        f"threshold for counting a position: {cand.get('threshold', '-')} nats",
+        HEADER,
+        summary_row("noise floor (A vs A′)", noise),
+        summary_row("candidate (A vs B)", cand),
+    ]
+    if cand.get("positions"):
+        lines.append("mean KL by served top-1 probability (candidate):")
+        for b in cand["by_confidence"]:
+            lines.append(f"  {b['bucket']:<12} {b['positions']:>7} positions  mean KL {_f(b['mean_kl']).strip()}")
+        dp = cand["recorded_token_dp"]
+        lines.append(f"recorded token: mean |Δp| {_f(dp['mean_abs']).strip()}, max |Δp| {_f(dp['max_abs']).strip()} "
+                     f"({dp['unknown']} positions where one engine did not list it)")
+        lines.append(f"captured mass (served probability in shared bins): mean {_f(cand['captured_mass_mean']).strip()}, "
+                     f"min {_f(cand['captured_mass_min']).strip()}")
+    lines.append("bad engine output (counted, left out of the numbers above):")
+    lines += [_bad_line("noise floor", noise), _bad_line("candidate", cand)]
+    for e in (cand.get("bad_examples") or [])[:5]:
+        lines.append(f"    {e}")
+    if summary.get("skipped"):
+        lines.append(f"turns not forced: {len(summary['skipped'])} (e.g. {summary['skipped'][0]})")
+    return lines
+
+
+# ---------------------------------------------------------------- the gate and the demo
+
+def fidelity_gate_passed(campaign: Any, design_id: str, *, candidate_parts: list[str] | None = None) -> tuple[bool, str]:
+    """Whether the fidelity design ``design_id`` has the verdict ``passed`` (for the ledger's gate check).
+
+    ``candidate_parts``, when given, must equal the parts the fidelity design's candidate added, so a
+    gate cannot be satisfied by a fidelity test of another part. Never raises for a missing or
+    unfinished design: it answers ``(False, why)``."""
+    from frankenstein.design import registry
+    from frankenstein.design.analysis import analyze
+    from frankenstein.errors import FrankError
+
+    try:
+        reg = registry.get(campaign, design_id)
+    except FrankError as exc:
+        return False, f"fidelity gate {design_id}: {exc}"
+    if reg.design.kind != "fidelity":
+        return False, f"fidelity gate {design_id}: a {reg.design.kind} design, not a fidelity design"
+    tested = list(reg.design.arms["candidate"].parts)
+    if candidate_parts is not None and list(candidate_parts) != tested:
+        return False, (f"fidelity gate {design_id}: it tested parts {tested}, not {list(candidate_parts)}")
+    try:
+        a = analyze(campaign, design_id)
+    except FrankError as exc:
+        return False, f"fidelity gate {design_id}: {exc}"
+    word = a.word
+    return word == "passed", f"fidelity gate {design_id}: {word} ({a.extra.get('why', '')})"
+
+
+DEMO_PART = "q8"
+DEMO_PART_TOML = """
+[parts.q8]
+description = "Q8_0 copy of the target weights (a small, real numeric change)."
+model = "pkg:tiny-target-q8.gguf"
+provenance = { fork = "https://github.com/ggml-org/llama.cpp", commit = "", author = "ggml-org", licence = "MIT" }
+"""
+
+DEMO_DESIGN = """\
+name = "fidelity-q8"
+kind = "fidelity"
+hypothesis = "the Q8_0 target changes next-token distributions by less than 0.02 nats on average"
+blocks = 1
+starts_per_arm = 2
+workload = "{workload}"
+
+[arms.served]
+recipe = "served"
+
+[arms.candidate]
+recipe = "served"
+parts = ["{part}"]
+
+[rule]
+kind = "fidelity"
+tolerance = {tolerance}
+threshold = 0.5
+max_positions_above = 1
+
+[fidelity]
+top_k = 64
+max_positions = {max_positions}
+"""
+
+
+def demo_fidelity(campaign: Any, workload_path: str | Path, echo: Callable[[str], None] = print, *,
+                  tolerance: float = 0.02, max_positions: int = 96) -> str:
+    """Register, run and analyze a small fidelity design of the Q8_0 target against the served recipe.
+
+    Adds ``[parts.q8]`` to the campaign's ``frank.toml`` if it is missing (and reloads it). Returns the
+    verdict word. With the shipped models the mean KL is about 0.005 nats, so it passes 0.02."""
+    from frankenstein.config import load_config
+    from frankenstein.design.analysis import analyze, format_analysis
+    from frankenstein.design.registry import register
+    from frankenstein.design.runner import run_design
+
+    toml = campaign.root / "frank.toml"
+    if DEMO_PART not in campaign.config.parts:
+        with open(toml, "a") as f:
+            f.write(DEMO_PART_TOML)
+        campaign.config = load_config(toml)
+    wl = Path(workload_path).resolve()
+    design = campaign.root / "fidelity-q8.toml"
+    design.write_text(DEMO_DESIGN.format(workload=wl, part=DEMO_PART, tolerance=tolerance, max_positions=max_positions))
+    reg = register(campaign, design)
+    echo(f"registered {reg.design_id} (fidelity, {DEMO_PART} vs served, tolerance {tolerance:g} nats)")
+    echo(run_design(campaign, reg.design_id, echo=echo))
+    a = analyze(campaign, reg.design_id)
+    for line in format_analysis(a):
+        echo(line)
+    return a.word

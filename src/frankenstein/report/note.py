@@ -1,0 +1,398 @@
+"""The progress note: Markdown written like a careful lab's, from a campaign's store.
+
+Sections: a summary (one bullet per decision), one section per design (hypothesis, the block table with
+blocks as columns, the rule and what it said, secondary metrics "reported, not tested", plots, and what
+the result does and does not show), what didn't work, and credits of the served parts.
+
+Every formatter returns a list of lines and reads nothing: :func:`collect` gathers the data first. The
+note prints no clock time but those stored with the records, so the same store gives the same text.
+
+    write_report(campaign, out_dir, since=None) -> Path     note.md and its PNGs in out_dir
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+from frankenstein.campaign import Campaign
+from frankenstein.design.table import describe_rule, format_p
+from frankenstein.ledger import LedgerEntry
+from frankenstein.report.collect import DesignReport, NoteData, collect
+from frankenstein.report.facts import what_it_shows
+from frankenstein.report.markdown import code, md_table, num, pct, slug
+from frankenstein.report.refusals import Refusal
+
+NOTE_NAME = "note.md"
+Plots = dict[str, dict[str, str]]  # design id -> {"blocks" | "kl" | "passes": file name}
+
+
+# ---------------------------------------------------------------- results in one phrase
+
+
+def _p_text(p: Fraction | str | None) -> str:
+    return "p not computed" if p is None else f"p = {format_p(Fraction(p))}"
+
+
+def result_phrase(d: DesignReport) -> str:
+    """'metric ratio 0.8248 (-17.52%), 6 of 6 blocks in its favour, p = 1/64 = 0.01562, verdict confirmed'."""
+    a = d.analysis
+    if a is None:
+        return d.error or "no analysis"
+    v = a.verdict
+    if v is None and isinstance(a.extra.get("summary"), dict):
+        return fidelity_phrase(a.extra["summary"], a.word)
+    if v is None or v.n_blocks == 0:
+        return f"verdict {a.word}"
+    metric = d.reg.design.primary_metric
+    if v.data == "difference":
+        est = f"{metric} mean difference {num(v.mean_difference)}"
+    else:
+        est = f"{metric} ratio {v.geomean_ratio:.4f} ({pct(v.geomean_ratio - 1)})" if v.geomean_ratio else metric
+    return f"{est}, {v.in_favour} of {v.n_blocks} blocks in its favour, {_p_text(v.p)}, verdict {a.word}"
+
+
+def fidelity_phrase(summary: dict[str, Any], word: str) -> str:
+    """'mean KL 0.0051 nats (noise floor 0), 0 position(s) above 0.5 nats, verdict passed' (top-k lower bounds)."""
+    def mean(s: Any) -> str:
+        return f"{s['kl']['mean']:.4g}" if isinstance(s, dict) and s.get("positions") else "not measured"
+
+    cand = summary.get("candidate") or {}
+    above = cand.get("above_threshold")
+    rule = summary.get("rule") or {}
+    tail = f", {above} position(s) above {rule.get('threshold', '-')} nats" if above is not None else ""
+    return (f"mean KL {mean(cand)} nats (top-k lower bound; noise floor {mean(summary.get('noise_floor'))}){tail}, "
+            f"verdict {word}")
+
+
+def scope_phrase(scope: dict[str, Any]) -> str:
+    """The same phrase from what the ledger recorded at adoption."""
+    g = scope.get("geomean_ratio")
+    est = f"{scope.get('metric')} ratio {g:.4f} ({pct(g - 1)})" if g else str(scope.get("metric"))
+    return (f"{est}, {scope.get('in_favour')} of {scope.get('blocks')} blocks in its favour, {_p_text(scope.get('p'))}, "
+            f"verdict {scope.get('verdict')}")
+
+
+# ---------------------------------------------------------------- summary
+
+
+def format_summary(data: NoteData) -> list[str]:
+    """One bullet per decision (ledger steps and refused adoptions, in time order), then one per design
+    that no decision used."""
+    by_id = {d.design_id: d for d in data.designs}
+    events: list[tuple[str, int, Any]] = [(e.at, 0, e) for e in data.steps]
+    events += [(r.at, 1, r) for r in data.refusals if r.what == "adopt"]
+    bullets = [_step_bullet(x, by_id) if isinstance(x, LedgerEntry) else _refusal_bullet(x, by_id)
+               for _, _, x in sorted(events, key=lambda t: (t[0], t[1], t[2].seq))]
+    used = {e.design_id for e in data.steps} | {r.name for r in data.refusals if r.what == "adopt"}
+    for d in data.designs:
+        if d.design_id not in used:
+            bullets.append(f"- design {code(d.design_id)} ({d.reg.design.kind}, {_part(d)}): {result_phrase(d)}; "
+                           f"{_no_decision(d)}.")
+    return ["## Summary", "", *(bullets or ["- Nothing recorded yet."])]
+
+
+def _part(d: DesignReport) -> str:
+    return f"part {code(d.part)}" if d.reg.frozen.recipes["candidate"] is not None and " " not in d.part else d.part
+
+
+def _no_decision(d: DesignReport) -> str:
+    if d.reg.design.kind in ("speed", "screen"):
+        return "not adopted" if d.word == "confirmed" else "no adoption asked"
+    return {"fidelity": "a fidelity check", "agent": "a harm check on task passes", "aa": "an A/A check"}[d.reg.design.kind]
+
+
+def _step_bullet(e: LedgerEntry, by_id: dict[str, DesignReport]) -> str:
+    if e.action == "revert":
+        why = f"; why: {e.why}" if e.why else ""
+        head = "**re-applied**" if e.scope.get("undoes_action") == "revert" else "**reverted**"
+        return (f"- {head} {code(e.part)} (step {e.seq}, undoes step {e.scope.get('undoes')}: "
+                f"{e.scope.get('undoes_action')}){why}; served parts after it: {_parts(e.parts)}.")
+    head = "**adopted by force**" if e.forced else "**adopted**"
+    text = f"- {head} {code(e.part)} (step {e.seq}, design {code(e.design_id or '-')}): {scope_phrase(e.scope)}"
+    if e.forced:
+        over = "; ".join(e.scope.get("overridden") or []) or "nothing"
+        text += f"; forced because: {e.why}; it overrode: {over}"
+    return text + "."
+
+
+def _refusal_bullet(r: Refusal, by_id: dict[str, DesignReport]) -> str:
+    d = by_id.get(r.name)
+    res = f": {result_phrase(d)}" if d is not None else ""
+    return f"- **refused** {code(r.part or '-')} (design {code(r.name)}){res}; refused because {r.reason}."
+
+
+def _parts(parts: list[str]) -> str:
+    return ", ".join(code(p) for p in parts) if parts else "none (the base recipe)"
+
+
+# ---------------------------------------------------------------- one design
+
+
+def format_design(d: DesignReport, base: str, plots: dict[str, str]) -> list[str]:
+    reg, design = d.reg, d.reg.design
+    lines = [f"## Design {code(d.design_id)}: {design.name} ({design.kind})", ""]
+    lines += _design_head(d, base)
+    lines += ["", *format_block_table(d)]
+    lines += ["", *format_rule(d)]
+    lines += format_secondary(d)
+    if design.kind == "agent" and d.episodes:
+        lines += ["", *format_pass_matrix(d)]
+    for key, label in (("blocks", f"{design.primary_metric} per block, paired"),
+                       ("kl", "KL per position against the noise floor"), ("passes", "pass matrix")):
+        if key in plots:
+            lines += ["", f"![{label}]({plots[key]})"]
+    if design.kind == "fidelity" and "kl" not in plots:
+        lines += ["", "No KL plot: the fidelity module gave no per-position KL for this design."]
+    lines += ["", "### What this does and does not show", "", *(f"- {s}" for s in what_it_shows(d.facts))]
+    return lines
+
+
+def _design_head(d: DesignReport, base: str) -> list[str]:
+    reg, design = d.reg, d.reg.design
+    s, c = reg.frozen.recipes["served"], reg.frozen.recipes["candidate"]
+    arms = ("command arms" if s is None or c is None else
+            f"served = {code(' + '.join([base, *s.parts]))}, candidate = {code(' + '.join([base, *c.parts]))}")
+    return [
+        f"- Tests: {_part(d)}; {arms}.",
+        f"- Registered {reg.registered_at}, design hash {code(reg.design_hash[:16])}; {design.blocks} blocks, "
+        f"{design.starts_per_arm} start(s) per arm per block, arm order per block drawn from the registered seed.",
+        f"- Hypothesis: {design.hypothesis or 'none written'}",
+        f"- Primary metric: {code(design.primary_metric)} ({reg.frozen.direction} is better).",
+    ]
+
+
+def _arm_values(d: DesignReport, metric: str) -> dict[int, dict[str, float]]:
+    a = d.analysis
+    return dict(a.per_block.get(metric, {})) if a is not None else {}
+
+
+def format_block_table(d: DesignReport) -> list[str]:
+    """Blocks as columns: each arm's value and ratio − 1 (or the difference) per block, then the mean."""
+    a = d.analysis
+    if a is None:
+        return [d.error or "No analysis."]
+    v = a.verdict
+    if v is None:
+        return ["```text", *a.extra.get("lines", [f"verdict: {a.word}"]), "```"]
+    rows = {r.block: r for r in v.rows}
+    vals = _arm_values(d, d.reg.design.primary_metric)
+    header, served, cand, rel = ["block"], ["served"], ["candidate"], [("difference" if v.data == "difference" else "ratio − 1")]
+    for b in range(d.reg.design.blocks):
+        r = rows.get(str(b + 1))
+        header.append(str(b + 1))
+        got = vals.get(b, {})
+        served.append(num(r.served if r and r.served is not None else got.get("served")))
+        cand.append(num(r.candidate if r and r.candidate is not None else got.get("candidate")))
+        status = d.block_status.get(b, "not run")
+        if r is None:
+            rel.append(status if status != "complete" else "—")
+        else:
+            rel.append(num(r.difference) if v.data == "difference" else pct(r.ratio_minus_one))
+    header.append("mean")
+    served.append(num(_mean([r.served for r in v.rows])))
+    cand.append(num(_mean([r.candidate for r in v.rows])))
+    rel.append(num(v.mean_difference) if v.data == "difference" else pct(v.geomean_ratio - 1 if v.geomean_ratio else None))
+    table = md_table(header, [served, cand, rel], "l" + "r" * (len(header) - 1))
+    note = ("The mean column gives each arm's arithmetic mean over the blocks analysed and, for ratio − 1, the "
+            "geometric-mean ratio − 1: the estimate the rule tests." if v.data == "ratio" else
+            "The mean column gives each arm's arithmetic mean and the mean difference (candidate − served).")
+    return [*table, "", note + _dropped(d)]
+
+
+def _mean(xs: list[float | None]) -> float | None:
+    ys = [x for x in xs if x is not None]
+    return sum(ys) / len(ys) if ys else None
+
+
+def _dropped(d: DesignReport) -> str:
+    a = d.analysis
+    notes = list(a.dropped) if a is not None else []
+    return (" " + " ".join(n[0].upper() + n[1:] + "." for n in notes)) if notes else ""
+
+
+def format_rule(d: DesignReport) -> list[str]:
+    """The registered rule in words, and what it said with its exact p."""
+    a = d.analysis
+    if a is None or a.verdict is None:
+        return [f"**Verdict:** {d.word}."]
+    v = a.verdict
+    said = f"**It said:** {a.word} ({v.reason}). {v.in_favour} of {v.n_blocks} blocks favour the candidate, " \
+           f"{v.against} the served arm, {v.ties} tie(s); {_p_text(v.p)}"
+    if v.ci is not None:
+        said += (f"; {v.ci.level * 100:g}% CI for the {v.ci.estimand}: [{v.ci.low:.5g}, {v.ci.high:.5g}] "
+                 f"(exact coverage {format_p(v.ci.coverage)})")
+    said += "."
+    if a.extra.get("word") == "invalid" and a.extra.get("reason"):
+        said += f" Overridden to invalid: {a.extra['reason']}."
+    return [f"**Rule:** {code(v.rule.kind)}: {describe_rule(v.rule)}.", "", said]
+
+
+def format_secondary(d: DesignReport) -> list[str]:
+    """Secondary metrics per block as ratio − 1, and their geometric-mean ratio: reported, not tested."""
+    a = d.analysis
+    if a is None or not a.secondary:
+        return []
+    header = ["metric (ratio − 1)", *(str(b + 1) for b in range(d.reg.design.blocks)), "geometric mean"]
+    rows = []
+    for m, summary in a.secondary.items():
+        per = a.per_block.get(m, {})
+        cells = [code(m)]
+        for b in range(d.reg.design.blocks):
+            s, c = per.get(b, {}).get("served"), per.get(b, {}).get("candidate")
+            cells.append(pct(c / s - 1) if s and c else "—")
+        g = summary.get("geomean_ratio")
+        cells.append(pct(g - 1 if g else None))
+        rows.append(cells)
+    return ["", "Secondary metrics (reported, not tested):", "", *md_table(header, rows, "l" + "r" * (len(header) - 1))]
+
+
+def pass_matrix(d: DesignReport) -> tuple[list[str], list[str], list[list[bool | None]]]:
+    """(rows: task and draw, columns: block and arm, cells: passed or None) from the episodes table."""
+    cols = sorted({(e.block, e.arm) for e in d.episodes})
+    rows = sorted({(e.task_id, e.draw) for e in d.episodes})
+    got = {(e.task_id, e.draw, e.block, e.arm): e.passed for e in d.episodes}
+    cells = [[got.get((t, dr, b, arm)) for b, arm in cols] for t, dr in rows]
+    return ([f"{t} #{dr + 1}" for t, dr in rows], [f"{b + 1} {arm[0].upper()}" for b, arm in cols], cells)
+
+
+def format_pass_matrix(d: DesignReport) -> list[str]:
+    rows, cols, cells = pass_matrix(d)
+    body = [[r, *("✓" if v else "✗" if v is not None else "—" for v in row)] for r, row in zip(rows, cells)]
+    head = ["Pass matrix (✓ pass, ✗ fail; columns: block and arm, S served, C candidate):", ""]
+    return [*head, *md_table(["task #draw", *cols], body, "l" + "r" * len(cols))]
+
+
+# ---------------------------------------------------------------- what didn't work, credits
+
+
+def went_wrong(d: DesignReport) -> bool:
+    kind, word = d.reg.design.kind, d.word
+    if word == "unavailable":
+        return False
+    if kind == "agent":
+        return word in ("harm shown", "invalid")
+    if kind == "aa":
+        return word != "not confirmed"
+    if kind == "fidelity":
+        return word != "passed"
+    return word != "confirmed"
+
+
+def format_didnt_work(data: NoteData) -> list[str]:
+    """Not-confirmed, stopped and refused designs, with their numbers; failed starts too."""
+    out = []
+    for d in data.designs:
+        head = f"- {code(d.design_id)} ({d.reg.design.kind}, {_part(d)}): "
+        if d.facts.stopped:
+            out.append(head + f"stopped after {d.facts.blocks_run} of {d.facts.blocks} blocks ({d.facts.stopped}); "
+                       f"over the blocks run: {result_phrase(d)}.")
+        elif went_wrong(d):
+            out.append(head + f"{d.word}: {result_phrase(d)}.")
+        if d.facts.starts_failed:
+            out.append(head + f"{d.facts.starts_failed} failed or invalid start(s){_failures(d)}.")
+    for r in data.refusals:
+        if r.what == "registration":
+            where = f" ({code(Path(r.path).name)})" if r.path else ""
+            out.append(f"- registration of design {code(r.name)}{where} refused: {r.reason.rstrip('.')}.")
+        else:
+            out.append(f"- adoption of {code(r.part or '-')} on design {code(r.name)} refused: {r.reason.rstrip('.')}.")
+    return ["## What didn't work", "", *(out or ["- Nothing: no design in this note failed, stopped short or was refused."])]
+
+
+def _failures(d: DesignReport) -> str:
+    a = d.analysis
+    if a is None or not a.failures:
+        return ""
+    return ": " + "; ".join(f"block {f['block'] + 1} {f['arm']} {f['status']} ({f['reason']})" for f in a.failures[:5])
+
+
+def format_credits(data: NoteData) -> list[str]:
+    if not data.credits:
+        return ["## Credits", "", f"No parts served: the served recipe is the base recipe {code(data.base)}."]
+    rows = [[code(c.part), c.fork or "not given", c.commit or "not given", c.author or "not given",
+             c.licence or "not given", f"step {c.step}" if c.step else "base recipe"] for c in data.credits]
+    return ["## Credits", "", "Parts in the served recipe now, with their provenance from `frank.toml`:", "",
+            *md_table(["part", "fork", "commit", "author", "licence", "adopted"], rows, "llllll")]
+
+
+# ---------------------------------------------------------------- the note
+
+
+def render_note(data: NoteData, plots: Plots) -> list[str]:
+    since = f"since {data.since}" if data.since else "since the campaign began"
+    lines = [f"# Progress note: {data.campaign}", "",
+             f"Served recipe now: {code(' + '.join([data.base, *data.served]))}. This note covers the designs "
+             f"registered, ledger steps and refusals {since}: {len(data.designs)} design(s), {len(data.steps)} "
+             "ledger step(s). Every number comes from the campaign's store, analysed under each design's registered rule.",
+             "", *format_summary(data)]
+    for d in data.designs:
+        lines += ["", *format_design(d, data.base, plots.get(d.design_id, {}))]
+    lines += ["", *format_didnt_work(data), "", *format_credits(data)]
+    return lines
+
+
+def plan_plots(data: NoteData) -> Plots:
+    """Which PNGs the note shows, by design: paired blocks where there are values, KL where the fidelity
+    module gave it, the pass matrix where episodes were recorded."""
+    out: Plots = {}
+    for d in data.designs:
+        p: dict[str, str] = {}
+        if d.analysis is not None and d.analysis.verdict is not None and d.analysis.verdict.data == "ratio" \
+                and _arm_values(d, d.reg.design.primary_metric):
+            p["blocks"] = f"{slug(d.design_id)}-blocks.png"
+        if d.fidelity and d.fidelity.get("candidate"):
+            p["kl"] = f"{slug(d.design_id)}-kl.png"
+        if d.episodes:
+            p["passes"] = f"{slug(d.design_id)}-passes.png"
+        if p:
+            out[d.design_id] = p
+    return out
+
+
+def draw_plots(data: NoteData, plots: Plots, out_dir: Path) -> list[Path]:
+    from frankenstein.report import plots as P
+
+    written = []
+    by_id = {d.design_id: d for d in data.designs}
+    for did, files in plots.items():
+        d = by_id[did]
+        metric = d.reg.design.primary_metric
+        if "blocks" in files:
+            vals = _arm_values(d, metric)
+            blocks = list(range(d.reg.design.blocks))
+            written.append(P.plot_paired_blocks(out_dir / files["blocks"], [str(b + 1) for b in blocks],
+                                                [vals.get(b, {}).get("served") for b in blocks],
+                                                [vals.get(b, {}).get("candidate") for b in blocks], metric,
+                                                f"{did}: {metric} per block"))
+        if "kl" in files and d.fidelity:
+            f = d.fidelity
+            written.append(P.plot_kl(out_dir / files["kl"], f["candidate"], f.get("noise"), tolerance=f.get("tolerance"),
+                                     threshold=f.get("threshold"), title=f"{did}: KL per position"))
+        if "passes" in files:
+            rows, cols, cells = pass_matrix(d)
+            written.append(P.plot_pass_matrix(out_dir / files["passes"], rows, cols, cells, f"{did}: pass matrix"))
+    return written
+
+
+def since_text(since: date | datetime | str | None) -> str | None:
+    """An ISO date or timestamp prefix, compared as text with the stored UTC timestamps."""
+    if since is None or isinstance(since, str):
+        return since
+    if isinstance(since, datetime):
+        return since.strftime("%Y-%m-%dT%H:%M:%S")
+    return since.isoformat()
+
+
+def write_report(campaign: Campaign, out_dir: str | Path, since: date | datetime | str | None = None) -> Path:
+    """Write ``note.md`` and its PNG plots into ``out_dir``; returns the note's path."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    data = collect(campaign, since_text(since))
+    plots = plan_plots(data)
+    draw_plots(data, plots, out)
+    note = out / NOTE_NAME
+    note.write_text("\n".join(render_note(data, plots)) + "\n", encoding="utf-8")
+    return note

@@ -1,0 +1,102 @@
+"""The progress note rendered from stored campaigns, compared with golden files.
+
+The store is built directly: designs through the real registry, starts through ``Store.insert_start``
+with fixed metrics and resources, ledger steps through the real ``adopt``/``revert``; no engine runs.
+Registration draws a fresh seed and timestamp and the campaign lives in a temporary folder, so those
+few values are replaced by placeholders before comparing. Regenerate the golden files after an intended
+change with ``FRANK_UPDATE_GOLDEN=1 .venv/bin/pytest -q tests/test_report_note.py``.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import date
+from pathlib import Path
+
+import pytest
+
+from frankenstein import ledger
+from frankenstein.errors import DesignError, LedgerError
+from frankenstein.report import write_report
+from frankenstein.report.refusals import register_or_record, refusals
+
+from helpers_campaign import make_campaign, make_workload, write_design
+from helpers_ledger import CONFIRMED, MIXED, golden, gpu, is_png, stored_design
+
+GOLDEN = Path(__file__).parent / "golden"
+UPDATE = os.environ.get("FRANK_UPDATE_GOLDEN") == "1"
+
+
+@pytest.fixture
+def camp(tmp_path: Path):
+    c = make_campaign(tmp_path / "c")
+    make_workload(c.root / "workloads" / "w.jsonl")
+    yield c
+    c.close()
+
+
+def normalise(text: str, camp, regs) -> str:
+    text = text.replace(str(camp.root), "<campaign>")
+    for i, reg in enumerate(regs, 1):
+        text = text.replace(reg.registered_at, f"<registered-{i}>").replace(reg.design_hash[:16], f"<hash-{i}>")
+    return text
+
+
+def build_story(camp) -> list:
+    """A week of a campaign: an adoption, a refusal then a forced adoption and its revert, a curtailed
+    design, one with a failed start, and a registration refused for too few blocks."""
+    gpu_res = lambda arm, b: gpu(20480.0 if arm == "served" else 20736.0 + 8 * b, 310.0 if arm == "served" else 295.0)  # noqa: E731
+    regs = [stored_design(camp, name="draft-speed", served=CONFIRMED[0], candidate=CONFIRMED[1], resources=gpu_res,
+                          extra="[gates]\nmemory_mib = 512")]
+    ledger.adopt(camp, "draft", regs[0].design_id)
+    regs.append(stored_design(camp, name="threads", parts='["threads1"]', served=MIXED[0], candidate=MIXED[1], day=2))
+    with pytest.raises(LedgerError):
+        ledger.adopt(camp, "threads1", regs[1].design_id)
+    ledger.adopt(camp, "threads1", regs[1].design_id, force=True, why="vendor benchmark at concurrency 8")
+    ledger.revert(camp, why="no evidence on our workload")
+    regs.append(stored_design(camp, name="curtailed", parts='["threads1"]', blocks=10, served=[10.0, 10.0],
+                              candidate=[10.5, 10.6], extra='stopping = "curtail"', day=3))
+    regs.append(stored_design(camp, name="dropped", parts='["threads1"]', served=CONFIRMED[0], candidate=CONFIRMED[1],
+                              fail=lambda arm, b: "engine exited 139 before ready" if (arm, b) == ("candidate", 3) else None,
+                              day=4))
+    with pytest.raises(DesignError):
+        register_or_record(camp, write_design(camp.root / "tiny.toml", name="tiny", blocks=4))
+    return regs
+
+
+def test_note_of_a_campaign_matches_golden(camp, tmp_path: Path) -> None:
+    regs = build_story(camp)
+    note = write_report(camp, tmp_path / "out")
+    assert note == tmp_path / "out" / "note.md"
+    golden(normalise(note.read_text(), camp, regs), GOLDEN / "note_campaign.md", UPDATE)
+    pngs = sorted(p.name for p in (tmp_path / "out").glob("*.png"))
+    assert pngs == ["curtailed-3-blocks.png", "draft-speed-1-blocks.png", "dropped-4-blocks.png", "threads-2-blocks.png"]
+    assert all(is_png(tmp_path / "out" / p) for p in pngs)
+
+
+def test_note_is_the_same_text_when_written_twice(camp, tmp_path: Path) -> None:
+    build_story(camp)
+    a = write_report(camp, tmp_path / "a").read_text()
+    b = write_report(camp, tmp_path / "b").read_text()
+    assert a == b
+
+
+def test_note_of_an_empty_campaign_matches_golden(camp, tmp_path: Path) -> None:
+    golden(write_report(camp, tmp_path / "out").read_text(), GOLDEN / "note_empty.md", UPDATE)
+
+
+def test_since_leaves_out_earlier_records(camp, tmp_path: Path) -> None:
+    build_story(camp)
+    later = write_report(camp, tmp_path / "later", since=date(2999, 1, 1)).read_text()
+    assert "since 2999-01-01: 0 design(s), 0 ledger step(s)" in later
+    assert "## Design" not in later and "- Nothing recorded yet." in later
+    assert "| `draft` | https://github.com/ggml-org/llama.cpp | abc123 | ggml-org | MIT | step 1 |" in later  # credits: now
+    every = write_report(camp, tmp_path / "all", since="2000-01-01").read_text()
+    assert every.count("\n## Design ") == 4
+
+
+def test_registration_refusals_are_kept(camp) -> None:
+    with pytest.raises(DesignError) as e:
+        register_or_record(camp, write_design(camp.root / "tiny.toml", name="tiny", blocks=4))
+    [r] = refusals(camp)
+    assert (r.what, r.name, r.path, r.reason) == ("registration", "tiny", str(camp.root / "tiny.toml"), str(e.value))
