@@ -212,3 +212,21 @@ def test_bad_limit_overrides_are_refused(tmp_path: Path, bad: dict[str, int], me
     with pytest.raises(ConfigError) as err:
         _one(tmp_path, [], limit_overrides=bad)
     assert str(err.value) == message
+
+
+def test_cli_draw(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    write_task(tmp_path / "suite", "t42")
+    steps = [call("write_file", path="answer.txt", content="42"), call("submit")]
+    with ScriptedModelServer(steps) as srv:
+        done = subprocess.run([sys.executable, "-m", "frankenstein", "tasks", "draw", srv.base_url, "--suite",
+                               str(tmp_path / "suite"), "--trace", str(tmp_path / "t.jsonl"), "--work-dir",
+                               str(tmp_path / "w"), "--draw", "2", "--turns", "5"],
+                              capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    row = json.loads(done.stdout)
+    assert {k: row[k] for k in ("task_id", "draw", "status", "passed", "grader_rc", "turns")} == {
+        "task_id": "t42", "draw": 2, "status": "submitted", "passed": True, "grader_rc": 0, "turns": 2}
+    assert len(load_trace(tmp_path / "t.jsonl").turns) == 2

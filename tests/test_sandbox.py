@@ -256,3 +256,8 @@ def test_a_launcher_failure_is_a_sandbox_error(tmp_path: Path) -> None:
     box = Sandbox(tmp_path, SandboxLimits(), isolation=Isolation("bogus"))
     with pytest.raises(SandboxError, match=r"^jail: sandbox setup failed \(bogus\): unknown mode$"):
         box.run("true", timeout_s=10)
+
+
+def test_a_command_cannot_fake_a_launcher_failure(tmp_path: Path) -> None:
+    res = Sandbox(tmp_path, SandboxLimits(), isolation=NS).run("echo 'jail: sandbox setup failed'; exit 125", 10)
+    assert (res.rc, res.output) == (125, "jail: sandbox setup failed\n")

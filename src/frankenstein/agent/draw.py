@@ -8,7 +8,6 @@ of the store's ``episodes`` table (:meth:`EpisodeResult.row`).
 from __future__ import annotations
 
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -46,12 +45,7 @@ def session_id(task_id: str, draw: int) -> str:
 
 def _hidden(task: Task, work_dir: Path) -> list[Path]:
     """What the agent must not see: the suite (graders, oracles) and earlier episodes' folders."""
-    keep = [Path(p).resolve() for p in (sys.prefix, sys.base_prefix)]
-    out = []
-    for p in (task.dir.parent.resolve(), work_dir.resolve()):
-        if p != Path("/") and not any(k.is_relative_to(p) for k in keep):
-            out.append(p)
-    return out
+    return [task.dir.parent, work_dir]
 
 
 def run_episode(client: ChatClient, task: Task, draw: int, trace_path: Path, work_dir: Path, *, model: str,

@@ -17,7 +17,12 @@ hidden folders covered by empty read-only tmpfs, no network but loopback, and it
 Because the command's shell is PID 1 of a new PID namespace, the kernel kills every process left in
 it (daemons and ``setsid`` escapees included) when the shell exits or is killed.
 
-Setup failures exit with status 125 and a ``jail:`` line on stderr.
+Progress goes to ``report_fd``: ``pid N`` (the host pid of the namespace's PID 1, from the launcher
+that stays outside) and ``ready`` just before ``exec``. Without ``ready`` the setup failed; the
+reason is a ``jail:`` line on stderr and the exit status is 125.
+
+As root, folders the unprivileged uid must reach but cannot enter (a Python installed under
+``/root``) are re-exposed through a tmpfs over the closed parent (``expose``).
 """
 
 import ctypes
@@ -195,7 +200,7 @@ def main(argv):
             _enter_namespaces(mode)
             pid = os.fork()
             if pid:
-                _report(report_fd, f"{pid}\n")
+                _report(report_fd, f"pid {pid}\n")
                 _wait_for_child(pid)
             _setup_mounts(cfg)
             _loopback_up()
@@ -204,9 +209,10 @@ def main(argv):
             _drop_to(int(cfg["uid"]), int(cfg["gid"]))
         if mode != "none":
             _die_with_parent()
-        if report_fd is not None:
-            os.close(report_fd)
         os.chdir(VIEW_WS if mode != "none" else cfg["workspace"])
+        if report_fd is not None:
+            _report(report_fd, "ready\n")
+            os.close(report_fd)
     except OSError as exc:
         sys.stderr.write(f"jail: sandbox setup failed ({mode}): {exc}\n")
         sys.stderr.flush()

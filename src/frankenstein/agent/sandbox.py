@@ -38,7 +38,6 @@ JAIL = Path(__file__).with_name("jail.py")
 VIEW_WS = "/tmp/workspace"
 VIEW_GRADER = "/tmp/grader"
 SANDBOX_UID = 65534  # nobody: only used when we are root
-SETUP_FAILED = 125
 
 
 @dataclass(frozen=True)
@@ -88,6 +87,16 @@ def scrubbed_env(home: str) -> dict[str, str]:
     }
 
 
+def _safe_to_hide(paths: Sequence[Path]) -> list[Path]:
+    """Never cover ``/`` or a folder holding the Python the sandbox runs."""
+    keep = [Path(p) for p in _python_paths()]
+    out = []
+    for p in (Path(h).resolve() for h in paths):
+        if p != Path("/") and not any(k.is_relative_to(p) for k in keep):
+            out.append(p)
+    return out
+
+
 def _python_paths() -> list[str]:
     """Folders the sandbox user must reach to run our Python (the venv and its base install)."""
     return sorted({os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix)})
@@ -125,7 +134,7 @@ class Sandbox:
                  isolation: Isolation | None = None) -> None:
         self.workspace = Path(workspace).resolve()
         self.limits = limits
-        self.hide = [str(Path(h).resolve()) for h in hide]
+        self.hide = [str(p) for p in _safe_to_hide(hide)]
         self.isolation = isolation or detect_isolation()
         self.mode = self.isolation.mode
         self.env = scrubbed_env("/tmp" if self.mode != "none" else str(self.workspace))
@@ -153,11 +162,14 @@ class Sandbox:
             raise SandboxError(f"cannot start the sandbox launcher: {exc}") from exc
         finally:
             os.close(write_end)
-        ns_pid1 = _read_pid(read_end)
+        ns_pid1, ready = _read_report(read_end)
         try:
             collected = _collect(proc, t0 + timeout_s, self.limits)
         finally:
             _kill_tree(proc, ns_pid1)
+        if not ready:
+            said = collected.text(self.limits.output_chars).strip()
+            raise SandboxError(said.splitlines()[-1] if said else f"sandbox launcher exited {proc.returncode}")
         return self._result(proc, collected, time.monotonic() - t0)
 
     def _jail_config(self, binds: Sequence[tuple[Path, str]], report_fd: int) -> dict[str, Any]:
@@ -174,8 +186,6 @@ class Sandbox:
     def _result(self, proc: subprocess.Popen[bytes], c: _Collected, seconds: float) -> CommandResult:
         rc = None if (c.timed_out or c.overflow) else proc.returncode
         text = c.text(self.limits.output_chars)
-        if rc == SETUP_FAILED and text.startswith("jail: "):
-            raise SandboxError(text.strip().splitlines()[0])
         notes = []
         if c.timed_out:
             notes.append(f"[timed out after {seconds:.0f} s; every process of the command was killed]")
@@ -291,11 +301,17 @@ def processes_of(uid: int) -> int:
     return n
 
 
-def _read_pid(fd: int) -> int | None:
-    """The launcher reports the host pid of the namespace's PID 1 (nothing in mode none)."""
+def _read_report(fd: int) -> tuple[int | None, bool]:
+    """The launcher's report: the host pid of the namespace's PID 1 (none in mode none), and
+    whether setup finished (``ready``). Returns at EOF, which comes at ``exec`` or on failure."""
+    pid, ready = None, False
     with os.fdopen(fd, "rb") as f:
-        line = f.readline()
-    return int(line) if line.strip().isdigit() else None
+        for line in f:
+            word, _, arg = line.decode().strip().partition(" ")
+            if word == "pid" and arg.isdigit():
+                pid = int(arg)
+            ready = ready or word == "ready"
+    return pid, ready
 
 
 def _collect(proc: subprocess.Popen[bytes], deadline: float, limits: SandboxLimits) -> _Collected:

@@ -64,9 +64,11 @@ class FidelitySpec(Strict):
 
 
 class AgentSpec(Strict):
-    suite: str = "pkg:suite"
-    tasks: list[str] | None = None
-    draws: int = Field(default=1, ge=1)
+    suite: str = Field(default="pkg:suite", description="task suite folder; pkg:suite is the shipped one")
+    tasks: list[str] | None = Field(default=None, description="task ids to run (default: all)")
+    draws: int = Field(default=1, ge=1, description="draws per start; one draw runs every task once")
+    limits: dict[str, float] = Field(default_factory=dict, description="task limit overrides, e.g. turns = 4")
+    temperature: float = 0.0
 
 
 class Gates(Strict):

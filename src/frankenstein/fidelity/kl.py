@@ -27,6 +27,7 @@ import numpy as np
 # Confidence buckets of the served engine's top-1 probability (lower edges; the last is closed at 1).
 CONFIDENCE_EDGES: tuple[float, ...] = (0.0, 0.5, 0.8, 0.95, 0.99)
 CHUNK = 1024
+TAIL_FLOOR = 1e-5
 
 
 @dataclass
@@ -85,13 +86,16 @@ def _chunk_kl(s_ids: np.ndarray, s_lp: np.ndarray, c_ids: np.ndarray, c_lp: np.n
 
 
 def _tail_term(mass_s: np.ndarray, mass_c: np.ndarray) -> np.ndarray:
-    """The tail bucket's generalised KL term from the masses left outside the shared bins."""
-    ts = np.clip(1.0 - mass_s, 0.0, 1.0)
-    tc = np.clip(1.0 - mass_c, 0.0, 1.0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        log_ratio = np.log(ts) - np.log(np.maximum(tc, 1e-300))
-        plogp = np.where(ts > 0, ts * log_ratio, 0.0)
-    return np.maximum(plogp - ts + tc, 0.0)
+    """The tail bucket's generalised KL term from the masses left outside the shared bins.
+
+    Engines compute probabilities in float32 and lists of them do not sum to exactly one (llama.cpp's
+    full 1536-token list sums to 1 + 1e-6), so a tail below ``TAIL_FLOOR`` is rounding, not mass: both
+    tails are raised to at least ``TAIL_FLOOR``. That can only lower the term (it is decreasing in the
+    smaller mass below the larger), so the result stays a lower bound, and two tails that are both
+    rounding contribute exactly 0."""
+    ts = np.clip(1.0 - mass_s, TAIL_FLOOR, 1.0)
+    tc = np.clip(1.0 - mass_c, TAIL_FLOOR, 1.0)
+    return np.maximum(ts * (np.log(ts) - np.log(tc)) - ts + tc, 0.0)
 
 
 def topk_kl(s_ids: np.ndarray, s_lp: np.ndarray, c_ids: np.ndarray, c_lp: np.ndarray,

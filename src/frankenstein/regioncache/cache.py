@@ -28,7 +28,8 @@ from tokenizers import Tokenizer
 
 from frankenstein.errors import ConfigError
 from frankenstein.regioncache.cuts import NewlineRule, candidate_cuts, chunk_bounds
-from frankenstein.regioncache.lru import ByteLRU
+from frankenstein.regioncache.lru import ByteLRU, ids_cost
+from frankenstein.regioncache.memo import Chunking, margin, memo_key, reusable_chunks
 from frankenstein.regioncache.pipeline import CutPlan, analyse_json
 
 log = logging.getLogger("frankenstein.regioncache")
@@ -85,6 +86,7 @@ class RegionCache:
         self.target_chunk = max(1, target_chunk)
         self.min_bytes = min_bytes
         self.lru = ByteLRU(max_bytes)
+        self._margin = margin(self.plan.scanner.longest)
         self._shadow_rate = shadow_rate
         self._rng = random.Random(shadow_seed)
         self._on_disable = on_disable
@@ -110,11 +112,12 @@ class RegionCache:
         return self._with_specials(body, add_special_tokens)
 
     def count(self, text: str, add_special_tokens: bool = True) -> int:
-        """``len(encode(text, add_special_tokens))``, without building the list."""
-        body, checked = self._request(text, add_special_tokens)
+        """``len(encode(text, add_special_tokens))``, without building the list (chunks whose ids
+        were evicted but whose count is remembered are not encoded again)."""
+        body, checked = self._request(text, add_special_tokens, need_ids=False)
         if checked is not None:
             return len(checked)
-        n = sum(len(part) for part in body)
+        n = sum(body)
         return n + (len(self.plan.prefix) + len(self.plan.suffix) if add_special_tokens else 0)
 
     def status(self) -> CacheStatus:
@@ -136,18 +139,20 @@ class RegionCache:
                            reason="post_processor: its special tokens differ from what was read")
         return plan
 
-    def _request(self, text: str, add_special: bool) -> tuple[list[np.ndarray], list[int] | None]:
-        """The body's id arrays, plus the full-encode ids when this request was shadow-checked or
-        the cache is off (then the arrays are not used)."""
+    def _request(self, text: str, add_special: bool, need_ids: bool = True) -> tuple[list[Any], list[int] | None]:
+        """The body's id arrays (or, without ``need_ids``, token counts per chunk), plus the
+        full-encode ids when this request was shadow-checked or the cache is off (then the first
+        part is not used)."""
         with self._lock:
             self._counts["requests"] += 1
             shadow = self.enabled and self._shadow_rate > 0 and self._rng.random() < self._shadow_rate
         if not self.enabled:
             return [], self._full(text, add_special)
         try:
-            body = self._body(text)
+            data = text.encode("utf-8")
         except UnicodeEncodeError:  # lone surrogates: let tokenizers say what it says about them
             return [], self._full(text, add_special)
+        body = self._body(data, need_ids or shadow)
         if shadow:
             return body, self._shadow(text, add_special, body)
         return body, None
@@ -155,26 +160,42 @@ class RegionCache:
     def _full(self, text: str, add_special: bool) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=add_special).ids)
 
-    def _body(self, text: str) -> list[np.ndarray]:
-        data = text.encode("utf-8")
+    def _body(self, data: bytes, need_ids: bool) -> list[Any]:
+        """Id arrays of the chunks of ``data`` (or their token counts when ids are not needed)."""
         if len(data) < self.min_bytes:
-            return [self._encode_many([text])[0]]
-        assert self.rule is not None
-        bounds = chunk_bounds(data, candidate_cuts(data, self.rule, self.plan.scanner), self.target_chunk)
-        chunks = [data[a:b] for a, b in zip(bounds, bounds[1:]) if b > a]
-        ident = self.plan.identity
-        keys = [hashlib.blake2b(c, digest_size=16, key=ident[:32]).digest() for c in chunks]
-        found = self.lru.get_many(keys)
-        missing = [i for i, ids in enumerate(found) if ids is None]
-        if missing:
-            fresh = self._encode_many([chunks[i].decode("utf-8") for i in missing])
-            for i, ids in zip(missing, fresh):
+            ids = self._encode_many([data.decode("utf-8")])[0]
+            return [ids] if need_ids else [len(ids)]
+        ch = self._chunking(data)
+        found = self.lru.get_many(ch.keys)
+        todo = [i for i, ids in enumerate(found) if ids is None and (need_ids or ch.counts[i] < 0)]
+        if todo:
+            fresh = self._encode_many([data[ch.bounds[i]:ch.bounds[i + 1]].decode("utf-8") for i in todo])
+            for i, ids in zip(todo, fresh):
                 found[i] = ids
-                self.lru.put(keys[i], ids)
+                self.lru.put(ch.keys[i], ids, ids_cost(ids))
+        counts = [len(ids) if ids is not None else n for ids, n in zip(found, ch.counts)]
+        self._remember(Chunking(data, ch.bounds, ch.keys, counts))
         with self._lock:
-            self._counts["chunks_hit"] += len(chunks) - len(missing)
-            self._counts["chunks_encoded"] += len(missing)
-        return found  # type: ignore[return-value]
+            self._counts["chunks_hit"] += len(found) - len(todo)
+            self._counts["chunks_encoded"] += len(todo)
+        return found if need_ids else counts
+
+    def _chunking(self, data: bytes) -> Chunking:
+        """Bounds and keys of ``data``'s chunks, reusing the memo of an earlier prompt it extends."""
+        assert self.rule is not None
+        mkey = memo_key(self.plan.identity, data)
+        prior = self.lru.get_many([mkey])[0] if mkey else None
+        base = prior.prefix(reusable_chunks(prior, data, self._margin)) if prior else Chunking(data, [0], [], [])
+        start = base.bounds[-1]
+        bounds = chunk_bounds(data, candidate_cuts(data, self.rule, self.plan.scanner, start), self.target_chunk, start)
+        ident = self.plan.identity[:32]
+        keys = [hashlib.blake2b(data[a:b], digest_size=16, key=ident).digest() for a, b in zip(bounds, bounds[1:])]
+        return Chunking(data, base.bounds + bounds[1:], base.keys + keys, base.counts + [-1] * len(keys))
+
+    def _remember(self, ch: Chunking) -> None:
+        mkey = memo_key(self.plan.identity, ch.data)
+        if mkey is not None:
+            self.lru.put(mkey, ch, ch.cost())
 
     def _encode_many(self, texts: list[str]) -> list[np.ndarray]:
         encs = self._encode_batch(texts, add_special_tokens=False)
@@ -186,7 +207,7 @@ class RegionCache:
             return [*self.plan.prefix, *ids, *self.plan.suffix]
         return ids
 
-    def _shadow(self, text: str, add_special: bool, body: list[np.ndarray]) -> list[int]:
+    def _shadow(self, text: str, add_special: bool, body: list[Any]) -> list[int]:
         full = self._full(text, add_special)
         cached = self._with_specials(body, add_special)
         with self._lock:

@@ -66,9 +66,9 @@ class NewlineRule:
             return "after '\\n' when only spaces/tabs, then a non-whitespace character, follow"
         return "after '\\n' when the next character is not whitespace"
 
-    def positions(self, data: bytes, arr: np.ndarray) -> np.ndarray:
-        """Sorted byte offsets ``c`` (0 < c < len) where the rule allows a cut."""
-        nl = np.flatnonzero(arr[:-1] == _NL)
+    def positions(self, data: bytes, arr: np.ndarray, start: int = 0) -> np.ndarray:
+        """Sorted byte offsets ``c`` (start < c < len) where the rule allows a cut."""
+        nl = start + np.flatnonzero(arr[start:-1] == _NL)
         first = _skip_indent(arr, nl + 1) if self.indent else nl + 1  # first byte that must be non-space
         inside = first < len(arr)
         nxt = arr[np.minimum(first, len(arr) - 1)]
@@ -125,6 +125,7 @@ class AddedTokenScanner:
     groups: tuple[tuple[bytes, re.Pattern[bytes]], ...] = ()
     # (token bytes, k) for every token whose byte k-1 is "\n": a newline cut could fall inside it.
     newline_inside: tuple[tuple[bytes, int], ...] = ()
+    longest: int = 0  # bytes of the longest added token
 
     @classmethod
     def build(cls, raw: list[str], normalized: list[str]) -> AddedTokenScanner:
@@ -135,20 +136,21 @@ class AddedTokenScanner:
         groups = tuple((a, _alternation(ts)) for a, ts in sorted(anchors.items()))
         inside = tuple((t, k) for t in {x.encode() for x in raw + normalized if x}
                        for k in range(1, len(t)) if t[k - 1] == _NL)
+        longest = max((len(t.encode()) for t in raw + normalized), default=0)
         return cls(raw_b, _alternation([t.encode() for t in normalized if t]) if normalized else None,
-                   groups, tuple(sorted(inside)))
+                   groups, tuple(sorted(inside)), longest)
 
     @property
     def empty(self) -> bool:
         return not self.raw and self.normalized is None
 
-    def spans(self, data: bytes) -> list[tuple[int, int]]:
-        """Byte spans of the added tokens that ``tokenizers`` extracts, in order."""
-        first = self._leftmost_longest(data)
+    def spans(self, data: bytes, start: int = 0) -> list[tuple[int, int]]:
+        """Byte spans of the added tokens that ``tokenizers`` extracts, in order, from ``start`` on
+        (a safe cut: no extracted token straddles it)."""
+        first = self._leftmost_longest(data, start)
         if self.normalized is None:
             return first
         out: list[tuple[int, int]] = []
-        start = 0
         for s, e in [*first, (len(data), len(data))]:
             out += [m.span() for m in self.normalized.finditer(data, start, s)]
             if s < e:
@@ -156,38 +158,39 @@ class AddedTokenScanner:
             start = e
         return out
 
-    def _leftmost_longest(self, data: bytes) -> list[tuple[int, int]]:
+    def _leftmost_longest(self, data: bytes, start: int) -> list[tuple[int, int]]:
         found: list[tuple[int, int]] = []
         for anchor, rx in self.groups:
-            i = data.find(anchor)
+            i = data.find(anchor, start)
             while i >= 0:
                 m = rx.match(data, i)
                 if m:
                     found.append((i, -m.end()))
                 i = data.find(anchor, i + 1)
         found.sort()
-        out, pos = [], 0
+        out, pos = [], start
         for s, neg_end in found:
             if s >= pos:
                 out.append((s, -neg_end))
                 pos = -neg_end
         return out
 
-    def edges(self, data: bytes) -> np.ndarray:
-        spans = self.spans(data)
+    def edges(self, data: bytes, start: int = 0) -> np.ndarray:
+        spans = self.spans(data, start)
         return np.array(sorted({p for span in spans for p in span}), dtype=np.int64)
 
-    def veto(self, data: bytes, cuts: np.ndarray) -> np.ndarray:
+    def veto(self, data: bytes, cuts: np.ndarray, start: int = 0) -> np.ndarray:
         """Drop newline cuts that fall strictly inside an occurrence of an added token."""
         if not self.newline_inside or cuts.size == 0:
             return cuts
-        bad = [p + k for t, k in self.newline_inside for p in _occurrences(data, t)]
+        begin = max(0, start - self.longest)
+        bad = [p + k for t, k in self.newline_inside for p in _occurrences(data, t, begin)]
         return cuts[~np.isin(cuts, np.array(bad, dtype=np.int64))] if bad else cuts
 
 
-def _occurrences(data: bytes, needle: bytes) -> list[int]:
-    """Every start of ``needle`` in ``data``, overlapping ones too."""
-    out, i = [], data.find(needle)
+def _occurrences(data: bytes, needle: bytes, begin: int = 0) -> list[int]:
+    """Every start of ``needle`` in ``data`` from ``begin`` on, overlapping ones too."""
+    out, i = [], data.find(needle, begin)
     while i >= 0:
         out.append(i)
         i = data.find(needle, i + 1)
@@ -201,13 +204,16 @@ def _alternation(tokens: list[bytes] | tuple[bytes, ...]) -> re.Pattern[bytes]:
     return re.compile(b"|".join(re.escape(t) for t in ordered))
 
 
-def candidate_cuts(data: bytes, rule: NewlineRule, scanner: AddedTokenScanner) -> np.ndarray:
-    """Every safe cut (sorted, 0 < c < len)."""
+def candidate_cuts(data: bytes, rule: NewlineRule, scanner: AddedTokenScanner, start: int = 0) -> np.ndarray:
+    """Every safe cut ``c`` with start < c < len (sorted). A non-zero ``start`` must itself be a safe
+    cut: scanning resumes there and finds what a scan from 0 would find after it."""
     arr = np.frombuffer(data, dtype=np.uint8)
-    cuts = scanner.veto(data, rule.positions(data, arr)) if len(data) > 1 else np.empty(0, np.int64)
+    if len(data) - start < 2:
+        return np.empty(0, np.int64)
+    cuts = scanner.veto(data, rule.positions(data, arr, start), start)
     if not scanner.empty:
-        cuts = _merge(cuts, scanner.edges(data))
-    return cuts[(cuts > 0) & (cuts < len(data))]
+        cuts = _merge(cuts, scanner.edges(data, start))
+    return cuts[(cuts > start) & (cuts < len(data))]
 
 
 def _merge(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -217,22 +223,24 @@ def _merge(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return c[np.concatenate(([True], c[1:] != c[:-1]))] if c.size else c
 
 
-def chunk_bounds(data: bytes, cuts: np.ndarray, target: int) -> list[int]:
-    """Chunk boundaries ``[0, ..., len(data)]`` chosen among ``cuts`` by content (module docstring).
+def chunk_bounds(data: bytes, cuts: np.ndarray, target: int, start: int = 0) -> list[int]:
+    """Chunk boundaries ``[start, ..., len(data)]`` chosen among ``cuts`` (all > start; ``start`` is a
+    cut or 0) by content (module docstring).
 
     A cut at distance ``gap`` from the previous cut is kept with probability ``min(1, gap/target)``
     over the hash of its window, so chunks average ``target`` bytes whatever the density of cuts;
     ``target=1`` keeps every cut."""
     if cuts.size == 0:
-        return [0, len(data)]
-    padded = np.concatenate([np.zeros(WINDOW, np.uint8), np.frombuffer(data, np.uint8)])
-    windows = padded[cuts[:, None] + np.arange(WINDOW)]          # bytes [c-16, c) of each cut
+        return [start, len(data)]
+    arr = np.frombuffer(data, np.uint8)
+    idx = cuts[:, None] + np.arange(-WINDOW, 0)                   # bytes [c-16, c) of each cut
+    windows = np.where(idx >= 0, arr[np.maximum(idx, 0)], 0).astype(np.uint8)
     words = np.ascontiguousarray(windows).view(np.uint64)        # two 64-bit words per cut
     with np.errstate(over="ignore"):
         h = words[:, 0] * _MIX[0] ^ words[:, 1] * _MIX[1]
         h ^= h >> np.uint64(31)
         h *= _MIX[0]
     h32 = (h >> np.uint64(32)).astype(np.float64)
-    gap = np.diff(cuts, prepend=0).astype(np.float64)
+    gap = np.diff(cuts, prepend=start).astype(np.float64)
     keep = h32 * float(target) < gap * 4294967296.0
-    return [0, *cuts[keep].tolist(), len(data)]
+    return [start, *cuts[keep].tolist(), len(data)]

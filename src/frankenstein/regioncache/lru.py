@@ -1,18 +1,24 @@
-"""A thread-safe LRU map from chunk key to token ids, bounded by the bytes it holds.
+"""A thread-safe LRU map bounded by the bytes its values hold.
 
-Each entry is charged the bytes of its id array plus :data:`ENTRY_OVERHEAD` for the key, the array
-object and the map's node (measured with ``tracemalloc`` in ``tests/test_regioncache_memory.py``), so
-the budget is a budget of real memory, not a count of entries.
+Each value is charged what the caller says it costs: for token ids, the bytes of the id array plus
+:data:`ENTRY_OVERHEAD` for the key, the array object and the map's node (measured with
+``tracemalloc`` in ``tests/test_regioncache_memory.py``), so the budget is a budget of real memory,
+not a count of entries.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from typing import Any
 
 import numpy as np
 
 ENTRY_OVERHEAD = 320
+
+
+def ids_cost(ids: np.ndarray) -> int:
+    return int(ids.nbytes) + ENTRY_OVERHEAD
 
 
 class ByteLRU:
@@ -22,42 +28,39 @@ class ByteLRU:
         self.max_bytes = max_bytes
         self.nbytes = 0
         self.evictions = 0
-        self._map: OrderedDict[bytes, np.ndarray] = OrderedDict()
+        self._map: OrderedDict[bytes, tuple[Any, int]] = OrderedDict()
         self._lock = threading.Lock()
-
-    @staticmethod
-    def cost(ids: np.ndarray) -> int:
-        return int(ids.nbytes) + ENTRY_OVERHEAD
 
     def __len__(self) -> int:
         return len(self._map)
 
-    def get_many(self, keys: list[bytes]) -> list[np.ndarray | None]:
-        """Look up several keys at once (one lock), refreshing the ones found."""
-        out: list[np.ndarray | None] = []
+    def get_many(self, keys: list[bytes]) -> list[Any]:
+        """Look up several keys at once (one lock), refreshing the ones found; None where absent."""
+        out: list[Any] = []
         with self._lock:
             for key in keys:
-                ids = self._map.get(key)
-                if ids is not None:
+                hit = self._map.get(key)
+                if hit is not None:
                     self._map.move_to_end(key)
-                out.append(ids)
+                    out.append(hit[0])
+                else:
+                    out.append(None)
         return out
 
-    def put(self, key: bytes, ids: np.ndarray) -> None:
+    def put(self, key: bytes, value: Any, cost: int) -> None:
         """Insert, then evict least recently used entries until the budget holds. An entry larger
         than the whole budget is not stored."""
-        cost = self.cost(ids)
         if cost > self.max_bytes:
             return
         with self._lock:
             old = self._map.pop(key, None)
             if old is not None:
-                self.nbytes -= self.cost(old)
-            self._map[key] = ids
+                self.nbytes -= old[1]
+            self._map[key] = (value, cost)
             self.nbytes += cost
             while self.nbytes > self.max_bytes:
-                _, dropped = self._map.popitem(last=False)
-                self.nbytes -= self.cost(dropped)
+                _, (_, dropped) = self._map.popitem(last=False)
+                self.nbytes -= dropped
                 self.evictions += 1
 
     def clear(self) -> None:

@@ -160,7 +160,9 @@ def _design_head(d: DesignReport, base: str) -> list[str]:
         f"- Registered {reg.registered_at}, design hash {code(reg.design_hash[:16])}; {design.blocks} blocks, "
         f"{design.starts_per_arm} start(s) per arm per block, arm order per block drawn from the registered seed.",
         f"- Hypothesis: {design.hypothesis or 'none written'}",
-        f"- Primary metric: {code(design.primary_metric)} ({reg.frozen.direction} is better).",
+        (f"- Measured: per-position KL(served ‖ candidate) from forced decode, top-{design.fidelity.top_k} logprobs."
+         if design.kind == "fidelity" else
+         f"- Primary metric: {code(design.primary_metric)} ({reg.frozen.direction} is better)."),
     ]
 
 
@@ -216,6 +218,11 @@ def _dropped(d: DesignReport) -> str:
 def format_rule(d: DesignReport) -> list[str]:
     """The registered rule in words, and what it said with its exact p."""
     a = d.analysis
+    rule = d.reg.design.rule
+    if a is not None and a.verdict is None and rule.kind == "fidelity":
+        return [f"**Rule:** {code('fidelity')}: mean KL ≤ {rule.tolerance:g} nats and fewer than "
+                f"{rule.max_positions_above} position(s) above {rule.threshold:g} nats.", "",
+                f"**It said:** {a.word} ({a.extra.get('why', '')})."]
     if a is None or a.verdict is None:
         return [f"**Verdict:** {d.word}."]
     v = a.verdict
@@ -251,7 +258,7 @@ def format_secondary(d: DesignReport) -> list[str]:
 
 def pass_matrix(d: DesignReport) -> tuple[list[str], list[str], list[list[bool | None]]]:
     """(rows: task and draw, columns: block and arm, cells: passed or None) from the episodes table."""
-    cols = sorted({(e.block, e.arm) for e in d.episodes})
+    cols = sorted({(e.block, e.arm) for e in d.episodes}, key=lambda c: (c[0], c[1] != "served", c[1]))
     rows = sorted({(e.task_id, e.draw) for e in d.episodes})
     got = {(e.task_id, e.draw, e.block, e.arm): e.passed for e in d.episodes}
     cells = [[got.get((t, dr, b, arm)) for b, arm in cols] for t, dr in rows]

@@ -57,7 +57,9 @@ def plot_paired_blocks(path: Path, blocks: Sequence[str], served: Sequence[float
 def _ecdf(values: Sequence[float]) -> tuple[list[float], list[float]]:
     xs = sorted(v for v in values if math.isfinite(v))
     n = len(xs)
-    return xs, [(i + 1) / n for i in range(n)]
+    if not n:
+        return [], []
+    return [xs[0], *xs], [0.0, *((i + 1) / n for i in range(n))]
 
 
 def plot_kl(path: Path, candidate: Sequence[float], noise: Sequence[float] | None, *, tolerance: float | None = None,
@@ -91,8 +93,7 @@ def plot_pass_matrix(path: Path, rows: Sequence[str], cols: Sequence[str], cells
     grid = [[math.nan if v is None else float(v) for v in row] for row in cells]
     fig = _figure(max(4.0, 0.45 * len(cols) + 2.5), max(2.5, 0.35 * len(rows) + 1.5))
     ax = fig.add_subplot(1, 1, 1)
-    cmap = ListedColormap(["#c44e52", "#55a868"])
-    cmap.set_bad("#dddddd")
+    cmap = ListedColormap(["#c44e52", "#55a868"]).with_extremes(bad="#dddddd")
     ax.imshow(grid, cmap=cmap, vmin=0, vmax=1, aspect="auto", interpolation="nearest")
     ax.set_xticks(range(len(cols)), list(cols), rotation=60, fontsize=7, ha="right")
     ax.set_yticks(range(len(rows)), list(rows), fontsize=7)
