@@ -59,8 +59,28 @@ def best_and_median(fn: Callable[[], object], reps: int) -> tuple[float, float]:
     return min(times), statistics.median(times)
 
 
-def file_block(path_hint: int, text: str) -> str:
-    return f"<|im_start|>user\nFile {path_hint}:\n```python\n{text}```<|im_end|>\n"
+def file_block(path: Path, text: str) -> str:
+    return f"<|im_start|>user\nFile {path.name}:\n```python\n{text}```<|im_end|>\n"
+
+
+def blocks_of(files: list[Path], tokens: int, n: Callable[[str], int], first: str) -> tuple[str, list[Path]]:
+    """Chat blocks holding whole files (the last one cut at a line) until ``tokens`` tokens. Blocks
+    start and end with added tokens, so their counts add up exactly."""
+    out, have, i = [first], n(first), 0
+    while have < tokens:
+        text = read(files[i])
+        i += 1
+        block = file_block(files[i - 1], text)
+        if have + n(block) > tokens:
+            lines = text.splitlines(keepends=True)
+            lo, hi = 0, len(lines)
+            while lo < hi:  # the most lines that still fit
+                mid = (lo + hi + 1) // 2
+                lo, hi = (mid, hi) if have + n(file_block(files[i - 1], "".join(lines[:mid]))) <= tokens else (lo, mid - 1)
+            block = file_block(files[i - 1], "".join(lines[:lo]))
+        out.append(block)
+        have += n(block)
+    return "".join(out), files[i:]
 
 
 def main() -> int:
@@ -80,16 +100,12 @@ def main() -> int:
     print(f"trained llama3-style BPE: vocab {tok.get_vocab_size()} on {sum(map(len, corpus)) / 1e6:.1f} MB "
           f"in {time.perf_counter() - t0:.1f} s")
 
-    head_texts, files = take(files, 1_200_000)
-    head = "<|im_start|>system\nYou are a coding agent.<|im_end|>\n"
-    for i, t in enumerate(head_texts):
-        head += file_block(i, t)
-        if len(tok.encode(head).ids) >= 190_000:
-            break
+    n = lambda t: len(tok.encode(t, add_special_tokens=False).ids)  # noqa: E731
+    head, files = blocks_of(files, 190_000, n, "<|im_start|>system\nYou are a coding agent.<|im_end|>\n")
     tails = []
-    for r in range(args.reps + 1):
-        texts, files = take(files, 40_000)
-        tails.append("".join(file_block(1000 + r * 10 + j, t) for j, t in enumerate(texts)))
+    for _ in range(args.reps + 1):
+        tail, files = blocks_of(files, 10_000, n, "")
+        tails.append(tail)
     prompts = [head + t for t in tails]
 
     cache = RegionCache(tok)

@@ -4,6 +4,7 @@ shadow check, special tokens added once, and concurrent use."""
 from __future__ import annotations
 
 import json
+import random
 import threading
 from dataclasses import dataclass
 from functools import cache
@@ -16,7 +17,7 @@ from tokenizers import Tokenizer
 from frankenstein.regioncache import NewlineRule, RegionCache
 from frankenstein.regioncache import reference as ref
 from frankenstein.regioncache.cuts import candidate_cuts, chunk_bounds
-from frankenstein.regioncache.lru import ENTRY_OVERHEAD, ByteLRU
+from frankenstein.regioncache.lru import ENTRY_OVERHEAD, ByteLRU, ids_cost
 
 
 @cache
@@ -70,6 +71,36 @@ def test_second_request_reuses_the_prefix_and_encodes_only_the_new_tail() -> Non
     assert new <= len(chunks_of(c, tail)) + 2
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_the_memo_gives_the_chunks_a_fresh_scan_gives(seed: int) -> None:
+    """Extending, editing late, editing early, shrinking: chunks reused from the memo of the earlier
+    prompt plus the resumed scan equal a scan of the new prompt from scratch."""
+    rng = random.Random(seed)
+    c = RegionCache(tokenizer(), target_chunk=rng.choice([64, 512, 2048]))
+    text = source_text()[: 60000 + rng.randrange(40000)]
+    text = text.replace("\n\n", "\n<|im_end|>\n<|im_start|>user\n", 5)
+    c.count(text)
+    for _ in range(6):
+        at = rng.randrange(len(text))
+        kind = rng.choice(["extend", "edit", "cut", "same"])
+        new = {"extend": text + "".join(rng.choice(ref.ATOMS) for _ in range(200)),
+               "edit": text[:at] + rng.choice(ref.ATOMS) + text[at:], "cut": text[:at], "same": text}[kind]
+        fresh = chunks_of(c, new)
+        via_memo = c._chunking(new.encode())
+        assert [new.encode()[a:b] for a, b in zip(via_memo.bounds, via_memo.bounds[1:])] == fresh, kind
+        assert c.encode(new) == tokenizer().encode(new).ids, kind
+        assert c.count(new) == len(tokenizer().encode(new).ids), kind
+        text = new
+
+
+def test_counting_an_extension_scans_only_the_new_part() -> None:
+    c = RegionCache(tokenizer())
+    text = source_text()
+    c.count(text)
+    ch = c._chunking((text + "\nprint('one more line')\n").encode())
+    assert sum(1 for n in ch.counts if n >= 0) >= len(ch.counts) - 3  # counts known from the memo
+
+
 def test_specials_are_added_once_around_the_whole_text() -> None:
     c = RegionCache(tokenizer("llama3"), min_bytes=0, target_chunk=1)
     text = "line one\nline two\n<|im_start|>user\nhi"
@@ -97,16 +128,17 @@ def test_lru_evicts_least_recently_used_within_budget() -> None:
     cost = 100 + ENTRY_OVERHEAD
     lru = ByteLRU(max_bytes=3 * cost)
     for k in (b"a", b"b", b"c"):
-        lru.put(k, ids)
+        lru.put(k, ids, ids_cost(ids))
     assert lru.get_many([b"a"])[0] is not None  # refresh a: b is now the oldest
-    lru.put(b"d", ids)
+    lru.put(b"d", ids, ids_cost(ids))
     assert [x is not None for x in lru.get_many([b"a", b"b", b"c", b"d"])] == [True, False, True, True]
     assert lru.nbytes == 3 * cost and lru.evictions == 1
 
 
 def test_lru_refuses_an_entry_larger_than_the_budget() -> None:
     lru = ByteLRU(max_bytes=1000)
-    lru.put(b"big", np.zeros(1000, dtype=np.uint32))
+    big = np.zeros(1000, dtype=np.uint32)
+    lru.put(b"big", big, ids_cost(big))
     assert len(lru) == 0 and lru.nbytes == 0
 
 
@@ -125,9 +157,9 @@ def test_cache_stays_within_budget_under_many_texts() -> None:
 class CutBeforeNewline(NewlineRule):
     """Deliberately unsafe (a negative control)."""
 
-    def positions(self, data: bytes, arr: np.ndarray) -> np.ndarray:
+    def positions(self, data: bytes, arr: np.ndarray, start: int = 0) -> np.ndarray:
         nl = np.flatnonzero(arr == 0x0A)
-        return nl[nl > 0]
+        return nl[nl > start]
 
 
 def test_shadow_check_turns_the_cache_off_at_the_first_mismatch() -> None:

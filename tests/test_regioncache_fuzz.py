@@ -58,24 +58,25 @@ def mismatch(cache_: RegionCache, text: str, add_special: bool = True) -> bool:
 # ------------------------------------------------------------------ unsafe rules (negative controls)
 @dataclass(frozen=True)
 class CutAnywhere(NewlineRule):
-    def positions(self, data: bytes, arr: np.ndarray) -> np.ndarray:
+    def positions(self, data: bytes, arr: np.ndarray, start: int = 0) -> np.ndarray:
         starts = np.flatnonzero((arr & 0xC0) != 0x80)  # every character boundary
-        return starts[starts > 0]
+        return starts[starts > start]
 
 
 @dataclass(frozen=True)
 class CutBeforeNewline(NewlineRule):
-    def positions(self, data: bytes, arr: np.ndarray) -> np.ndarray:
+    def positions(self, data: bytes, arr: np.ndarray, start: int = 0) -> np.ndarray:
         nl = np.flatnonzero(arr == 0x0A)
-        return nl[nl > 0]
+        return nl[nl > start]
 
 
 @dataclass(frozen=True)
 class CutAfterAnyNewline(NewlineRule):
     """After every "\\n", also when whitespace follows."""
 
-    def positions(self, data: bytes, arr: np.ndarray) -> np.ndarray:
-        return np.flatnonzero(arr[:-1] == 0x0A) + 1
+    def positions(self, data: bytes, arr: np.ndarray, start: int = 0) -> np.ndarray:
+        cuts = np.flatnonzero(arr[:-1] == 0x0A) + 1
+        return cuts[cuts > start]
 
 
 UNSAFE = {"anywhere": CutAnywhere("anywhere", False), "before-newline": CutBeforeNewline("before-nl", False),

@@ -25,13 +25,9 @@ As root, folders the unprivileged uid must reach but cannot enter (a Python inst
 ``/root``) are re-exposed through a tmpfs over the closed parent (``expose``).
 """
 
-import ctypes
-import fcntl
 import json
 import os
 import resource
-import socket
-import struct
 import sys
 
 CLONE_NEWNS = 0x00020000
@@ -46,29 +42,36 @@ SYS_MOUNT_SETATTR = 442  # x86_64 and aarch64 share this number
 SETUP_FAILED = 125
 VIEW_WS = "/tmp/workspace"
 
-_libc = ctypes.CDLL(None, use_errno=True)
+_libc = None  # ctypes is imported only when namespaces are used: mode none starts faster
 
 
-class MountAttr(ctypes.Structure):
-    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
-                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+def _c():
+    global _libc
+    import ctypes
+
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    return ctypes, _libc
 
 
 def _check(rc, what):
     if rc != 0:
-        err = ctypes.get_errno()
+        err = _c()[0].get_errno()
         raise OSError(err, f"{what}: {os.strerror(err)}")
 
 
 def _mount(src, target, fstype, flags, data=None):
+    ctypes, libc = _c()
     enc = (lambda s: s.encode() if s is not None else None)
-    _check(_libc.mount(enc(src), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)), f"mount {target}")
+    _check(libc.mount(enc(src), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)), f"mount {target}")
 
 
 def _setattr(path, set_=0, clr=0):
-    attr = MountAttr(set_, clr, 0, 0)
-    rc = _libc.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, path.encode(), AT_RECURSIVE, ctypes.byref(attr),
-                       ctypes.sizeof(attr))
+    """mount_setattr(2) with AT_RECURSIVE: struct mount_attr {attr_set, attr_clr, propagation, userns_fd}."""
+    ctypes, libc = _c()
+    attr = (ctypes.c_uint64 * 4)(set_, clr, 0, 0)
+    rc = libc.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, path.encode(), AT_RECURSIVE, ctypes.byref(attr),
+                      ctypes.sizeof(attr))
     _check(rc, f"mount_setattr {path}")
 
 
@@ -82,7 +85,7 @@ def _enter_namespaces(mode):
     uid, gid = os.getuid(), os.getgid()
     if mode == "userns":
         flags |= CLONE_NEWUSER
-    _check(_libc.unshare(flags), "unshare")
+    _check(_c()[1].unshare(flags), "unshare")
     if mode == "userns":
         _write("/proc/self/setgroups", "deny")
         _write("/proc/self/uid_map", f"{uid} {uid} 1")
@@ -155,6 +158,10 @@ def _expose(paths):
 
 def _loopback_up():
     """A new network namespace has only ``lo``, and it is down; local servers in a task need it up."""
+    import fcntl
+    import socket
+    import struct
+
     SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         req = struct.pack("16sH14x", b"lo", 0)
@@ -180,7 +187,7 @@ def _die_with_parent():
     it is killed: a backup, since the sandbox kills PID 1 directly. Set after the uid change,
     which clears it."""
     PR_SET_PDEATHSIG = 1
-    _check(_libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0), "prctl")
+    _check(_c()[1].prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0), "prctl")
 
 
 def _report(fd, text):

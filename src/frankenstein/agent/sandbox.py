@@ -199,8 +199,10 @@ class Sandbox:
     # -- files -----------------------------------------------------------------------------------
     def resolve(self, rel: str) -> Path:
         """The real path for a path the model gave; refuses anything outside the workspace."""
-        if not rel or "\x00" in rel:
+        if not rel:
             raise ToolRefused("empty path")
+        if "\x00" in rel:
+            raise ToolRefused("a path may not hold a NUL byte")
         p = PurePosixPath(rel)
         if p.is_absolute():
             try:
@@ -355,8 +357,31 @@ def _kill_tree(proc: subprocess.Popen[bytes], ns_pid1: int | None) -> None:
             pass
     _signal(lambda: os.killpg(proc.pid, signal.SIGKILL))
     proc.wait()
+    _wait_group_gone(proc.pid, limit_s=2.0)
     if proc.stdout is not None:
         proc.stdout.close()
+
+
+def _wait_group_gone(pgid: int, limit_s: float) -> None:
+    """Return once no live (non-zombie) process of the group is left: SIGKILL takes effect a moment
+    after it is sent. Bounded, so a stuck process cannot hang the loop."""
+    end = time.monotonic() + limit_s
+    while _group_alive(pgid) and time.monotonic() < end:
+        time.sleep(0.01)
+
+
+def _group_alive(pgid: int) -> bool:
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"{entry.path}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != b"Z":
+            return True
+    return False
 
 
 def _signal(send: Any) -> None:

@@ -27,8 +27,8 @@ def check(
 ) -> None:
     """Served (A), served + part (B), served again (A′): KL(A ‖ B) per position beside the noise floor KL(A ‖ A′).
 
-    Unregistered: it prints numbers, never a verdict. A turn without recorded output gets a
-    continuation generated once by A at temperature 0.
+    Unregistered: it prints numbers, never a verdict. A workload without recorded outputs gets
+    continuations generated once by the served recipe at temperature 0.
 
     Example: frank fidelity check base --part q8 --workload workloads/w.jsonl -c camp --top-k 64
     """

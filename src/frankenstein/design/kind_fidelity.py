@@ -27,8 +27,7 @@ from frankenstein.engines import adapter_for
 from frankenstein.errors import EngineError, FidelityError
 from frankenstein.fidelity.compare import PairComparison, compare, summarize_pairs
 from frankenstein.fidelity.forced import (
-    ForcedResult, ForcedTurn, cut, forced_decode, from_npz, generate_continuations, prepare_turns,
-    skipped_reason, to_npz,
+    ForcedResult, ForcedTurn, forced_decode, from_npz, prepare_turns, skipped_reason, to_npz,
 )
 from frankenstein.fidelity.gate import apply_rule, format_summary
 from frankenstein.store import now_iso
@@ -55,12 +54,10 @@ def start_metrics(result: ForcedResult) -> dict[str, float]:
 
 def run_forced(recipe: ResolvedRecipe, workload: Workload, log_dir: Any, top_k: int,
                max_positions: int | None, max_turns: int | None = None, *,
-               forced: list[ForcedTurn] | None = None, generate: bool = False,
-               ) -> tuple[StartOutcome, ForcedResult | None, list[ForcedTurn]]:
+               forced: list[ForcedTurn] | None = None) -> tuple[StartOutcome, ForcedResult | None, list[ForcedTurn]]:
     """One engine life: start, force-decode, stop. Engine failures become a failed outcome.
 
-    The forced sequences are built by this engine from the workload, unless ``forced`` gives them;
-    ``generate`` lets this engine generate them (temperature 0) when no turn carries a recorded output."""
+    The forced sequences are built by this engine from the workload, unless ``forced`` gives them."""
     engine = adapter_for(recipe, log_dir)
     out = StartOutcome(status="failed", reason=None, started_at=now_iso(), recipe=recipe, engine=engine.kind)
     turns = list(workload.turns[:max_turns] if max_turns else workload.turns)
@@ -71,8 +68,6 @@ def run_forced(recipe: ResolvedRecipe, workload: Workload, log_dir: Any, top_k: 
         out.capabilities = engine.capabilities()
         if forced is None:
             forced, skipped = prepare_turns(engine, turns, max_positions)
-            if not forced and generate:
-                forced, skipped = cut(generate_continuations(engine, turns), max_positions), []
         if not forced:
             out.status, out.reason = "invalid", "no turn could be forced: " + skipped_reason(skipped)
             return out, None, []

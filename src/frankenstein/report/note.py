@@ -51,7 +51,8 @@ def result_phrase(d: DesignReport) -> str:
         est = f"{metric} mean difference {num(v.mean_difference)}"
     else:
         est = f"{metric} ratio {v.geomean_ratio:.4f} ({pct(v.geomean_ratio - 1)})" if v.geomean_ratio else metric
-    return f"{est}, {v.in_favour} of {v.n_blocks} blocks in its favour, {_p_text(v.p)}, verdict {a.word}"
+    word = f"{a.word} (no harm shown)" if v.rule.kind == "harm" and a.word == "not confirmed" else a.word
+    return f"{est}, {v.in_favour} of {v.n_blocks} blocks in its favour, {_p_text(v.p)}, verdict {word}"
 
 
 def fidelity_phrase(summary: dict[str, Any], word: str) -> str:
@@ -182,20 +183,26 @@ def format_block_table(d: DesignReport) -> list[str]:
     rows = {r.block: r for r in v.rows}
     vals = _arm_values(d, d.reg.design.primary_metric)
     header, served, cand, rel = ["block"], ["served"], ["candidate"], [("difference" if v.data == "difference" else "ratio − 1")]
+    analysed: dict[str, list[float | None]] = {"served": [], "candidate": []}
     for b in range(d.reg.design.blocks):
         r = rows.get(str(b + 1))
         header.append(str(b + 1))
         got = vals.get(b, {})
-        served.append(num(r.served if r and r.served is not None else got.get("served")))
-        cand.append(num(r.candidate if r and r.candidate is not None else got.get("candidate")))
+        s = r.served if r and r.served is not None else got.get("served")
+        c = r.candidate if r and r.candidate is not None else got.get("candidate")
+        served.append(num(s))
+        cand.append(num(c))
+        if r is not None:
+            analysed["served"].append(s)
+            analysed["candidate"].append(c)
         status = d.block_status.get(b, "not run")
         if r is None:
             rel.append(status if status != "complete" else "—")
         else:
             rel.append(num(r.difference) if v.data == "difference" else pct(r.ratio_minus_one))
     header.append("mean")
-    served.append(num(_mean([r.served for r in v.rows])))
-    cand.append(num(_mean([r.candidate for r in v.rows])))
+    served.append(num(_mean(analysed["served"])))
+    cand.append(num(_mean(analysed["candidate"])))
     rel.append(num(v.mean_difference) if v.data == "difference" else pct(v.geomean_ratio - 1 if v.geomean_ratio else None))
     table = md_table(header, [served, cand, rel], "l" + "r" * (len(header) - 1))
     note = ("The mean column gives each arm's arithmetic mean over the blocks analysed and, for ratio − 1, the "

@@ -1,0 +1,40 @@
+"""``frank serve``: the served recipe behind the exact region-cache front."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from frankenstein.cli.app import app
+
+
+@app.command()
+def serve(
+    campaign: Path = typer.Option(Path("."), "--campaign", "-c", help="Campaign folder whose served recipe to start."),
+    listen: str = typer.Option("127.0.0.1:8088", "--listen", help="HOST:PORT for the front (127.0.0.1 by default)."),
+    tokenizer: Optional[Path] = typer.Option(
+        None, "--tokenizer", help="The model's tokenizer.json (default: beside the model file)."),
+    record: Optional[Path] = typer.Option(None, "--record", help="Append every generation turn to this workload JSONL."),
+    upstream: Optional[str] = typer.Option(
+        None, "--upstream", help="Front an engine already running at this URL instead of starting the recipe."),
+    cache_mb: int = typer.Option(256, "--cache-mb", help="Memory budget of the region cache, MiB."),
+    shadow: float = typer.Option(
+        0.0, "--shadow", help="Fraction of counts also encoded in full and compared; the cache turns off at a mismatch."),
+) -> None:
+    """Start the served recipe behind an OpenAI-compatible front that counts tokens from an exact cache.
+
+    /tokenize, /count and /v1/messages/count_tokens are answered from the region cache; everything
+    else (streaming included) is passed to the engine. Stop with Ctrl-C; the engine is always reaped.
+
+    Example: frank serve -c my-campaign --listen 127.0.0.1:8088 --record turns.jsonl
+    """
+    from frankenstein.errors import FrankError
+    from frankenstein.regioncache.service import ServeOptions, serve_until_interrupted
+
+    if not 0.0 <= shadow <= 1.0:
+        raise FrankError(f"--shadow {shadow}: expected a fraction between 0 and 1")
+    opts = ServeOptions(campaign=campaign, listen=listen, tokenizer=tokenizer, record=record, upstream=upstream,
+                        max_bytes=cache_mb * 1024 * 1024, shadow_rate=shadow)
+    serve_until_interrupted(opts, echo=lambda line: typer.echo(line, err=line.startswith("frank serve: region")))

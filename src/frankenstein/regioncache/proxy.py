@@ -1,0 +1,244 @@
+"""The ``frank serve`` front: an OpenAI-compatible HTTP server on 127.0.0.1 that answers token
+counting from the region cache and passes everything else to the engine behind it.
+
+Answered here (JSON in, JSON out):
+- ``POST /tokenize`` (llama.cpp shape): ``{"content": str, "add_special": bool=false}`` →
+  ``{"tokens": [...]}``; a request asking for ``with_pieces`` goes to the engine;
+- ``POST /count``: ``{"content": str, "add_special": bool=false}`` → ``{"count": N}``;
+- ``POST /v1/messages/count_tokens`` (Anthropic shape) → ``{"input_tokens": N}``, the body rendered
+  by ``render.Renderer`` and counted without added specials (the template writes its own BOS); a
+  body that cannot be rendered as text (images) goes to the engine;
+- ``GET /frank/status``: the cache's status (enabled, why, sizes, shadow checks).
+
+Everything else — generation, streaming included, ``/health``, ``/metrics``, ... — is relayed to the
+upstream engine byte for byte; response bodies are relayed chunk by chunk as they arrive, so SSE
+events reach the client when the engine sends them. Only the stdlib ``http.server``
+(``ThreadingHTTPServer``, one thread per connection) and httpx are used.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from frankenstein.errors import FrankError
+from frankenstein.regioncache.cache import RegionCache
+from frankenstein.regioncache.render import Renderer, Unrenderable
+
+_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
+        "transfer-encoding", "upgrade", "host", "content-length", "accept-encoding", "content-encoding"}
+_NO_BODY = {204, 304}
+
+
+class _BadRequest(Exception):
+    pass
+
+
+class FrontServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, addr: tuple[str, int], upstream: str, cache: RegionCache, renderer: Renderer,
+                 timeout_s: float) -> None:
+        super().__init__(addr, _Handler)
+        self.upstream = upstream.rstrip("/")
+        self.cache = cache
+        self.renderer = renderer
+        self.client = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=10.0),
+                                   limits=httpx.Limits(max_connections=64, max_keepalive_connections=16))
+        self.local_answers = 0
+        self.passed_through = 0
+        self._lock = threading.Lock()
+
+    def tally(self, local: bool) -> None:
+        with self._lock:
+            if local:
+                self.local_answers += 1
+            else:
+                self.passed_through += 1
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: FrontServer
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet; the CLI prints a summary
+        pass
+
+    # ------------------------------------------------------------------ routing
+    def do_POST(self) -> None:
+        raw = self._read_body()
+        path = urlsplit(self.path).path.rstrip("/")
+        local = {"/tokenize": self._tokenize, "/count": self._count,
+                 "/v1/messages/count_tokens": self._count_messages}.get(path)
+        if local is not None:
+            try:
+                answer = local(_json_object(raw))
+            except _BadRequest as exc:
+                self._json(400, {"error": {"message": str(exc), "type": "invalid_request_error"}})
+                return
+            if answer is not None:
+                self.server.tally(local=True)
+                self._json(200, answer)
+                return
+        self._pass_through(raw)
+
+    def do_GET(self) -> None:
+        if urlsplit(self.path).path.rstrip("/") == "/frank/status":
+            st = self.server.cache.status().as_dict()
+            st.update(local_answers=self.server.local_answers, passed_through=self.server.passed_through,
+                      rendering=self.server.renderer.how)
+            self._json(200, st)
+            return
+        self._pass_through(b"")
+
+    def do_PUT(self) -> None:
+        self._pass_through(self._read_body())
+
+    def do_DELETE(self) -> None:
+        self._pass_through(self._read_body())
+
+    def do_OPTIONS(self) -> None:
+        self._pass_through(self._read_body())
+
+    def do_PATCH(self) -> None:
+        self._pass_through(self._read_body())
+
+    def do_HEAD(self) -> None:
+        self._pass_through(b"")
+
+    # ------------------------------------------------------------------ local answers
+    def _tokenize(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        if body.get("with_pieces"):
+            return None
+        return {"tokens": self.server.cache.encode(_content(body), _flag(body, "add_special"))}
+
+    def _count(self, body: dict[str, Any]) -> dict[str, Any]:
+        return {"count": self.server.cache.count(_content(body), _flag(body, "add_special"))}
+
+    def _count_messages(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        try:
+            text = self.server.renderer.render(body)
+        except Unrenderable:
+            return None
+        return {"input_tokens": self.server.cache.count(text, add_special_tokens=False)}
+
+    # ------------------------------------------------------------------ pass-through
+    def _pass_through(self, raw: bytes) -> None:
+        self.server.tally(local=False)
+        url = self.server.upstream + self.path
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
+        try:
+            req = self.server.client.build_request(self.command, url, headers=headers, content=raw or None)
+            resp = self.server.client.send(req, stream=True)
+        except httpx.HTTPError as exc:
+            self._json(502, {"error": {"message": f"upstream {self.server.upstream}: {exc}", "type": "bad_gateway"}})
+            return
+        try:
+            self._relay(resp)
+        finally:
+            resp.close()
+
+    def _relay(self, resp: httpx.Response) -> None:
+        self.send_response(resp.status_code)
+        for k, v in resp.headers.multi_items():
+            if k.lower() not in _HOP:
+                self.send_header(k, v)
+        if self.command == "HEAD" or resp.status_code in _NO_BODY:
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            for chunk in resp.iter_raw():
+                if chunk:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True  # the client left; closing the upstream response ends the stream
+        except httpx.HTTPError:
+            self.close_connection = True  # the upstream died mid-body: end without the final chunk
+
+    # ------------------------------------------------------------------ plumbing
+    def _read_body(self) -> bytes:
+        n = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(n) if n else b""
+
+    def _json(self, status: int, obj: Mapping[str, Any]) -> None:
+        data = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def _json_object(raw: bytes) -> dict[str, Any]:
+    try:
+        obj = json.loads(raw or b"null")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise _BadRequest(f"body is not JSON: {exc}") from exc
+    if not isinstance(obj, dict):
+        raise _BadRequest("body must be a JSON object")
+    return obj
+
+
+def _content(body: dict[str, Any]) -> str:
+    content = body.get("content")
+    if not isinstance(content, str):
+        raise _BadRequest("'content' must be a string")
+    return content
+
+
+def _flag(body: dict[str, Any], name: str) -> bool:
+    value = body.get(name, False)
+    if not isinstance(value, bool):
+        raise _BadRequest(f"'{name}' must be true or false")
+    return value
+
+
+class Front:
+    """A running front in a background thread: ``url``, ``server`` (counters, cache), ``shutdown()``."""
+
+    def __init__(self, server: FrontServer) -> None:
+        self.server = server
+        self._thread = threading.Thread(target=server.serve_forever, name="frank-serve-front", daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        host, port = self.server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def shutdown(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.server.client.close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> Front:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+
+def start_front(upstream: str, cache: RegionCache, *, renderer: Renderer | None = None, host: str = "127.0.0.1",
+                port: int = 0, timeout_s: float = 600.0) -> Front:
+    """Serve the front in a background thread (``port=0``: a free port)."""
+    if not upstream.startswith(("http://", "https://")):
+        raise FrankError(f"upstream {upstream!r}: expected an http:// or https:// URL")
+    try:
+        server = FrontServer((host, port), upstream, cache, renderer or Renderer(None), timeout_s)
+    except OSError as exc:
+        raise FrankError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    return Front(server)
