@@ -22,7 +22,7 @@ served = "base"
 [recipes.base]
 engine = "llamacpp"
 model = "pkg:tiny-target.gguf"
-args = ["--ctx-size", "4096", "--threads", "2", "--seed", "1"]
+args = ["--ctx-size", "4096", "--threads", "2", "--parallel", "1", "--seed", "1", "--jinja"]
 
 [parts.draft]
 description = "Speculative decoding with the tiny draft model (draft-simple, up to 8 tokens)."

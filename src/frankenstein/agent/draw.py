@@ -43,9 +43,10 @@ def session_id(task_id: str, draw: int) -> str:
     return f"{task_id}-d{draw}"
 
 
-def _hidden(task: Task, work_dir: Path) -> list[Path]:
-    """What the agent must not see: the suite (graders, oracles) and earlier episodes' folders."""
-    return [task.dir.parent, work_dir]
+def _hidden(task: Task, work_dir: Path, trace_path: Path) -> list[Path]:
+    """What the agent must not see: the suite (graders, oracles), earlier episodes' folders and the
+    trace's folder (earlier conversations). The sandbox drops any that would hide its own Python."""
+    return [task.dir.parent, work_dir, Path(trace_path).resolve().parent]
 
 
 def run_episode(client: ChatClient, task: Task, draw: int, trace_path: Path, work_dir: Path, *, model: str,
@@ -57,7 +58,7 @@ def run_episode(client: ChatClient, task: Task, draw: int, trace_path: Path, wor
     episode_dir.mkdir(parents=True)
     workspace = make_workspace(task, episode_dir / "workspace")
     limits = effective_limits(task, limit_overrides)
-    box = Sandbox(workspace, task.config.sandbox, hide=_hidden(task, work_dir), isolation=isolation)
+    box = Sandbox(workspace, task.config.sandbox, hide=_hidden(task, work_dir, trace_path), isolation=isolation)
     loop = AgentLoop(client, box, limits, trace_path, session_id(task.id, draw), model=model,
                      temperature=temperature, seed=seed)
     run = loop.run(task.prompt)

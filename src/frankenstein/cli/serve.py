@@ -12,16 +12,17 @@ from frankenstein.cli.app import app
 
 @app.command()
 def serve(
-    campaign: Path = typer.Option(Path("."), "--campaign", "-c", help="Campaign folder whose served recipe to start."),
-    listen: str = typer.Option("127.0.0.1:8088", "--listen", help="HOST:PORT for the front (127.0.0.1 by default)."),
+    campaign: Path = typer.Option(Path("."), "--campaign", "-c", help="Campaign whose served recipe to start."),
+    listen: str = typer.Option("127.0.0.1:8088", "--listen", help="HOST:PORT of the front (127.0.0.1 by default)."),
     tokenizer: Optional[Path] = typer.Option(
         None, "--tokenizer", help="The model's tokenizer.json (default: beside the model file)."),
-    record: Optional[Path] = typer.Option(None, "--record", help="Append every generation turn to this workload JSONL."),
+    record: Optional[Path] = typer.Option(
+        None, "--record", help="Append every generation turn to this workload JSONL."),
     upstream: Optional[str] = typer.Option(
         None, "--upstream", help="Front an engine already running at this URL instead of starting the recipe."),
     cache_mb: int = typer.Option(256, "--cache-mb", help="Memory budget of the region cache, MiB."),
     shadow: float = typer.Option(
-        0.0, "--shadow", help="Fraction of counts also encoded in full and compared; the cache turns off at a mismatch."),
+        0.0, "--shadow", help="Fraction of counts also encoded in full and compared; a mismatch turns the cache off."),
 ) -> None:
     """Start the served recipe behind an OpenAI-compatible front that counts tokens from an exact cache.
 

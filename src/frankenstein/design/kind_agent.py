@@ -18,7 +18,7 @@ from frankenstein.design.analysis import Analysis
 from frankenstein.design.start import StartOutcome
 from frankenstein.design.table import format_verdict
 from frankenstein.engines import adapter_for
-from frankenstein.errors import EngineError
+from frankenstein.errors import EngineError, SandboxError, TaskError
 from frankenstein.shipped import expand
 from frankenstein.store import now_iso
 
@@ -50,8 +50,8 @@ def agent_start(campaign: Campaign, reg: registry.Registered, slot: Any, recipe:
                                    temperature=spec.temperature, limit_overrides=dict(spec.limits) or None)
                 episodes += [r.row() for r in results]
         out.status = "ok"
-    except EngineError as exc:
-        out.reason = str(exc)
+    except (EngineError, SandboxError, TaskError) as exc:
+        out.status, out.reason = "failed", str(exc)
     finally:
         engine.stop()
     out.metrics = {"passes": float(sum(e["passed"] for e in episodes)), "episodes": float(len(episodes))}

@@ -41,7 +41,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from frankenstein.engines.base import Engine, Reply
+from frankenstein.engines.base import Engine, Reply, parse_prometheus
 from frankenstein.errors import BinaryNotFoundError, ConfigError, EngineError, EngineRequestError, FidelityError
 from frankenstein.measure.timings import StepTiming, target_steps
 
@@ -158,9 +158,9 @@ def counter(m: dict[str, float], name: str) -> float | None:
     return None
 
 
-def metrics_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-    """Per-name differences of the vLLM counters and histogram sums/counts (labels summed)."""
-    names = {k.split("{", 1)[0] for k in after if k.startswith("vllm:") and not k.split("{", 1)[0].endswith("_created")}
+def metrics_delta(before: dict[str, float], after: dict[str, float], prefix: str = "vllm:") -> dict[str, float]:
+    """Per-name differences of an engine's counters and histogram sums/counts (labels summed)."""
+    names = {k.split("{", 1)[0] for k in after if k.startswith(prefix) and not k.split("{", 1)[0].endswith("_created")}
     out = {}
     for n in names:
         a, b = counter(after, n), counter(before, n)
@@ -258,7 +258,49 @@ def prompt_topk(entry: dict[str, Any] | None, k: int) -> tuple[list[int], list[f
 
 # ---------------------------------------------------------------- the adapter
 
-class VllmEngine(Engine):
+class ScrapedRequests(Engine):
+    """An engine whose requests are sent between two ``/metrics`` scrapes. The deltas are the request's
+    own when it was the only one in flight (else only the response's own numbers are used); the reply
+    takes each timing field from the response first, then from the deltas, and both are kept in
+    :attr:`last_sources`."""
+
+    metrics_prefix = "vllm:"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.last_sources: dict[str, StepTiming] = {}
+        self._lock = threading.Lock()
+        self._inflight = 0
+        self._sent = 0
+
+    def scraped_timing(self, delta: dict[str, float]) -> StepTiming:
+        return StepTiming()
+
+    def request(self, path: str, body: bytes, *, turn_id: str | None = None) -> Reply:
+        with self._lock:
+            self._inflight += 1
+            self._sent += 1
+            mine, alone = self._sent, self._inflight == 1
+        try:
+            before = self._scrape() if alone else {}
+            reply = super().request(path, body, turn_id=turn_id)
+            after = self._scrape() if alone else {}
+        finally:
+            with self._lock:
+                alone = alone and self._inflight == 1 and self._sent == mine  # none began meanwhile
+                self._inflight -= 1
+        own = self.step_timing(reply.body)
+        scraped = self.scraped_timing(metrics_delta(before, after, self.metrics_prefix)) if alone and after else StepTiming()
+        self.last_sources = {"per_request": own, "metrics": scraped}
+        reply.timing = merge(own, scraped)
+        return reply
+
+    def _scrape(self) -> dict[str, float]:
+        r = self.get("/metrics")
+        return parse_prometheus(r.text) if r.status_code == 200 else {}
+
+
+class VllmEngine(ScrapedRequests):
     kind = "vllm"
     ready_path = "/health"
     endpoints = ("/v1/chat/completions", "/v1/completions")
@@ -268,11 +310,7 @@ class VllmEngine(Engine):
         self.python = ""
         self.flags: list[str] = []
         self.package: dict[str, Any] = {}
-        self.last_sources: dict[str, StepTiming] = {}
         self._caps: dict[str, Any] | None = None
-        self._lock = threading.Lock()
-        self._inflight = 0
-        self._sent = 0
 
     def check_recipe(self) -> None:
         field = f"recipes.{self.recipe.name}"
@@ -320,30 +358,11 @@ class VllmEngine(Engine):
     def step_timing(self, body: dict[str, Any]) -> StepTiming:
         return timing_from_response(body, self.speculative is not None)
 
+    def scraped_timing(self, delta: dict[str, float]) -> StepTiming:
+        return timing_from_delta(delta, self.speculative is not None)
+
     def tokenize(self, text: str) -> list[int]:
         return [int(t) for t in self.post("/tokenize", {"prompt": text, "add_special_tokens": False})["tokens"]]
-
-    def request(self, path: str, body: bytes, *, turn_id: str | None = None) -> Reply:
-        """Send the request between two ``/metrics`` scrapes; the deltas are this request's own when
-        it was the only one in flight (else only the response's own numbers are used)."""
-        with self._lock:
-            self._inflight += 1
-            self._sent += 1
-            mine, alone = self._sent, self._inflight == 1
-        try:
-            before = self.metrics() if alone else {}
-            reply = super().request(path, body, turn_id=turn_id)
-            after = self.metrics() if alone else {}
-        finally:
-            with self._lock:
-                alone = alone and self._inflight == 1 and self._sent == mine  # none began meanwhile
-                self._inflight -= 1
-        spec = self.speculative is not None
-        own = timing_from_response(reply.body, spec)
-        scraped = timing_from_delta(metrics_delta(before, after), spec) if alone else StepTiming()
-        self.last_sources = {"per_request": own, "metrics": scraped}
-        reply.timing = merge(own, scraped)
-        return reply
 
     # -- fidelity: forced decode through prompt_logprobs --------------------------------------
     def prompt_ids(self, turn: Turn) -> list[int]:

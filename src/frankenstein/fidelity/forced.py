@@ -11,7 +11,8 @@ continuation, in this order of preference:
 A quick, unregistered check may instead generate the continuation once with the served engine at
 temperature 0 (:func:`generate_continuations`) and force those ids on every arm.
 
-Paths, by engine (each start records the path it measured):
+Paths, by engine (each start records the path it measured; an adapter may bring its own
+``prompt_ids``, ``generate`` and ``forced_decode``, as the vLLM adapter does with ``prompt_logprobs``):
 
 * llama.cpp: the **decode path, one position per request**: the prompt plus the continuation's
   first j tokens as token ids, ``n_predict: 1``, ``n_probs: k``, ``cache_prompt: true``, so each
@@ -117,7 +118,13 @@ def from_npz(data: bytes) -> ForcedResult:
 # ---------------------------------------------------------------- the forced sequences
 
 def prompt_ids(engine: Engine, turn: Turn) -> list[int]:
-    """The prompt as the engine itself would tokenize it (chat: the engine's own template)."""
+    """The prompt as the engine itself would tokenize it (chat: the engine's own template).
+
+    An adapter with its own ``prompt_ids(turn)`` (vLLM) is asked; otherwise llama.cpp's
+    ``/apply-template`` and ``/tokenize`` are used."""
+    own = getattr(engine, "prompt_ids", None)
+    if callable(own):
+        return [int(t) for t in own(turn)]
     req = turn.request
     if turn.endpoint == CHAT:
         body = {k: v for k, v in req.items() if k in ("messages", "tools", "tool_choice", "chat_template_kwargs")}
@@ -142,7 +149,7 @@ def continuation_ids(engine: Engine, turn: Turn) -> tuple[list[int] | None, str]
         return None, why
     if turn.output.token_ids:
         return list(turn.output.token_ids), SRC_IDS
-    return _tokenize(engine, turn.output.text, add_special=False), SRC_TEXT
+    return [int(t) for t in engine.tokenize(turn.output.text)], SRC_TEXT
 
 
 def workload_problems(turns: Sequence[Turn]) -> list[str]:
@@ -228,16 +235,25 @@ def generate_continuations(engine: Engine, turns: Sequence[Turn], default_tokens
     for turn in turns:
         prompt = prompt_ids(engine, turn)
         n = turn.output.completion_tokens or (len(turn.output.token_ids) if turn.output.token_ids else default_tokens)
-        body = {"prompt": prompt, "n_predict": n, "temperature": 0.0, "seed": 1, "ignore_eos": True,
-                "cache_prompt": True, "return_tokens": True, "stream": False}
-        answer = engine.post("/completion", body, turn_id=turn.turn_id)
-        tokens = [int(t) for t in answer.get("tokens") or []]
+        tokens, text = _generate(engine, prompt, n, turn.turn_id)
         if not tokens:
-            raise FidelityError(f"turn {turn.turn_id}: the engine returned no token ids (needs llama.cpp `return_tokens`)")
+            raise FidelityError(f"turn {turn.turn_id}: the engine returned no token ids")
         out.append(ForcedTurn(turn.turn_id, prompt, tokens, SRC_GENERATED))
         if texts is not None:
-            texts.append(str(answer.get("content", "")))
+            texts.append(text)
     return out
+
+
+def _generate(engine: Engine, prompt: list[int], n: int, turn_id: str) -> tuple[list[int], str]:
+    """Greedy ids and text: the adapter's own ``generate`` (vLLM), else llama.cpp ``/completion``."""
+    own = getattr(engine, "generate", None)
+    if callable(own):
+        ids, text = own(prompt, n, turn_id=turn_id)
+        return [int(t) for t in ids], str(text)
+    body = {"prompt": prompt, "n_predict": n, "temperature": 0.0, "seed": 1, "ignore_eos": True,
+            "cache_prompt": True, "return_tokens": True, "stream": False}
+    answer = engine.post("/completion", body, turn_id=turn_id)
+    return [int(t) for t in answer.get("tokens") or []], str(answer.get("content", ""))
 
 
 # ---------------------------------------------------------------- llama.cpp: one position per request
@@ -284,7 +300,7 @@ def llamacpp_position(engine: Engine, seq: list[int], k: int, turn_id: str) -> t
 
 
 class _Collector:
-    """Accumulates positions into padded arrays."""
+    """Accumulates positions into padded arrays (also used by other adapters' ``forced_decode``)."""
 
     def __init__(self, width: int) -> None:
         self.width = width
@@ -340,7 +356,11 @@ def forced_decode_llamacpp(engine: Engine, turns: Sequence[ForcedTurn], k: int, 
 
 def forced_decode(engine: Engine, turns: Sequence[ForcedTurn], k: int, skipped: list[str] | None = None,
                   progress: Callable[[int, int], None] | None = None) -> ForcedResult:
-    """Dispatch on the engine's kind; engines without a forced-decode path are refused by name."""
+    """The adapter's own ``forced_decode`` where it has one (vLLM: ``prompt_logprobs``), llama.cpp's
+    one-position-per-request path here; other engines are refused by name."""
+    own = getattr(engine, "forced_decode", None)
+    if callable(own):
+        return own(turns, k, skipped, progress)  # type: ignore[no-any-return]
     if engine.recipe.engine == "llamacpp":
         return forced_decode_llamacpp(engine, turns, k, skipped, progress)
-    raise FidelityError(f"no forced-decode path for engine {engine.recipe.engine!r} yet (llama.cpp is supported)")
+    raise FidelityError(f"no forced-decode path for engine {engine.recipe.engine!r} (llama.cpp and vLLM have one)")

@@ -39,9 +39,9 @@ DIGITS_1_3 = r"\p{N}{1,3}"
 DEEPSEEK_V3_CJK = "[一-龥぀-ゟ゠-ヿ]+"
 
 # A barrier regex puts a piece boundary after a "\n" that is the last line break before the next
-# non-whitespace character (docs/regioncache.md, "Why a newline is a barrier"). A transparent regex never matches a "\n",
-# has no look-around and never matches the empty string, so it can only split a piece that straddles
-# the cut into the same pieces the two halves would give.
+# non-whitespace character (docs/regioncache.md, "Why a newline is a barrier"). A transparent regex
+# never matches a "\n", has no look-around and never matches the empty string, so it can only split
+# a piece that straddles the cut into the same pieces the two halves would give.
 BARRIER_REGEXES = {LLAMA3: "llama3", QWEN2: "qwen2", DEEPSEEK_V3: "deepseek-v3"}
 TRANSPARENT_REGEXES = {DIGITS_1_3: "digits-1-3", DEEPSEEK_V3_CJK: "deepseek-v3-cjk"}
 

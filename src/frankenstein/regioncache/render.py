@@ -5,9 +5,10 @@
    system message; text blocks stay content parts; ``thinking`` becomes ``reasoning_content``;
    ``tool_use`` becomes an assistant ``tool_calls`` entry (arguments: the input as JSON);
    ``tool_result`` becomes a ``tool`` message after it; ``tools`` become function tools.
-2. With a chat template (from the model's GGUF ``tokenizer.chat_template`` or a
-   ``tokenizer_config.json`` beside ``tokenizer.json``) and jinja2 installed, the messages are
-   rendered with it, ``add_generation_prompt=True``, like a transformers ``apply_chat_template``.
+2. With a chat template (the one the engine reports in llama.cpp's ``GET /props``, else a
+   ``tokenizer_config.json`` beside ``tokenizer.json``, else the model's GGUF
+   ``tokenizer.chat_template``) and jinja2 installed, the messages are rendered with it,
+   ``add_generation_prompt=True``, like a transformers ``apply_chat_template``.
 3. Without one, a documented concatenation: for each message ``"<role>: <text>\\n"`` (tool calls as
    their JSON), system first, then ``"assistant: "``. This is an estimate, not the engine's count.
 
@@ -64,8 +65,9 @@ def _convert(msg: dict[str, Any]) -> list[dict[str, Any]]:
         elif kind == "thinking":
             reasoning += block.get("thinking", "")
         elif kind == "tool_use":
-            calls.append({"id": block.get("id", ""), "type": "function", "function": {
-                "name": block.get("name", ""), "arguments": json.dumps(block.get("input", {}), separators=(",", ":"), ensure_ascii=False)}})
+            arguments = json.dumps(block.get("input", {}), separators=(",", ":"), ensure_ascii=False)
+            calls.append({"id": block.get("id", ""), "type": "function",
+                          "function": {"name": block.get("name", ""), "arguments": arguments}})
         elif kind == "tool_result":
             results.append({"role": "tool", "tool_call_id": block.get("tool_use_id", ""),
                             "content": _tool_result_text(block.get("content"))})
@@ -139,6 +141,14 @@ def concatenate(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | No
             text += json.dumps(m["tool_calls"], ensure_ascii=False)
         lines.append(f"{m.get('role')}: {text}\n")
     return "".join(lines) + "assistant: "
+
+
+def engine_template(props: dict[str, Any]) -> ChatTemplate | None:
+    """The template a llama.cpp engine reports in ``GET /props`` (what it really renders with)."""
+    source = props.get("chat_template")
+    if not isinstance(source, str) or not source:
+        return None
+    return ChatTemplate(source, _token_text(props.get("bos_token")), _token_text(props.get("eos_token")))
 
 
 def find_template(tokenizer_path: Path | None, model_path: Path | None) -> ChatTemplate | None:

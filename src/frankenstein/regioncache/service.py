@@ -22,7 +22,7 @@ import httpx
 from frankenstein.errors import ConfigError, FrankError
 from frankenstein.regioncache.cache import DEFAULT_MAX_BYTES, RegionCache, load_tokenizer
 from frankenstein.regioncache.proxy import Front, start_front
-from frankenstein.regioncache.render import Renderer, find_template
+from frankenstein.regioncache.render import ChatTemplate, Renderer, engine_template, find_template
 from frankenstein.shipped import data_path
 
 PROBES = (
@@ -90,16 +90,26 @@ def serving(opts: ServeOptions, echo: Callable[[str], None] = print) -> Iterator
         cache = RegionCache(load_tokenizer(tok_path), max_bytes=opts.max_bytes, shadow_rate=opts.shadow_rate,
                             on_disable=lambda why: echo(f"frank serve: region cache disabled: {why}"))
         checked = check_tokenizer(cache, upstream, tok_path)
+        engine = upstream
         if opts.record is not None:
             upstream = _recorder(upstream, opts.record, stack)
-        renderer = Renderer(find_template(tok_path, Path(model) if model else None))
+        renderer = Renderer(_engine_props_template(engine) or find_template(tok_path, Path(model) if model else None))
         front = start_front(upstream, cache, renderer=renderer, host=host, port=port)
         stack.callback(front.shutdown)
         st = cache.status()
-        echo(f"frank serve: listening on {front.url} -> {upstream}")
+        recording = f" (recording turns to {opts.record})" if opts.record else ""
+        echo(f"frank serve: listening on {front.url} -> {engine}{recording}")
         echo(f"region cache: {'on' if st.enabled else 'off'} ({st.reason}); {checked}; "
              f"count_tokens by {renderer.how}")
         yield front
+
+
+def _engine_props_template(url: str) -> ChatTemplate | None:
+    try:
+        r = httpx.get(url + "/props", timeout=30.0, trust_env=False)
+        return engine_template(r.json()) if r.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return None
 
 
 def _upstream(opts: ServeOptions, stack: ExitStack) -> tuple[str, str | None]:
