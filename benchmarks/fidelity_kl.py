@@ -9,7 +9,7 @@ With ``--vs-llama-perplexity``: the shipped q8 vs f16 tiny models on one text, l
 ``llama-perplexity --kl-divergence-base/--kl-divergence`` beside our forced decode of exactly the
 tokens it scored (read from its base file), with full-vocabulary lists and the top-k bounds.
 
-    .venv/bin/python benchmarks/fidelity_kl.py [--positions 1000000] [--k 64] [--repeat 3]
+    .venv/bin/python benchmarks/fidelity_kl.py [--positions 1000000] [--k 64] [--repeat 3] [--workers 2]
     .venv/bin/python benchmarks/fidelity_kl.py --vs-llama-perplexity [--text docs/models.md] [--ctx 128] [--chunks 8]
 """
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import struct
 import subprocess
 import tempfile
@@ -55,6 +56,10 @@ def best_of(repeat: int, fn, *args) -> tuple[float, float, object]:  # type: ign
 
 
 def speed(a: argparse.Namespace) -> None:
+    from frankenstein.fidelity import kl as klmod
+
+    klmod.WORKERS = a.workers
+    print(f"threads: {a.workers}; load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     s_ids, s_lp, c_ids, c_lp, token = synthetic(a.positions, a.k)
     wall, cpu, out = best_of(a.repeat, topk_kl, s_ids, s_lp, c_ids, c_lp)
     kl = out[0]  # type: ignore[index]
@@ -135,6 +140,7 @@ def main() -> None:
     ap.add_argument("--positions", type=int, default=1_000_000)
     ap.add_argument("--k", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=2, help="threads for the KL (frankenstein.fidelity.kl.WORKERS)")
     ap.add_argument("--vs-llama-perplexity", action="store_true",
                     help="instead: the q8 vs f16 tiny models, ours beside `llama-perplexity --kl-divergence`")
     ap.add_argument("--text", default="docs/models.md", help="text for --vs-llama-perplexity")

@@ -16,7 +16,7 @@ from tokenizers import Tokenizer
 
 from frankenstein.regioncache import NewlineRule, RegionCache
 from frankenstein.regioncache import reference as ref
-from frankenstein.regioncache.cuts import candidate_cuts, chunk_bounds
+from frankenstein.regioncache.cuts import chunk_bounds, scan
 from frankenstein.regioncache.lru import ENTRY_OVERHEAD, ByteLRU, ids_cost
 
 
@@ -34,7 +34,8 @@ def source_text() -> str:
 
 def chunks_of(c: RegionCache, text: str) -> list[bytes]:
     data = text.encode()
-    b = chunk_bounds(data, candidate_cuts(data, c.rule, c.plan.scanner), c.target_chunk)  # type: ignore[arg-type]
+    cuts, starts = scan(data, c.rule, c.plan.scanner)  # type: ignore[arg-type]
+    b = chunk_bounds(data, cuts, c.target_chunk, forced=starts)
     return [data[x:y] for x, y in zip(b, b[1:])]
 
 
@@ -44,6 +45,13 @@ def test_chunks_average_the_target_and_cover_the_text() -> None:
     assert b"".join(parts) == source_text().encode()
     mean = len(source_text().encode()) / len(parts)
     assert 1000 < mean < 4000, mean  # target 2048 bytes
+
+
+def test_an_added_token_always_starts_a_chunk() -> None:
+    """A new chat message begins a new chunk, so appending a turn re-encodes nothing before it."""
+    c = RegionCache(tokenizer())
+    text = source_text()[:20000] + "<|im_start|>user\nhello\n" + source_text()[20000:40000]
+    assert any(p.startswith(b"<|im_start|>user\nhello") for p in chunks_of(c, text))
 
 
 @pytest.mark.parametrize("where", [0.0, 0.37, 0.81])

@@ -39,4 +39,4 @@ def test_lru_holds_its_budget_in_real_memory() -> None:
     assert st.evictions > 0 and st.nbytes <= budget
     assert st.nbytes > budget * 0.9  # it really filled up
     # The accounting (ids + ENTRY_OVERHEAD per entry) must not undercount real memory.
-    assert held <= budget * 1.05, (held, st.nbytes, st.entries)
+    assert held <= budget, (held, st.nbytes, st.entries)

@@ -105,7 +105,11 @@ def _setup_mounts(cfg):
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     ws_fd = os.open(cfg["workspace"], os.O_PATH | os.O_DIRECTORY)
     bind_fds = [(os.open(src, os.O_PATH), dst, ro) for src, dst, ro in cfg.get("binds", [])]
-    _expose(cfg.get("expose", []))
+    # Our Python may live under /tmp (a clone in /tmp): the private /tmp would hide it, so it is
+    # bound back read-only at the same path once the tmpfs is up.
+    tmp_keep = [(p, os.open(p, os.O_PATH | os.O_DIRECTORY)) for p in cfg.get("expose", [])
+                if p.startswith("/tmp/")]
+    _expose([p for p in cfg.get("expose", []) if not p.startswith("/tmp/")])
     for hidden in cfg.get("hide", []):
         if os.path.isdir(hidden):
             _mount("tmpfs", hidden, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k,mode=000")
@@ -114,6 +118,11 @@ def _setup_mounts(cfg):
     _bind(ws_fd, VIEW_WS, ro=False)
     for fd, dst, ro in bind_fds:
         _bind(fd, dst, ro)
+    for path, fd in tmp_keep:
+        os.makedirs(path, mode=0o755, exist_ok=True)
+        _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND)
+        _setattr(path, set_=MOUNT_ATTR_RDONLY)
+        os.close(fd)
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
 
 

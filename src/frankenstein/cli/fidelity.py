@@ -9,8 +9,11 @@ import typer
 
 from frankenstein.cli.app import app
 
-fidelity_app = typer.Typer(help="Fidelity: forced-decode top-k KL of a part against the served recipe.",
-                           no_args_is_help=True)
+fidelity_app = typer.Typer(
+    help="Fidelity: forced-decode top-k KL of a part against the served recipe.\n\n"
+         "Example: frank fidelity check base --part q8 -w workloads/w.jsonl -c camp",
+    no_args_is_help=True,
+)
 app.add_typer(fidelity_app, name="fidelity")
 
 

@@ -15,11 +15,13 @@ position's KL negative. Identical inputs give exactly 0.
 
 Speed: rows are matched by sorting, per row, packed keys ``id << b | column`` of both lists
 together (SIMD sort of int32); a token both lists hold shows up as two neighbours with the same id,
-served first. Work is done in cache-sized chunks (benchmarks/fidelity_kl.py: 1M positions × top-64).
+served first. Work is done in cache-sized chunks on two threads (benchmarks/fidelity_kl.py:
+1M positions × top-64).
 """
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,6 +29,7 @@ import numpy as np
 # Confidence buckets of the served engine's top-1 probability (lower edges; the last is closed at 1).
 CONFIDENCE_EDGES: tuple[float, ...] = (0.0, 0.5, 0.8, 0.95, 0.99)
 CHUNK = 1024
+WORKERS = 2
 TAIL_FLOOR = 1e-5
 
 
@@ -51,8 +54,8 @@ def _key_layout(max_id: int, width: int) -> tuple[type, int]:
 
 
 def _chunk_kl(s_ids: np.ndarray, s_lp: np.ndarray, c_ids: np.ndarray, c_lp: np.ndarray,
-              dtype: type, bits: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Shared-bin KL terms and masses for one chunk: (kl_shared, mass_s, mass_c, duplicate)."""
+              dtype: type, bits: int) -> tuple[np.ndarray, ...]:
+    """Shared-bin KL terms and masses for one chunk: (kl_shared, mass_s, mass_c, served top-k mass, duplicate)."""
     n, ks = s_ids.shape
     kc = c_ids.shape[1]
     w = ks + kc
@@ -65,9 +68,8 @@ def _chunk_kl(s_ids: np.ndarray, s_lp: np.ndarray, c_ids: np.ndarray, c_lp: np.n
     lin = keys & ((1 << bits) - 1)
     keys >>= bits
     same = keys[:, :-1] == keys[:, 1:]
-    served_left = lin[:, :-1] < ks
-    cand_right = lin[:, 1:] >= ks
-    match = same & served_left & cand_right
+    served = lin < ks
+    match = same & served[:, :-1] & ~served[:, 1:]
     duplicate = (same & ~match).any(axis=1)
     lin += (np.arange(n, dtype=lin.dtype) * w)[:, None]
     both = np.concatenate([s_lp, c_lp], axis=1).astype(np.float32, copy=False)
@@ -82,7 +84,8 @@ def _chunk_kl(s_ids: np.ndarray, s_lp: np.ndarray, c_ids: np.ndarray, c_lp: np.n
     kl = np.einsum("ij,ij->i", term, mf, dtype=np.float64)
     ms = np.einsum("ij,ij->i", ps, mf, dtype=np.float64)
     mc = np.einsum("ij,ij->i", pc, mf, dtype=np.float64)
-    return kl, ms, mc, duplicate
+    topk_mass = np.einsum("ij,ij->i", p, served.astype(np.float32), dtype=np.float64)
+    return kl, ms, mc, topk_mass, duplicate
 
 
 def _tail_term(mass_s: np.ndarray, mass_c: np.ndarray) -> np.ndarray:
@@ -109,25 +112,40 @@ def topk_kl(s_ids: np.ndarray, s_lp: np.ndarray, c_ids: np.ndarray, c_lp: np.nda
     p = s_ids.shape[0]
     if c_ids.shape[0] != p or s_lp.shape != s_ids.shape or c_lp.shape != c_ids.shape:
         raise ValueError(f"shapes do not line up: {s_ids.shape} {s_lp.shape} {c_ids.shape} {c_lp.shape}")
-    kl, ms, mc, _ = _all_chunks(s_ids, s_lp, c_ids, c_lp, chunk)
+    kl, ms, mc, _, _ = _all_chunks(s_ids, s_lp, c_ids, c_lp, chunk)
     return kl + _tail_term(ms, mc), ms, mc
 
 
 def _all_chunks(s_ids: np.ndarray, s_lp: np.ndarray, c_ids: np.ndarray, c_lp: np.ndarray,
-                chunk: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                chunk: int) -> tuple[np.ndarray, ...]:
+    """:func:`_chunk_kl` over all rows, in cache-sized chunks, on ``WORKERS`` threads (numpy
+    releases the GIL in its loops, so two cores do about twice the work)."""
     p = s_ids.shape[0]
-    out = np.zeros((3, p)), np.zeros(p, bool)
+    out = np.zeros((4, p))
+    dup = np.zeros(p, bool)
     if p == 0:
-        return out[0][0], out[0][1], out[0][2], out[1]
-    max_id = int(max(s_ids.max(initial=0), c_ids.max(initial=0)))
+        return out[0], out[1], out[2], out[3], dup
     if min(int(s_ids.min(initial=0)), int(c_ids.min(initial=0))) < 0:
         raise ValueError("token ids must be ≥ 0")
+    max_id = int(max(s_ids.max(initial=0), c_ids.max(initial=0)))
     dtype, bits = _key_layout(max_id, s_ids.shape[1] + c_ids.shape[1])
-    for i in range(0, p, chunk):
-        sl = slice(i, i + chunk)
-        kl, ms, mc, dup = _chunk_kl(s_ids[sl], s_lp[sl], c_ids[sl], c_lp[sl], dtype, bits)
-        out[0][0, sl], out[0][1, sl], out[0][2, sl], out[1][sl] = kl, ms, mc, dup
-    return out[0][0], out[0][1], out[0][2], out[1]
+
+    def work(lo: int, hi: int) -> None:
+        for i in range(lo, hi, chunk):
+            sl = slice(i, min(i + chunk, hi))
+            *vals, d = _chunk_kl(s_ids[sl], s_lp[sl], c_ids[sl], c_lp[sl], dtype, bits)
+            for j, v in enumerate(vals):
+                out[j, sl] = v
+            dup[sl] = d
+
+    workers = max(1, min(WORKERS, p // (4 * chunk)))
+    if workers == 1:
+        work(0, p)
+    else:
+        edges = [round(p * w / workers) for w in range(workers + 1)]
+        with ThreadPoolExecutor(workers) as pool:
+            list(pool.map(work, edges[:-1], edges[1:]))
+    return out[0], out[1], out[2], out[3], dup
 
 
 def _token_p(ids: np.ndarray, lp: np.ndarray, token: np.ndarray) -> np.ndarray:
@@ -142,18 +160,17 @@ def _token_p(ids: np.ndarray, lp: np.ndarray, token: np.ndarray) -> np.ndarray:
 def position_stats(s_ids: np.ndarray, s_lp: np.ndarray, c_ids: np.ndarray, c_lp: np.ndarray,
                    token: np.ndarray | None = None, chunk: int = CHUNK) -> PositionStats:
     """All per-position numbers for aligned, valid rows (see :class:`PositionStats`)."""
-    kl, ms, mc, dup = _all_chunks(s_ids, s_lp, c_ids, c_lp, chunk)
+    kl, ms, mc, served_mass, dup = _all_chunks(s_ids, s_lp, c_ids, c_lp, chunk)
     kl = kl + _tail_term(ms, mc)
     s_top = np.argmax(s_lp, axis=1)[:, None]
     c_top = np.argmax(c_lp, axis=1)[:, None]
     agree = np.take_along_axis(s_ids, s_top, axis=1)[:, 0] == np.take_along_axis(c_ids, c_top, axis=1)[:, 0]
     served_top1 = np.exp(np.take_along_axis(s_lp, s_top, axis=1)[:, 0].astype(np.float32))
-    served_mass = np.exp(s_lp.astype(np.float32)).sum(axis=1, dtype=np.float32)
     if token is None:
         dp = np.full(len(kl), np.nan, np.float32)
     else:
         dp = _token_p(c_ids, c_lp, token) - _token_p(s_ids, s_lp, token)
-    return PositionStats(kl=kl, captured=ms.astype(np.float32), served_mass=served_mass, top1_agree=agree,
+    return PositionStats(kl=kl, captured=ms.astype(np.float32), served_mass=served_mass.astype(np.float32), top1_agree=agree,
                          served_top1_p=served_top1, dp=dp, duplicate=dup)
 
 

@@ -27,7 +27,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from frankenstein.errors import ConfigError
-from frankenstein.regioncache.cuts import NewlineRule, candidate_cuts, chunk_bounds
+from frankenstein.regioncache.cuts import NewlineRule, chunk_bounds, scan
 from frankenstein.regioncache.lru import ByteLRU, ids_cost
 from frankenstein.regioncache.memo import Chunking, margin, memo_key, reusable_chunks
 from frankenstein.regioncache.pipeline import CutPlan, analyse_json
@@ -187,7 +187,8 @@ class RegionCache:
         prior = self.lru.get_many([mkey])[0] if mkey else None
         base = prior.prefix(reusable_chunks(prior, data, self._margin)) if prior else Chunking(data, [0], [], [])
         start = base.bounds[-1]
-        bounds = chunk_bounds(data, candidate_cuts(data, self.rule, self.plan.scanner, start), self.target_chunk, start)
+        cuts, token_starts = scan(data, self.rule, self.plan.scanner, start)
+        bounds = chunk_bounds(data, cuts, self.target_chunk, start, forced=token_starts)
         ident = self.plan.identity[:32]
         keys = [hashlib.blake2b(data[a:b], digest_size=16, key=ident).digest() for a, b in zip(bounds, bounds[1:])]
         return Chunking(data, base.bounds + bounds[1:], base.keys + keys, base.counts + [-1] * len(keys))

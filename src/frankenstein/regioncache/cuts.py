@@ -175,9 +175,11 @@ class AddedTokenScanner:
                 pos = -neg_end
         return out
 
-    def edges(self, data: bytes, start: int = 0) -> np.ndarray:
+    def edges(self, data: bytes, start: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """(every edge of an extracted token, the starts alone), sorted."""
         spans = self.spans(data, start)
-        return np.array(sorted({p for span in spans for p in span}), dtype=np.int64)
+        edges = np.array(sorted({p for span in spans for p in span}), dtype=np.int64)
+        return edges, np.array([s for s, _ in spans], dtype=np.int64)
 
     def veto(self, data: bytes, cuts: np.ndarray, start: int = 0) -> np.ndarray:
         """Drop newline cuts that fall strictly inside an occurrence of an added token."""
@@ -204,16 +206,26 @@ def _alternation(tokens: list[bytes] | tuple[bytes, ...]) -> re.Pattern[bytes]:
     return re.compile(b"|".join(re.escape(t) for t in ordered))
 
 
-def candidate_cuts(data: bytes, rule: NewlineRule, scanner: AddedTokenScanner, start: int = 0) -> np.ndarray:
-    """Every safe cut ``c`` with start < c < len (sorted). A non-zero ``start`` must itself be a safe
-    cut: scanning resumes there and finds what a scan from 0 would find after it."""
+def scan(data: bytes, rule: NewlineRule, scanner: AddedTokenScanner, start: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(every safe cut ``c`` with start < c < len, the added-token starts among them), sorted. A
+    non-zero ``start`` must itself be a safe cut: scanning resumes there and finds what a scan from
+    0 would find after it."""
     arr = np.frombuffer(data, dtype=np.uint8)
+    empty = np.empty(0, np.int64)
     if len(data) - start < 2:
-        return np.empty(0, np.int64)
+        return empty, empty
     cuts = scanner.veto(data, rule.positions(data, arr, start), start)
+    starts = empty
     if not scanner.empty:
-        cuts = _merge(cuts, scanner.edges(data, start))
-    return cuts[(cuts > start) & (cuts < len(data))]
+        edges, starts = scanner.edges(data, start)
+        cuts = _merge(cuts, edges)
+        starts = starts[(starts > start) & (starts < len(data))]
+    return cuts[(cuts > start) & (cuts < len(data))], starts
+
+
+def candidate_cuts(data: bytes, rule: NewlineRule, scanner: AddedTokenScanner, start: int = 0) -> np.ndarray:
+    """Every safe cut ``c`` with start < c < len (sorted); see :func:`scan`."""
+    return scan(data, rule, scanner, start)[0]
 
 
 def _merge(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -223,13 +235,15 @@ def _merge(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return c[np.concatenate(([True], c[1:] != c[:-1]))] if c.size else c
 
 
-def chunk_bounds(data: bytes, cuts: np.ndarray, target: int, start: int = 0) -> list[int]:
+def chunk_bounds(data: bytes, cuts: np.ndarray, target: int, start: int = 0,
+                 forced: np.ndarray | None = None) -> list[int]:
     """Chunk boundaries ``[start, ..., len(data)]`` chosen among ``cuts`` (all > start; ``start`` is a
     cut or 0) by content (module docstring).
 
     A cut at distance ``gap`` from the previous cut is kept with probability ``min(1, gap/target)``
     over the hash of its window, so chunks average ``target`` bytes whatever the density of cuts;
-    ``target=1`` keeps every cut."""
+    ``target=1`` keeps every cut. Cuts in ``forced`` (the starts of added tokens: where chat
+    messages begin) are always kept, so a new message never shares a chunk with the one before."""
     if cuts.size == 0:
         return [start, len(data)]
     arr = np.frombuffer(data, np.uint8)
@@ -243,4 +257,6 @@ def chunk_bounds(data: bytes, cuts: np.ndarray, target: int, start: int = 0) -> 
     h32 = (h >> np.uint64(32)).astype(np.float64)
     gap = np.diff(cuts, prepend=start).astype(np.float64)
     keep = h32 * float(target) < gap * 4294967296.0
+    if forced is not None and forced.size:
+        keep |= np.isin(cuts, forced)
     return [start, *cuts[keep].tolist(), len(data)]

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-ENTRY_OVERHEAD = 320
+ENTRY_OVERHEAD = 400
 
 
 def ids_cost(ids: np.ndarray) -> int:
