@@ -80,6 +80,19 @@ def _turn(turn_id: str, prompt: str, tokens: int, index: int = 0) -> Turn:
                 request={"prompt": prompt}, output={"text": "", "completion_tokens": tokens}, source="test")
 
 
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes in process group ``pgid``."""
+    out = []
+    for p in Path("/proc").iterdir():
+        try:
+            fields = (p / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if p.name.isdigit() and fields[0] != "Z" and int(fields[2]) == pgid:
+            out.append(int(p.name))
+    return out
+
+
 @pytest.fixture(scope="class")
 def server(tiny_hf: Path, vllm_python: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmEngine]:
     logs = tmp_path_factory.mktemp("vllm-logs")
@@ -88,7 +101,10 @@ def server(tiny_hf: Path, vllm_python: str, tmp_path_factory: pytest.TempPathFac
         TIMINGS["start_s"] = time.monotonic() - t0
         print(f"\nvLLM {eng.version} ready in {eng.ready_s:.1f} s")
         assert isinstance(eng, VllmEngine)
+        pgid = eng.process.proc.pid  # type: ignore[union-attr]
+        assert len(group_members(pgid)) >= 3, "expected the API server, engine core and worker in one group"
         yield eng
+    assert group_members(pgid) == [], "a vLLM process outlived its start"
 
 
 class TestRunningServer:
@@ -258,10 +274,11 @@ def test_speed_design_end_to_end(tiny_hf: Path, vllm_python: str, tmp_path: Path
     assert caps["served"]["step_timing"] == "per-request metrics"
 
     a = frank("analyze", "ngram-1", "-c", str(root))
+    print("\n" + a.stdout)
     assert a.returncode == 0, a.stderr
     assert "verdict: " in a.stdout and "p = " in a.stdout
     assert "tokens_per_step: geometric-mean ratio" in a.stdout
-    assert pids_of(str(root)) == []
+    assert pids_of(str(tiny_hf)) == []
 
 
 def test_report_timings(vllm_python: str) -> None:

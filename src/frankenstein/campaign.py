@@ -28,6 +28,11 @@ args = ["--ctx-size", "4096", "--threads", "2", "--parallel", "1", "--seed", "1"
 description = "Speculative decoding with the tiny draft model (draft-simple, up to 8 tokens)."
 args = ["-md", "pkg:tiny-draft.gguf", "--spec-type", "draft-simple", "--spec-draft-n-max", "8"]
 provenance = {{ fork = "https://github.com/ggml-org/llama.cpp", commit = "", author = "ggml-org", licence = "MIT" }}
+
+[parts.q8]
+description = "A Q8_0-quantized copy of the tiny target (a small real numeric change, for the fidelity gate)."
+model = "pkg:tiny-target-q8.gguf"
+provenance = {{ fork = "https://github.com/ggml-org/llama.cpp", commit = "gguf-py Q8_0", author = "ggml-org", licence = "MIT" }}
 """
 
 

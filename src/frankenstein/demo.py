@@ -91,7 +91,7 @@ def stage_speed(c: Campaign, echo: Callable[[str], None], blocks: int, turns: in
     return reg.design_id
 
 
-def run_demo(directory: Path | None = None, *, blocks: int = 5, turns: int = 8,
+def run_demo(directory: Path | None = None, *, blocks: int = 5, turns: int = 4,
              echo: Callable[[str], None] = print) -> Path:
     root = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="frank-demo-"))
     c = init_campaign(root, toml=DEMO_TOML)
@@ -99,10 +99,38 @@ def run_demo(directory: Path | None = None, *, blocks: int = 5, turns: int = 8,
     with c:
         stage_engine(c, echo)
         speed_id = stage_speed(c, echo, blocks, turns)
-        for extra in _later_stages():
-            extra(c, echo, speed_id)
-    return root
+        stage_fidelity(c, echo)
+        stage_ledger(c, echo, speed_id)
+        note = stage_report(c, echo)
+    echo("")
+    echo(f"progress note: {note}")
+    return note
 
 
-def _later_stages() -> list[Callable[[Campaign, Callable[[str], None], str], None]]:
-    return []
+def stage_fidelity(c: Campaign, echo: Callable[[str], None]) -> str:
+    from frankenstein.fidelity.gate import demo_fidelity
+    from frankenstein.shipped import data_path
+
+    _stage(echo, "3. a registered fidelity check: the Q8_0 target against the served recipe's own noise")
+    return demo_fidelity(c, data_path("demo-workload.jsonl"), echo, max_positions=64)
+
+
+def stage_ledger(c: Campaign, echo: Callable[[str], None], speed_id: str) -> None:
+    from frankenstein.errors import LedgerError
+    from frankenstein.ledger import adopt, format_served
+
+    _stage(echo, "4. the ledger: adopt the draft part only if its design confirmed it and its gates passed")
+    try:
+        entry = adopt(c, "draft", speed_id)
+        echo(f"adopted: draft (design {speed_id}, ledger step {entry.seq})")
+    except LedgerError as exc:
+        echo(str(exc))
+    for line in format_served(c):
+        echo(line)
+
+
+def stage_report(c: Campaign, echo: Callable[[str], None]) -> Path:
+    from frankenstein.report import write_report
+
+    _stage(echo, "5. the progress note")
+    return write_report(c, c.root / "reports" / "note")

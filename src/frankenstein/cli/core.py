@@ -60,7 +60,7 @@ def engine_check(
 def demo(
     directory: Optional[Path] = typer.Option(None, "--dir", help="Campaign folder for the demo (default: a new temporary one)."),
     blocks: int = typer.Option(5, min=1, help="Blocks in the demo's speed design."),
-    turns: int = typer.Option(8, min=2, help="Workload turns replayed per start."),
+    turns: int = typer.Option(4, min=2, help="Workload turns replayed per start."),
 ) -> None:
     """Run the whole loop on the tiny shipped models: engine, registered design, verdict, ledger, note.
 

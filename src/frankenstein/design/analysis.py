@@ -119,9 +119,11 @@ def _secondary(vals: dict[int, dict[str, float]]) -> dict[str, Any]:
 
 def format_analysis(a: Analysis) -> list[str]:
     d = a.reg.design
-    lines = [f"design {a.reg.design_id} ({d.kind}): {d.name}", f"hypothesis: {d.hypothesis or '-'}",
-             f"primary metric: {d.primary_metric} ({a.reg.frozen.direction} is better); "
-             f"{a.blocks_done} of {d.blocks} blocks complete", ""]
+    lines = [f"design {a.reg.design_id} ({d.kind}): {d.name}", f"hypothesis: {d.hypothesis or '-'}"]
+    if d.kind != "fidelity":
+        lines.append(f"primary metric: {d.primary_metric} ({a.reg.frozen.direction} is better); "
+                     f"{a.blocks_done} of {d.blocks} blocks complete")
+    lines.append("")
     if "lines" in a.extra:
         lines += a.extra["lines"]
     elif a.verdict is not None:

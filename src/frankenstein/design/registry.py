@@ -131,7 +131,15 @@ def _check_workload(campaign: Campaign, design: DesignFile, path: Path) -> tuple
     wl = Path(expand(design.workload))
     if not wl.is_absolute():
         wl = (campaign.root / wl).resolve()
-    h = load_trace(wl).hash
+    loaded = load_trace(wl)
+    h = loaded.hash
+    if design.kind == "fidelity":
+        from frankenstein.fidelity.forced import workload_problems
+
+        problems = workload_problems(loaded.turns)
+        if len(problems) == len(loaded.turns):
+            raise DesignError(f"workload {wl} has no turn whose continuation can be forced ({problems[0]}); "
+                              "make one with `frank fidelity fill`", path=path, field="workload")
     if design.workload_hash is not None and design.workload_hash != h:
         raise DesignError(
             f"workload {wl} no longer matches its hash (design pins {design.workload_hash[:12]}…, file has {h[:12]}…)",

@@ -139,10 +139,16 @@ def run_design(
             record_start(campaign.store, out, design_id=design_id, block=slot.block, position=slot.position,
                          rep=slot.rep, arm=slot.arm, artifacts=artifacts, episodes=episodes)
             ran += 1
-            metric = out.metrics.get(reg.design.primary_metric)
-            value = "-" if metric is None else f"{metric:.4f}"
-            echo(f"{label}: {out.status} {reg.design.primary_metric}={value}" + (f" ({out.reason})" if out.reason else ""))
+            echo(f"{label}: {out.status}{_value(reg, out)}" + (f" ({out.reason})" if out.reason else ""))
     return f"{design_id}: {ran} starts run, {len(done)} already recorded"
+
+
+def _value(reg: registry.Registered, out: StartOutcome) -> str:
+    if reg.design.kind == "fidelity":
+        n = out.metrics.get("positions")
+        return "" if n is None else f" ({int(n)} positions forced)"
+    metric = out.metrics.get(reg.design.primary_metric)
+    return f" {reg.design.primary_metric}=" + ("-" if metric is None else f"{metric:.4f}")
 
 
 @contextmanager

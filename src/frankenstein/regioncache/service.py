@@ -54,7 +54,7 @@ def parse_listen(value: str) -> tuple[str, int]:
 def default_tokenizer(model: str) -> Path:
     """``tokenizer.json`` beside the model; the shipped tiny models use the shipped tiny tokenizer."""
     path = Path(model)
-    if path.parent == data_path("x").parent and path.name.startswith("tiny-"):
+    if path.parent == data_path("tiny-tokenizer.json").parent and path.name.startswith("tiny-"):
         return data_path("tiny-tokenizer.json")
     beside = path.parent / "tokenizer.json"
     if beside.is_file():
