@@ -38,9 +38,13 @@ def check_recipe(recipe: ResolvedRecipe, log_dir: Path, *, n_predict: int = 48, 
         echo(f"{eng.kind} {eng.version} ready at {eng.base_url} in {eng.ready_s:.2f} s ({recipe.name})")
         echo(HEADER)
         for i in range(requests):
-            body = {"prompt": PROMPTS[i % len(PROMPTS)], "n_predict": n_predict, "temperature": 0.0, "seed": 1,
-                    "ignore_eos": True, "cache_prompt": False, "stream": False}
-            reply = eng.request("/completion", json.dumps(body).encode())
+            prompt = PROMPTS[i % len(PROMPTS)]
+            if "/completion" in eng.endpoints:  # llama.cpp's native endpoint
+                path, body = "/completion", {"prompt": prompt, "n_predict": n_predict, "cache_prompt": False}
+            else:
+                path, body = "/v1/completions", {"model": recipe.model, "prompt": prompt, "max_tokens": n_predict}
+            body.update({"temperature": 0.0, "seed": 1, "ignore_eos": True, "stream": False})
+            reply = eng.request(path, json.dumps(body).encode())
             replies.append(reply)
             echo(timing_row(i, reply))
     echo("engine stopped")

@@ -18,6 +18,11 @@ if TYPE_CHECKING:
     from frankenstein.engines.base import Engine, Reply
 
 
+# Keys of a streamed event that carry the server's own numbers: llama.cpp ``timings``, OpenAI ``usage``,
+# vLLM per-request ``metrics``, SGLang ``meta_info`` / ``sglext``.
+SERVER_KEYS = ("timings", "usage", "meta_info", "metrics", "sglext")
+
+
 def _delta(event: dict[str, Any]) -> tuple[str, list[int], list[dict[str, Any]], str | None]:
     """Text, token ids, tool-call deltas and finish reason carried by one event of any supported shape."""
     if "choices" in event and event["choices"]:
@@ -96,8 +101,8 @@ def stream_request(engine: Engine, path: str, body: bytes, *, turn_id: str | Non
                     ttft = (time.perf_counter() - t0) * 1000.0
                 text.append(t), ids.extend(i), _merge_calls(calls, c)
                 finish = f or finish
-                if any(k in event for k in ("timings", "usage", "meta_info")):
-                    last = {**last, **{k: v for k, v in event.items() if k in ("timings", "usage", "meta_info", "id", "model")}}
+                if any(k in event for k in SERVER_KEYS):
+                    last = {**last, **{k: v for k, v in event.items() if k in (*SERVER_KEYS, "id", "model")}}
     except (OSError, http.client.HTTPException) as exc:
         raise engine._died(exc) from exc
     finally:
