@@ -45,7 +45,7 @@ def make_workload(path: Path, turns: int = 6, tokens: int = 16) -> Path:
     rows = [
         Turn(turn_id=f"s1-{i:04d}", session_id="s1", turn_index=i, endpoint="/completion",
              request={"prompt": PROMPTS[i % len(PROMPTS)], "cache_prompt": True},
-             output={"text": "", "completion_tokens": tokens}, source="test")
+             output={"text": "    return x  # recorded", "completion_tokens": tokens}, source="test")
         for i in range(turns)
     ]
     write_trace(path, rows)

@@ -168,10 +168,39 @@ class EngineProcess:
                 except subprocess.TimeoutExpired:
                     pass
             _killpg(self.proc.pid, signal.SIGKILL)  # stragglers in the group
-            return self.proc.wait()
+            code = self.proc.wait()
+            wait_group_gone(self.proc.pid)
+            return code
         finally:
             if self._pidfile is not None:
                 self._pidfile.unlink(missing_ok=True)
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of a process group, read from /proc."""
+    out = []
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            fields = (p / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            out.append(int(p.name))
+    return out
+
+
+def wait_group_gone(pgid: int, timeout_s: float = 15.0) -> list[int]:
+    """After SIGKILL, grandchildren (engine workers) take a moment to exit; wait until the group is
+    empty, killing again, and return whoever is left after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    left = group_members(pgid)
+    while left and time.monotonic() < deadline:
+        _killpg(pgid, signal.SIGKILL)
+        time.sleep(0.05)
+        left = group_members(pgid)
+    return left
 
 
 def _killpg(pgid: int, sig: int) -> None:
