@@ -33,7 +33,6 @@ responses (``tests/data/sglang/``) and the process life on a test double.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from frankenstein.engines.vllm import ScrapedRequests, counter, speculative_config
-from frankenstein.errors import BinaryNotFoundError, ConfigError, EngineError, EngineRequestError, FidelityError
+from frankenstein.errors import BinaryNotFoundError, ConfigError, EngineError, FidelityError
 from frankenstein.measure.timings import StepTiming
 
 if TYPE_CHECKING:
@@ -228,29 +227,7 @@ class SglangEngine(ScrapedRequests):
 
     def forced_decode(self, turns: Sequence[ForcedTurn], k: int, skipped: list[str] | None = None,
                       progress: Callable[[int, int], None] | None = None) -> ForcedResult:
-        from frankenstein.fidelity.forced import ForcedResult, _Collector
+        """Every position of every turn, one request per turn (see fidelity.forced.forced_per_turn)."""
+        from frankenstein.fidelity.forced import forced_per_turn
 
-        col = _Collector(k)
-        errors: list[str] = []
-        t0 = time.perf_counter()
-        done, total = 0, sum(len(t.continuation) for t in turns)
-        for ti, ft in enumerate(turns):
-            try:
-                rows = self.forced_topk(ft.prompt, ft.continuation, k, turn_id=ft.turn_id)
-            except EngineRequestError as exc:
-                if exc.status is None:
-                    raise
-                errors.append(f"{ft.turn_id}: {exc}")
-                rows = [([], [])] * len(ft.continuation)
-            for j, tok in enumerate(ft.continuation):
-                ids, lps = rows[j]
-                col.add(ti, j, tok, ids, lps, not ids)
-            done += len(ft.continuation)
-            if progress:
-                progress(done, total)
-        sources: dict[str, int] = {}
-        for ft in turns:
-            sources[ft.source] = sources.get(ft.source, 0) + 1
-        return ForcedResult(path=FORCED_PATH, k_requested=k, k_used=k, turn_ids=[t.turn_id for t in turns],
-                            turn_sha=[t.sha for t in turns], skipped=list(skipped or []), sources=sources,
-                            seconds=time.perf_counter() - t0, errors=errors, **col.arrays())
+        return forced_per_turn(self.forced_topk, turns, k, FORCED_PATH, skipped, progress)

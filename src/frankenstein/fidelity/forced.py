@@ -364,3 +364,35 @@ def forced_decode(engine: Engine, turns: Sequence[ForcedTurn], k: int, skipped: 
     if engine.recipe.engine == "llamacpp":
         return forced_decode_llamacpp(engine, turns, k, skipped, progress)
     raise FidelityError(f"no forced-decode path for engine {engine.recipe.engine!r} (llama.cpp and vLLM have one)")
+
+
+def forced_per_turn(forced_topk: Callable[..., list[tuple[list[int], list[float]]]], turns: Sequence[ForcedTurn],
+                    k: int, path: str, skipped: list[str] | None = None,
+                    progress: Callable[[int, int], None] | None = None) -> ForcedResult:
+    """Forced decode for engines that score a whole continuation in one request (vLLM
+    ``prompt_logprobs``, SGLang ``input_top_logprobs``): ``forced_topk(prompt, continuation, k,
+    turn_id=...)`` returns (ids, logprobs) per position. A 4xx on a turn is counted as error positions."""
+    col = _Collector(k)
+    errors: list[str] = []
+    t0 = time.perf_counter()
+    done, total = 0, sum(len(t.continuation) for t in turns)
+    for ti, ft in enumerate(turns):
+        try:
+            rows = forced_topk(ft.prompt, ft.continuation, k, turn_id=ft.turn_id)
+        except EngineRequestError as exc:
+            if exc.status is None:
+                raise
+            errors.append(f"{ft.turn_id}: {exc}")
+            rows = [([], [])] * len(ft.continuation)
+        for j, tok in enumerate(ft.continuation):
+            ids, lps = rows[j] if j < len(rows) else ([], [])
+            col.add(ti, j, tok, ids, lps, not ids)
+        done += len(ft.continuation)
+        if progress:
+            progress(done, total)
+    sources: dict[str, int] = {}
+    for ft in turns:
+        sources[ft.source] = sources.get(ft.source, 0) + 1
+    return ForcedResult(path=path, k_requested=k, k_used=k, turn_ids=[t.turn_id for t in turns],
+                        turn_sha=[t.sha for t in turns], skipped=list(skipped or []), sources=sources,
+                        seconds=time.perf_counter() - t0, errors=errors, **col.arrays())

@@ -133,7 +133,7 @@ def _parts(parts: list[str]) -> str:
 
 
 def format_design(d: DesignReport, base: str, plots: dict[str, str]) -> list[str]:
-    reg, design = d.reg, d.reg.design
+    design = d.reg.design
     lines = [f"## Design {code(d.design_id)}: {design.name} ({design.kind})", ""]
     lines += _design_head(d, base)
     lines += ["", *format_block_table(d)]
