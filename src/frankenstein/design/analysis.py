@@ -100,12 +100,29 @@ def analyze(campaign: Campaign, design_id: str) -> Analysis:
         out.extra["reason"] = f"{len(failures)} failed start(s) and the failure policy is 'invalidate'"
     out.verdict = rules.evaluate(reg.design.rule, [served[b] for b in blocks], [candidate[b] for b in blocks],  # type: ignore[arg-type]
                                  reg.frozen.direction, blocks=[b + 1 for b in blocks])
+    _curtailed(out, [served[b] for b in blocks], [candidate[b] for b in blocks])
     for metric in [reg.design.primary_metric, *reg.design.secondary]:
         vals, _ = arm_values(campaign, reg, metric)
         out.per_block[metric] = vals
     for metric in reg.design.secondary:
         out.secondary[metric] = _secondary(out.per_block[metric])
     return out
+
+
+def _curtailed(out: Analysis, served: list[float], candidate: list[float]) -> None:
+    """A curtailed run stopped because no remaining blocks could change the verdict: any completion
+    of the remaining blocks gives the same word, so it is decided on a completion with no effect."""
+    d = out.reg.design
+    remaining = d.blocks - len(served)
+    if d.stopping != "curtail" or remaining <= 0 or not served or "word" in out.extra:
+        return
+    if can_still_change(out.reg, served, candidate, remaining):
+        return
+    g = rules.gains(stats.log_ratios(served, candidate), out.reg.frozen.direction) + [0.0] * remaining
+    dec = rules.decide(d.rule, g, out.reg.frozen.direction)  # type: ignore[arg-type]
+    out.extra["word"] = dec.word
+    out.extra["reason"] = (f"curtailed after {len(served)} of {d.blocks} blocks: no remaining blocks could "
+                           f"change the verdict")
 
 
 def _secondary(vals: dict[int, dict[str, float]]) -> dict[str, Any]:
@@ -128,8 +145,8 @@ def format_analysis(a: Analysis) -> list[str]:
         lines += a.extra["lines"]
     elif a.verdict is not None:
         lines += format_verdict(a.verdict)
-    if a.extra.get("word") == "invalid" and a.extra.get("reason"):
-        lines.append(f"verdict overridden: invalid ({a.extra['reason']})")
+    if a.extra.get("word") and a.extra.get("reason"):
+        lines.append(f"verdict under the registered stopping and failure rules: {a.extra['word']} ({a.extra['reason']})")
     for note in a.dropped:
         lines.append(f"note: {note}")
     if a.secondary:
