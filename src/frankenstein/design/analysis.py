@@ -120,9 +120,9 @@ def _curtailed(out: Analysis, served: list[float], candidate: list[float]) -> No
         return
     g = rules.gains(stats.log_ratios(served, candidate), out.reg.frozen.direction) + [0.0] * remaining
     dec = rules.decide(d.rule, g, out.reg.frozen.direction)  # type: ignore[arg-type]
-    out.extra["word"] = dec.word
-    out.extra["reason"] = (f"curtailed after {len(served)} of {d.blocks} blocks: no remaining blocks could "
-                           f"change the verdict")
+    reason = f"curtailed after {len(served)} of {d.blocks} blocks: no remaining blocks could change the verdict"
+    if out.verdict is not None:
+        out.verdict = out.verdict.model_copy(update={"word": dec.word, "reason": reason})
 
 
 def _secondary(vals: dict[int, dict[str, float]]) -> dict[str, Any]:
