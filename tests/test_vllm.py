@@ -23,6 +23,7 @@ import pytest
 
 from frankenstein.config import ResolvedRecipe
 from frankenstein.engines import start_engine
+from frankenstein.engines.process import group_members
 from frankenstein.engines.vllm import VllmEngine
 from frankenstein.errors import EngineStartError
 from frankenstein.shipped import data_path
@@ -76,19 +77,6 @@ def _completion(prompt: list[int] | str, n: int, **extra: object) -> bytes:
 def _turn(turn_id: str, prompt: str, tokens: int, index: int = 0) -> Turn:
     return Turn(turn_id=turn_id, session_id="s1", turn_index=index, endpoint="/v1/completions",
                 request={"prompt": prompt}, output={"text": "", "completion_tokens": tokens}, source="test")
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes in process group ``pgid``."""
-    out = []
-    for p in Path("/proc").iterdir():
-        try:
-            fields = (p / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if p.name.isdigit() and fields[0] != "Z" and int(fields[2]) == pgid:
-            out.append(int(p.name))
-    return out
 
 
 @pytest.fixture(scope="class")

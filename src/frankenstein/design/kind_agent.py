@@ -55,7 +55,7 @@ def agent_start(campaign: Campaign, reg: registry.Registered, slot: Any, recipe:
     finally:
         engine.stop()
     out.metrics = {"passes": float(sum(e["passed"] for e in episodes)), "episodes": float(len(episodes))}
-    out.episodes = episodes  # type: ignore[attr-defined]
+    out.episodes = episodes
     return out
 
 

@@ -95,7 +95,7 @@ def fidelity_start(campaign: Campaign, reg: registry.Registered, slot: Any, reci
     out, result, _ = run_forced(recipe, workload, campaign.logs, spec.top_k, spec.max_positions,
                                 reg.design.replay.max_turns)
     if result is not None:
-        out.artifacts = {ARTIFACT: to_npz(result)}  # type: ignore[attr-defined]
+        out.artifacts = {ARTIFACT: to_npz(result)}
     return out
 
 

@@ -134,10 +134,8 @@ def run_design(
             ctx = progress_factory(label) if progress_factory else _null()
             with ctx as progress:
                 out = _run_slot(campaign, reg, slot, workload, progress)
-            artifacts = out.__dict__.pop("artifacts", None) if hasattr(out, "artifacts") else None
-            episodes = out.__dict__.pop("episodes", []) if hasattr(out, "episodes") else []
             record_start(campaign.store, out, design_id=design_id, block=slot.block, position=slot.position,
-                         rep=slot.rep, arm=slot.arm, artifacts=artifacts, episodes=episodes)
+                         rep=slot.rep, arm=slot.arm)
             ran += 1
             echo(f"{label}: {out.status}{_value(reg, out)}" + (f" ({out.reason})" if out.reason else ""))
     return f"{design_id}: {ran} starts run, {len(done)} already recorded"

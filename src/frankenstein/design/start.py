@@ -33,6 +33,8 @@ class StartOutcome:
     capabilities: dict[str, Any] = field(default_factory=dict)
     resources: dict[str, Any] = field(default_factory=dict)
     scrape: dict[str, float] = field(default_factory=dict)
+    artifacts: dict[str, bytes] = field(default_factory=dict)
+    episodes: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _scrape_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
@@ -76,15 +78,14 @@ def _metrics_or_empty(engine: Any) -> dict[str, float]:
 
 
 def record_start(store: Store, out: StartOutcome, *, design_id: str | None = None, block: int | None = None,
-                 position: int | None = None, rep: int = 0, arm: str | None = None,
-                 artifacts: dict[str, bytes] | None = None, episodes: list[dict[str, Any]] = ()) -> int:  # type: ignore[assignment]
-    """Write the start, its turns and artifacts in one transaction."""
-    arts = dict(artifacts or {})
+                 position: int | None = None, rep: int = 0, arm: str | None = None) -> int:
+    """Write the start, its turns, artifacts and episodes in one transaction."""
+    arts = dict(out.artifacts)
     if out.scrape:
         arts.setdefault("metrics_delta.json", json.dumps(out.scrape, sort_keys=True).encode())
     return store.insert_start(
         arm=arm or out.recipe.name, status=out.status, reason=out.reason, started_at=out.started_at,
         metrics=out.metrics, turns=out.rows, design_id=design_id, block=block, position=position, rep=rep,
         engine=out.engine, engine_version=out.engine_version, recipe=out.recipe.model_dump(),
-        resources=out.resources, capabilities=out.capabilities, artifacts=arts, episodes=list(episodes),
+        resources=out.resources, capabilities=out.capabilities, artifacts=arts, episodes=list(out.episodes),
     )
