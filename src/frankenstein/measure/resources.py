@@ -1,58 +1,120 @@
-"""Resources per start: GPU memory and power through NVML while the engine runs.
+"""Resources per start: GPU memory, power, clocks, temperature and throttle reasons through NVML.
 
-Where no GPU (or no NVML) is present, resources are recorded as *absent* — never as zero.
+Any start kind (speed, fidelity, agent, screen) wraps its engine's life in the sampler::
+
+    with ResourceSampler() as sampler:
+        engine.start()
+        sampler.attach(engine_pid)      # per-process memory from here on
+        ...                             # replay, forced decode, agent episodes
+    resources = sampler.result
+
+Where nothing could be measured the result says which of two things is true, never zero:
+``status = "no GPU"`` (NVML sees no device, or there is no NVIDIA device node) or
+``status = "not sampled"`` (pynvml missing, NVML failing, or never started), with the reason in ``note``.
+``not_sampled(reason)`` is the honest record for a start that did not run the sampler at all.
+
 Sampling runs in a thread at a fixed interval; per GPU it keeps peak and mean memory used by the
 engine's processes (falling back to whole-device use when per-process figures are unavailable),
-and mean/max power.
+mean/max power, the SM clock range, the peak temperature and every throttle reason seen.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from types import TracebackType
 from typing import Any
 
+from frankenstein.measure.machine import has_nvidia_device, nvml, throttle_names
 
-def _nvml() -> Any | None:
-    try:
-        import pynvml  # type: ignore[import-not-found]
 
-        pynvml.nvmlInit()
-        return pynvml
-    except Exception:  # noqa: BLE001 - no library, no driver, no GPU: all mean "absent"
-        return None
+def not_sampled(reason: str) -> dict[str, Any]:
+    """The resources record of a start that did not sample (distinct from "no GPU")."""
+    return {"gpu": None, "status": "not sampled", "note": f"not sampled: {reason}"}
+
+
+class _Series:
+    """Per-GPU accumulator."""
+
+    def __init__(self) -> None:
+        self.mem: list[float] = []
+        self.power: list[float] = []
+        self.sm: list[int] = []
+        self.temp: list[int] = []
+        self.reasons: set[str] = set()
+
+    def summary(self, index: int) -> dict[str, Any]:
+        mem, pw = self.mem, self.power
+        return {
+            "index": index, "samples": len(mem), "memory_mib_peak": max(mem), "memory_mib_mean": sum(mem) / len(mem),
+            "power_w_mean": sum(pw) / len(pw) if pw else None, "power_w_max": max(pw) if pw else None,
+            "sm_clock_mhz_min": min(self.sm) if self.sm else None, "sm_clock_mhz_max": max(self.sm) if self.sm else None,
+            "temperature_c_max": max(self.temp) if self.temp else None,
+            "throttle_reasons": sorted(self.reasons),
+        }
 
 
 class ResourceSampler:
     def __init__(self, interval_s: float = 0.1) -> None:
         self.interval_s = interval_s
-        self._nv = _nvml()
+        self._nv, self._why = nvml()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._samples: dict[int, list[tuple[float, float | None]]] = {}
+        self._series: dict[int, _Series] = {}
         self._pid: int | None = None
         self._source = "absent"
+        self._await_pid = False
+        self.result: dict[str, Any] | None = None
 
+    # -- context manager: sample from entry; attach the engine's pid once it exists --------------
+    def __enter__(self) -> ResourceSampler:
+        self._await_pid = True  # no samples until attach(): the engine's load is what we measure
+        self.start(None)
+        return self
+
+    def attach(self, pid: int | None) -> None:
+        """Start sampling, counting the memory of ``pid``'s process tree (whole-device use if None)."""
+        self._pid = pid
+        self._await_pid = False
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        self.result = self.stop()
+
+    # -- the older two-call form, kept for callers that start sampling after the engine is up -------
     def start(self, pid: int | None) -> None:
-        if self._nv is None:
+        if self._nv is None or self._thread is not None:
+            self._pid = pid if pid is not None else self._pid
             return
         self._pid = pid
         self._thread = threading.Thread(target=self._loop, name="nvml-sampler", daemon=True)
         self._thread.start()
 
     def _loop(self) -> None:
-        nv = self._nv
-        handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(nv.nvmlDeviceGetCount())]
         while not self._stop.is_set():
-            for i, h in enumerate(handles):
-                self._samples.setdefault(i, []).append((self._memory(h), self._power(h)))
+            if not self._await_pid:
+                self._sample_once()
             self._stop.wait(self.interval_s)
+
+    def _sample_once(self) -> None:
+        nv = self._nv
+        for i in range(nv.nvmlDeviceGetCount()):
+            h = nv.nvmlDeviceGetHandleByIndex(i)
+            s = self._series.setdefault(i, _Series())
+            s.mem.append(self._memory(h))
+            for value, into in ((self._power(h), s.power), (self._read(nv.nvmlDeviceGetClockInfo, h, 1), s.sm),
+                                (self._read(nv.nvmlDeviceGetTemperature, h, 0), s.temp)):
+                if value is not None:
+                    into.append(value)
+            mask = self._reasons(h)
+            if mask is not None:
+                s.reasons.update(r for r in throttle_names(mask) if r != "gpu_idle")
 
     def _memory(self, h: Any) -> float:
         nv = self._nv
         try:
             procs = nv.nvmlDeviceGetComputeRunningProcesses(h)
-            mine = [p.usedGpuMemory for p in procs if p.usedGpuMemory is not None and self._pid is not None and _in_tree(p.pid, self._pid)]
+            mine = [p.usedGpuMemory for p in procs
+                    if p.usedGpuMemory is not None and self._pid is not None and _in_tree(p.pid, self._pid)]
             if mine:
                 self._source = "per-process"
                 return float(sum(mine)) / 2**20
@@ -63,25 +125,38 @@ class ResourceSampler:
         return float(nv.nvmlDeviceGetMemoryInfo(h).used) / 2**20
 
     def _power(self, h: Any) -> float | None:
+        v = self._read(self._nv.nvmlDeviceGetPowerUsage, h)
+        return None if v is None else float(v) / 1000.0
+
+    def _reasons(self, h: Any) -> int | None:
+        nv = self._nv
+        fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+            nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
+        return None if fn is None else self._read(fn, h)
+
+    @staticmethod
+    def _read(fn: Any, *args: Any) -> Any:
         try:
-            return float(self._nv.nvmlDeviceGetPowerUsage(h)) / 1000.0
-        except Exception:  # noqa: BLE001
+            return fn(*args)
+        except Exception:  # noqa: BLE001 - NVMLError_NotSupported per field
             return None
 
     def stop(self) -> dict[str, Any]:
         if self._thread is None:
-            return {"gpu": None, "note": "absent: no GPU or NVML on this machine"}
+            if self._nv is None and not has_nvidia_device():
+                return {"gpu": None, "status": "no GPU", "note": "no GPU: no NVIDIA device node or driver"}
+            if self._nv is None:
+                return not_sampled(self._why)
+            return not_sampled("the sampler was never started")
         self._stop.set()
         self._thread.join()
-        gpus = []
-        for i, s in sorted(self._samples.items()):
-            mem = [m for m, _ in s]
-            pw = [p for _, p in s if p is not None]
-            gpus.append({
-                "index": i, "samples": len(s), "memory_mib_peak": max(mem), "memory_mib_mean": sum(mem) / len(mem),
-                "power_w_mean": sum(pw) / len(pw) if pw else None, "power_w_max": max(pw) if pw else None,
-            })
-        return {"gpu": gpus, "memory_source": self._source, "interval_s": self.interval_s, "sampled_at": time.time()}
+        if not self._await_pid and not any(s.mem for s in self._series.values()):
+            self._sample_once()  # a start shorter than one interval still gets its sample
+        gpus = [s.summary(i) for i, s in sorted(self._series.items()) if s.mem]
+        if not gpus:
+            return {"gpu": None, "status": "no GPU", "note": "no GPU: NVML sees no devices"}
+        return {"gpu": gpus, "status": "sampled", "memory_source": self._source, "interval_s": self.interval_s,
+                "sampled_at": time.time()}
 
 
 def _in_tree(pid: int, root: int) -> bool:
