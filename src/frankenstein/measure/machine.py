@@ -93,7 +93,7 @@ IDENTITY_FIELDS = ("host", "cpu_model", "cpu_cores", "cpu_governor", "driver_ver
 def nvml() -> tuple[Any | None, str]:
     """(initialised pynvml module or None, reason when None)."""
     try:
-        import pynvml  # type: ignore[import-not-found]
+        import pynvml
     except ImportError:
         return None, "pynvml is not installed"
     try:

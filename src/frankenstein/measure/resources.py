@@ -57,7 +57,8 @@ class _Series:
 class ResourceSampler:
     def __init__(self, interval_s: float = 0.1) -> None:
         self.interval_s = interval_s
-        self._nv, self._why = nvml()
+        nv, self._why = nvml()
+        self._nv: Any = nv
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._series: dict[int, _Series] = {}
@@ -101,10 +102,15 @@ class ResourceSampler:
             h = nv.nvmlDeviceGetHandleByIndex(i)
             s = self._series.setdefault(i, _Series())
             s.mem.append(self._memory(h))
-            for value, into in ((self._power(h), s.power), (self._read(nv.nvmlDeviceGetClockInfo, h, 1), s.sm),
-                                (self._read(nv.nvmlDeviceGetTemperature, h, 0), s.temp)):
-                if value is not None:
-                    into.append(value)
+            power = self._power(h)
+            sm = self._read(nv.nvmlDeviceGetClockInfo, h, 1)  # NVML_CLOCK_SM
+            temp = self._read(nv.nvmlDeviceGetTemperature, h, 0)  # NVML_TEMPERATURE_GPU
+            if power is not None:
+                s.power.append(power)
+            if sm is not None:
+                s.sm.append(int(sm))
+            if temp is not None:
+                s.temp.append(int(temp))
             mask = self._reasons(h)
             if mask is not None:
                 s.reasons.update(r for r in throttle_names(mask) if r != "gpu_idle")
