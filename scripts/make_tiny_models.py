@@ -13,6 +13,13 @@ Outputs (all byte-for-byte reproducible from ``--seed`` with the library version
   tiny-target-q8.gguf    the target with Q8_0 weights (quantized from the same f32 weights)
 
 Usage: python scripts/make_tiny_models.py [--out DIR] [--seed N]
+
+Other sizes (same tokenizer, same recipe of weights; written to --out, never over the shipped files):
+  --layers N --hidden D --heads H --kv-heads K --ff F   the target's shape
+  --draft-layers L                                      the draft keeps the target's first L layers
+  --ctx C --no-q8                                       context length; skip the Q8_0 copy
+e.g. a ~1 B target with a one-layer draft for a GPU (docs/gpu.md):
+  python scripts/make_tiny_models.py --out models --layers 22 --hidden 2048 --heads 16 --kv-heads 4 --ff 5632 --no-q8
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ import argparse
 import hashlib
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -452,29 +459,71 @@ def _add_tensor(writer: GGUFWriter, name: str, array: np.ndarray, file_type: Lla
 # ---------------------------------------------------------------------------------------------
 
 
-def make_all(out: Path, seed: int = SEED) -> dict[str, str]:
-    """Write the four files into ``out``; return their sha256 by file name."""
+def make_all(out: Path, seed: int = SEED, target_shape: Shape = TARGET_SHAPE, draft_shape: Shape = DRAFT_SHAPE,
+             q8: bool = True) -> dict[str, str]:
+    """Write the files into ``out``; return their sha256 by file name."""
     out.mkdir(parents=True, exist_ok=True)
     tok = train_tokenizer(build_corpus(seed))
     (out / TOKENIZER_FILE).write_text(tok.to_str(pretty=True) + "\n", encoding="utf-8")
-    target = target_weights(seed, TARGET_SHAPE, silent_tokens(tok))
-    write_gguf(out / TARGET_FILE, "frank-tiny-target", TARGET_SHAPE, target, tok, LlamaFileType.MOSTLY_F16)
-    write_gguf(out / TARGET_Q8_FILE, "frank-tiny-target-q8", TARGET_SHAPE, target, tok, LlamaFileType.MOSTLY_Q8_0)
-    draft = draft_weights(target, DRAFT_SHAPE)
-    write_gguf(out / DRAFT_FILE, "frank-tiny-draft", DRAFT_SHAPE, draft, tok, LlamaFileType.MOSTLY_F16)
-    names = (TOKENIZER_FILE, TARGET_FILE, DRAFT_FILE, TARGET_Q8_FILE)
-    return {n: hashlib.sha256((out / n).read_bytes()).hexdigest() for n in names}
+    target = target_weights(seed, target_shape, silent_tokens(tok))
+    write_gguf(out / TARGET_FILE, "frank-tiny-target", target_shape, target, tok, LlamaFileType.MOSTLY_F16)
+    names = [TOKENIZER_FILE, TARGET_FILE, DRAFT_FILE]
+    if q8:
+        write_gguf(out / TARGET_Q8_FILE, "frank-tiny-target-q8", target_shape, target, tok, LlamaFileType.MOSTLY_Q8_0)
+        names.append(TARGET_Q8_FILE)
+    draft = draft_weights(target, draft_shape)
+    write_gguf(out / DRAFT_FILE, "frank-tiny-draft", draft_shape, draft, tok, LlamaFileType.MOSTLY_F16)
+    return {n: _sha256(out / n) for n in names}
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def shapes_from_args(args: argparse.Namespace) -> tuple[Shape, Shape]:
+    """Target and draft shapes from the size options (defaults: the shipped tiny shapes)."""
+    t = TARGET_SHAPE
+    target = Shape(n_layer=args.layers or t.n_layer, n_embd=args.hidden or t.n_embd, n_head=args.heads or t.n_head,
+                   n_head_kv=args.kv_heads or t.n_head_kv, n_ff=args.ff or t.n_ff, n_ctx=args.ctx or t.n_ctx)
+    if target.n_embd % target.n_head or target.n_head % target.n_head_kv:
+        raise SystemExit(f"--hidden {target.n_embd} must divide by --heads {target.n_head}, "
+                         f"and --heads by --kv-heads {target.n_head_kv}")
+    layers = args.draft_layers or DRAFT_SHAPE.n_layer
+    if not 1 <= layers <= target.n_layer:
+        raise SystemExit(f"--draft-layers {layers}: must be between 1 and --layers {target.n_layer}")
+    return target, replace(target, n_layer=layers)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default: the package data)")
     parser.add_argument("--seed", type=int, default=SEED, help=f"random seed (default: {SEED})")
+    for flag, what in (("--layers", "target layers"), ("--hidden", "n_embd"), ("--heads", "attention heads"),
+                       ("--kv-heads", "KV heads"), ("--ff", "feed-forward width"), ("--draft-layers", "draft layers"),
+                       ("--ctx", "context length")):
+        parser.add_argument(flag, type=int, default=None, help=f"{what} (default: the shipped tiny model's)")
+    parser.add_argument("--no-q8", action="store_true", help="skip the Q8_0 copy of the target")
     args = parser.parse_args(argv)
-    for name, digest in make_all(args.out, args.seed).items():
+    target, draft = shapes_from_args(args)
+    if (target, draft) != (TARGET_SHAPE, DRAFT_SHAPE) and args.out.resolve() == DEFAULT_OUT.resolve():
+        raise SystemExit("other sizes need --out DIR: the package data holds the shipped tiny models")
+    params = parameters(target)
+    print(f"target: {target.n_layer} layers, n_embd {target.n_embd}, {params:,} parameters; draft: {draft.n_layer} layer(s)")
+    for name, digest in make_all(args.out, args.seed, target, draft, q8=not args.no_q8).items():
         size = (args.out / name).stat().st_size
         print(f"{digest}  {size:>9}  {name}")
     return 0
+
+
+def parameters(shape: Shape) -> int:
+    """Parameters of a target of this shape (embedding, output head, norms, layers)."""
+    d, dkv, ff, v = shape.n_embd, shape.n_embd_kv, shape.n_ff, shape.n_vocab
+    per_layer = 2 * d * d + 2 * dkv * d + 3 * ff * d + 2 * d
+    return 2 * v * d + d + per_layer * shape.n_layer
 
 
 if __name__ == "__main__":
