@@ -54,7 +54,7 @@ def test_agent_design_runs_and_never_loses_episodes(tmp_path: Path) -> None:
     a = analyze(c, reg.design_id)
     assert a.verdict is not None and a.verdict.data == "difference"
     assert a.word in ("not confirmed", "harm shown")
-    assert "pass matrix" in "\n".join(a.extra["lines"])
+    assert "pass matrix" in "\n".join(a.lines)
     traces = sorted((c.root / "workloads").glob("agent-agent-harm-1-*.jsonl"))
     assert len(traces) == 10
     assert all(load_trace(t).turns for t in traces)  # every agent start is a workload frank replay accepts

@@ -9,7 +9,9 @@ import pytest
 
 from conftest import frank
 from frankenstein.campaign import open_campaign
-from frankenstein.fidelity.gate import fidelity_gate_passed
+from frankenstein.demo import demo_fidelity
+from frankenstein.gates import fidelity_gate_passed
+from frankenstein.shipped import data_path
 from frankenstein.workload.trace import load_trace
 from helpers_campaign import TOML, make_campaign, make_workload, write_design
 
@@ -112,9 +114,6 @@ def test_quick_check_prints_numbers_and_no_verdict(camp: Path) -> None:
 def test_demo_step_adds_the_part_and_passes(tmp_path: Path, llama_server_bin: str) -> None:
     """On the shipped demo workload (chat turns recorded with text): the chat template and the
     recorded text are tokenized by each start."""
-    from frankenstein.fidelity.gate import demo_fidelity
-    from frankenstein.shipped import data_path
-
     c = make_campaign(tmp_path / "demo")
     assert "q8" not in c.config.parts
     lines: list[str] = []

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from frankenstein import ledger
+from frankenstein.fidelity import forced
 from frankenstein.design.registry import register
 from frankenstein.errors import LedgerError
 from frankenstein.report import write_report
@@ -23,7 +24,6 @@ from frankenstein.report.plots import plot_kl, plot_paired_blocks, plot_pass_mat
 from helpers_campaign import make_campaign, make_workload
 from helpers_ledger import CONFIRMED, is_png, stored_design
 
-forced = pytest.importorskip("frankenstein.fidelity.forced")
 
 FIDELITY_DESIGN = """\
 name = "{name}"

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from frankenstein import ledger
+from frankenstein.design.registry import register
 from frankenstein.errors import DesignError, LedgerError
 from frankenstein.report import write_report
-from frankenstein.report.refusals import register_or_record, refusals
 
 from helpers_campaign import make_campaign, make_workload, write_design
 from helpers_ledger import CONFIRMED, MIXED, golden, gpu, is_png, stored_design
@@ -60,7 +60,7 @@ def build_story(camp) -> list:
                               fail=lambda arm, b: "engine exited 139 before ready" if (arm, b) == ("candidate", 3) else None,
                               day=4))
     with pytest.raises(DesignError):
-        register_or_record(camp, write_design(camp.root / "tiny.toml", name="tiny", blocks=4))
+        register(camp, write_design(camp.root / "tiny.toml", name="tiny", blocks=4))
     return regs
 
 
@@ -97,6 +97,6 @@ def test_since_leaves_out_earlier_records(camp, tmp_path: Path) -> None:
 
 def test_registration_refusals_are_kept(camp) -> None:
     with pytest.raises(DesignError) as e:
-        register_or_record(camp, write_design(camp.root / "tiny.toml", name="tiny", blocks=4))
-    [r] = refusals(camp)
+        register(camp, write_design(camp.root / "tiny.toml", name="tiny", blocks=4))
+    [r] = camp.store.refusals()
     assert (r.what, r.name, r.path, r.reason) == ("registration", "tiny", str(camp.root / "tiny.toml"), str(e.value))

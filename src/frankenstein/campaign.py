@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from frankenstein.config import CampaignConfig, ResolvedRecipe, load_config, resolve
@@ -41,6 +41,9 @@ class Campaign:
     root: Path
     config: CampaignConfig
     store: Store
+    # The registry row hash up to which the registry was verified while this campaign was open
+    # (design.registry.verify sets it), so a command verifies the chain once, not on every read.
+    verified_through: str | None = field(default=None, compare=False)
 
     @property
     def logs(self) -> Path:

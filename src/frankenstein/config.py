@@ -6,30 +6,26 @@ parts. ``served`` names the base recipe; the ledger (``frank adopt``) appends pa
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from frankenstein.errors import ConfigError
 from frankenstein.shipped import expand
+from frankenstein.validation import FrozenUserFile, field_error, read_toml
 
 EngineKind = Literal["llamacpp", "vllm", "sglang", "openai"]
 
 
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Provenance(Strict):
+class Provenance(FrozenUserFile):
     fork: str = ""
     commit: str = ""
     author: str = ""
     licence: str = ""
 
 
-class Part(Strict):
+class Part(FrozenUserFile):
     description: str = ""
     args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
@@ -39,7 +35,7 @@ class Part(Strict):
     provenance: Provenance = Provenance()
 
 
-class Recipe(Strict):
+class Recipe(FrozenUserFile):
     engine: EngineKind = "llamacpp"
     model: str = ""
     args: list[str] = Field(default_factory=list)
@@ -51,14 +47,14 @@ class Recipe(Strict):
     start_timeout_s: float = 300.0
 
 
-class CampaignConfig(Strict):
+class CampaignConfig(FrozenUserFile):
     name: str = "campaign"
     served: str = "base"
     recipes: dict[str, Recipe] = Field(default_factory=dict)
     parts: dict[str, Part] = Field(default_factory=dict)
 
 
-class ResolvedRecipe(Strict):
+class ResolvedRecipe(FrozenUserFile):
     """A recipe with its parts applied: what an engine adapter launches."""
 
     name: str
@@ -73,28 +69,13 @@ class ResolvedRecipe(Strict):
     start_timeout_s: float = 300.0
 
 
-def format_validation_error(path: object, exc: ValidationError) -> ConfigError:
-    """One message naming the file and the first bad field."""
-    err = exc.errors()[0]
-    field = ".".join(str(p) for p in err["loc"]) or "(top level)"
-    msg = err["msg"]
-    if err["type"] == "extra_forbidden":
-        msg = "unknown field"
-    return ConfigError(msg, path=path, field=field)
-
-
 def load_config(path: str | Path) -> CampaignConfig:
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError as exc:
-        raise ConfigError("file not found", path=path) from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"not valid TOML: {exc}", path=path) from exc
+    data = read_toml(path)
     try:
         config = CampaignConfig.model_validate(data)
     except ValidationError as exc:
-        raise format_validation_error(path, exc) from exc
+        raise field_error(path, exc) from exc
     for rname, recipe in config.recipes.items():
         for p in recipe.parts:
             if p not in config.parts:

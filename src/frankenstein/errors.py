@@ -11,7 +11,8 @@
     ├── EngineError                 an engine could not be found, started, talked to, or died
     │   ├── BinaryNotFoundError
     │   ├── EngineStartError        died or timed out during start (carries the log tail)
-    │   └── EngineRequestError      a request failed (carries the turn id where known)
+    │   ├── EngineRequestError      a request failed (carries the turn id where known)
+    │   └── EngineFailure           an agent's request failed; ``status`` says how the episode ends
     ├── AnalysisError               data cannot be analysed under the registered rule (bad CSV too)
     ├── FidelityError
     ├── SandboxError
@@ -88,6 +89,15 @@ class EngineRequestError(EngineError):
         prefix = f"turn {turn_id}: " if turn_id else ""
         super().__init__(prefix + message)
         self.turn_id = turn_id
+        self.status = status
+
+
+class EngineFailure(EngineError):
+    """An agent's request to the engine failed; ``status`` says how the episode ends
+    (``engine_error``, ``context_limit``, ``time_limit``)."""
+
+    def __init__(self, status: str, message: str) -> None:
+        super().__init__(message)
         self.status = status
 
 

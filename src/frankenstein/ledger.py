@@ -11,72 +11,35 @@ recipe, a gate that failed or could not be checked) and ``force=True`` with a re
 the row is then marked forced and keeps the refusals it overrode. Refusals about evidence are kept in
 the store for the progress note.
 
-    served_parts(campaign) -> list[str]        parts on top of the base recipe (the registry calls this)
-    served_recipe(campaign) -> ResolvedRecipe
     history(campaign) -> list[LedgerEntry]
+    served_parts / served_recipe / describe_parts  re-exported from :mod:`frankenstein.served` (the registry reads them there)
     adopt(campaign, part, design_id, *, force=False, why=None) -> LedgerEntry
     revert(campaign, *, why=None) -> LedgerEntry
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from frankenstein.campaign import Campaign
-from frankenstein.config import ResolvedRecipe
+from frankenstein.design.analysis import Analysis, analyze
+from frankenstein.design.facts import DesignFacts, design_facts
+from frankenstein.design.kinds import kind_of
+from frankenstein.design.model import Registered
+from frankenstein.design.registry import LAUNCH_FIELDS, get
 from frankenstein.errors import FrankError, LedgerError
-from frankenstein.store import now_iso
+from frankenstein.gates import fidelity_gate, memory_gate_of
+from frankenstein.served import describe_parts, served_parts, served_recipe
+from frankenstein.store import LedgerEntry
 
-ADOPTABLE_KINDS = ("speed", "screen")
-LAUNCH_FIELDS = ("engine", "model", "args", "env", "binary", "python", "command")
-
-
-@dataclass(frozen=True)
-class LedgerEntry:
-    seq: int
-    action: str  # adopt | revert
-    part: str
-    design_id: str | None
-    scope: dict[str, Any]
-    forced: bool
-    why: str | None
-    parts: list[str]
-    at: str
-
-
-def _entry(row: Any) -> LedgerEntry:
-    return LedgerEntry(seq=row["seq"], action=row["action"], part=row["part"], design_id=row["design_id"],
-                       scope=json.loads(row["scope"]), forced=bool(row["forced"]), why=row["why"],
-                       parts=json.loads(row["parts"]), at=row["at"])
+__all__ = ["Evidence", "LedgerEntry", "adopt", "describe_parts", "format_served", "history", "revert", "served_parts",
+           "served_recipe"]
 
 
 def history(campaign: Campaign) -> list[LedgerEntry]:
     """Every step, oldest first."""
-    return [_entry(r) for r in campaign.store.query("SELECT * FROM ledger ORDER BY seq")]
-
-
-def _last(campaign: Campaign) -> LedgerEntry | None:
-    rows = campaign.store.query("SELECT * FROM ledger ORDER BY seq DESC LIMIT 1")
-    return _entry(rows[0]) if rows else None
-
-
-def served_parts(campaign: Campaign) -> list[str]:
-    """The parts the ledger has adopted on top of the base recipe, in order."""
-    last = _last(campaign)
-    return list(last.parts) if last else []
-
-
-def served_recipe(campaign: Campaign) -> ResolvedRecipe:
-    """The base recipe with the served parts applied, named ``served``."""
-    r = campaign.recipe(campaign.config.served, served_parts(campaign))
-    return r.model_copy(update={"name": "served"})
-
-
-def describe_parts(campaign: Campaign, parts: list[str]) -> str:
-    """'base + draft + q8', or 'base' with no parts."""
-    return " + ".join([campaign.config.served, *parts])
+    return campaign.store.ledger_steps()
 
 
 # ---------------------------------------------------------------- adopt
@@ -92,7 +55,8 @@ class Evidence:
 
 def adopt(campaign: Campaign, part: str, design_id: str, *, force: bool = False, why: str | None = None) -> LedgerEntry:
     """Add ``part`` to the served recipe on the evidence of ``design_id``; one step, recorded with its scope."""
-    before = _last(campaign)
+    last = campaign.store.last_steps(1)
+    before = last[0] if last else None
     current = list(before.parts) if before else []
     _check_request(campaign, part, current, force, why)
     reg = _registered(campaign, design_id)
@@ -100,9 +64,7 @@ def adopt(campaign: Campaign, part: str, design_id: str, *, force: bool = False,
     ev = gather_evidence(campaign, reg, part, current)
     if ev.problems and not force:
         reason = "; ".join(ev.problems)
-        from frankenstein.report.refusals import record_refusal
-
-        record_refusal(campaign, what="adopt", name=design_id, part=part, reason=reason)
+        campaign.store.insert_refusal(what="adopt", name=design_id, part=part, reason=reason)
         raise LedgerError(f"refused: adopt {part!r} on design {design_id}: {reason}")
     if force:
         ev.scope["overridden"] = list(ev.problems)
@@ -121,19 +83,17 @@ def _check_request(campaign: Campaign, part: str, current: list[str], force: boo
         raise LedgerError(f"part {part!r} is already served ({describe_parts(campaign, current)})")
 
 
-def _registered(campaign: Campaign, design_id: str) -> Any:
-    from frankenstein.design.registry import get
-
+def _registered(campaign: Campaign, design_id: str) -> Registered:
     try:
         return get(campaign, design_id)
     except FrankError as exc:
         raise LedgerError(f"cannot adopt on design {design_id}: {exc}") from exc
 
 
-def _check_design_shape(reg: Any, part: str) -> None:
+def _check_design_shape(reg: Registered, part: str) -> None:
     """Refusals no force overrides: the design must be a comparison of served with served + this part."""
     did, kind = reg.design_id, reg.design.kind
-    if kind not in ADOPTABLE_KINDS:
+    if not kind_of(kind).adoptable:
         raise LedgerError(f"design {did} is a {kind} design; a part is adopted on a speed design "
                           "(fidelity and memory are its gates, an agent design guards against harm)")
     served, cand = reg.frozen.recipes["served"], reg.frozen.recipes["candidate"]
@@ -145,11 +105,8 @@ def _check_design_shape(reg: Any, part: str) -> None:
         raise LedgerError(f"design {did} did not test served + {part}: its candidate arm is served {tested}")
 
 
-def gather_evidence(campaign: Campaign, reg: Any, part: str, current: list[str]) -> Evidence:
+def gather_evidence(campaign: Campaign, reg: Registered, part: str, current: list[str]) -> Evidence:
     """Every refusal about the evidence (force may override them) and the scope the result holds in."""
-    from frankenstein.design.analysis import analyze
-    from frankenstein.report.facts import design_facts
-
     ev = Evidence()
     facts = design_facts(campaign, reg)
     if facts.blocks_run < facts.blocks:
@@ -157,17 +114,17 @@ def gather_evidence(campaign: Campaign, reg: Any, part: str, current: list[str])
         ev.problems.append(f"{facts.blocks_run} of {facts.blocks} blocks were run ({how}); adopt needs every registered block")
     a = analyze(campaign, reg.design_id)
     if a.word != "confirmed":
-        reason = a.extra.get("reason") or (a.verdict.reason if a.verdict else "")
+        reason = a.reason
         ev.problems.append(f"its verdict is {a.word!r}, not 'confirmed'" + (f" ({reason})" if reason else ""))
     ev.problems += _recipe_problems(campaign, reg, part, current)
-    fid_ok, fid_text = _fidelity_gate(campaign, reg, part)
-    mem_ok, mem_text = _memory_gate(reg, facts)
+    fid_ok, fid_text = fidelity_gate(campaign, reg, part)
+    mem_ok, mem_text = memory_gate_of(reg, facts.resources)
     ev.problems += [t for ok, t in ((fid_ok, fid_text), (mem_ok, mem_text)) if ok is not True and t]
     ev.scope = _scope(reg, facts, a, fid_text, mem_text)
     return ev
 
 
-def _recipe_problems(campaign: Campaign, reg: Any, part: str, current: list[str]) -> list[str]:
+def _recipe_problems(campaign: Campaign, reg: Registered, part: str, current: list[str]) -> list[str]:
     """The served recipe then must be the served recipe now, and frank.toml must still define both arms the same."""
     did = reg.design_id
     then = reg.frozen.recipes["served"]
@@ -184,41 +141,7 @@ def _recipe_problems(campaign: Campaign, reg: Any, part: str, current: list[str]
     return []
 
 
-def _fidelity_gate(campaign: Campaign, reg: Any, part: str) -> tuple[bool | None, str]:
-    """The named fidelity design must have passed, for this part, against the same served recipe."""
-    gate = reg.design.gates.fidelity
-    if not gate:
-        return True, ""
-    try:
-        from frankenstein.fidelity.gate import fidelity_gate_passed
-    except ModuleNotFoundError as exc:
-        if not (exc.name or "").startswith("frankenstein.fidelity"):
-            raise
-        return None, (f"it names fidelity gate {gate}, but this Frankenstein cannot check fidelity gates "
-                      "(frankenstein.fidelity.gate is missing)")
-    ok, text = fidelity_gate_passed(campaign, gate, candidate_parts=[part])
-    if not ok:
-        return False, text if text.startswith("fidelity gate") else f"fidelity gate {gate}: {text}"
-    from frankenstein.design.registry import get
-
-    fid_served = get(campaign, gate).frozen.recipes["served"]
-    if fid_served is None or fid_served.parts != reg.frozen.recipes["served"].parts:
-        then = "a command" if fid_served is None else " + ".join([campaign.config.served, *fid_served.parts])
-        now = " + ".join([campaign.config.served, *reg.frozen.recipes["served"].parts])
-        return False, f"fidelity gate {gate} measured against served = {then}, but {reg.design_id} tested served = {now}"
-    return True, text
-
-
-def _memory_gate(reg: Any, facts: Any) -> tuple[bool | None, str]:
-    from frankenstein.report.facts import memory_gate
-
-    limit = reg.design.gates.memory_mib
-    if limit is None:
-        return True, ""
-    return memory_gate(facts.resources, limit)
-
-
-def _scope(reg: Any, facts: Any, a: Any, fid_text: str, mem_text: str) -> dict[str, Any]:
+def _scope(reg: Registered, facts: DesignFacts, a: Analysis, fid_text: str, mem_text: str) -> dict[str, Any]:
     """Where the result holds: the conditions it was tested under, and the numbers it rests on."""
     v = a.verdict
     return {
@@ -235,19 +158,15 @@ def _scope(reg: Any, facts: Any, a: Any, fid_text: str, mem_text: str) -> dict[s
 
 def _append(campaign: Campaign, before: LedgerEntry | None, **row: Any) -> LedgerEntry:
     """Write one step, refusing if another step was written since ``before`` was read."""
-    at = now_iso()
-    with campaign.store.transaction() as c:
-        last = c.execute("SELECT MAX(seq) FROM ledger").fetchone()[0]
-        if last != (before.seq if before else None):
+    step = LedgerEntry(seq=0, at="", action=row["action"], part=row["part"], design_id=row["design_id"],
+                       scope=row["scope"], forced=bool(row["forced"]), why=row["why"], parts=list(row["parts"]))
+
+    def build(last: LedgerEntry | None) -> LedgerEntry:
+        if (last.seq if last else None) != (before.seq if before else None):
             raise LedgerError("the ledger changed while this step was being checked (another adopt or revert?); run it again")
-        cur = c.execute(
-            "INSERT INTO ledger (action, part, design_id, scope, forced, why, parts, at) VALUES (?,?,?,?,?,?,?,?)",
-            (row["action"], row["part"], row["design_id"], json.dumps(row["scope"], sort_keys=True),
-             int(row["forced"]), row["why"], json.dumps(row["parts"]), at),
-        )
-        seq = int(cur.lastrowid or 0)
-    return LedgerEntry(seq=seq, action=row["action"], part=row["part"], design_id=row["design_id"], scope=row["scope"],
-                       forced=bool(row["forced"]), why=row["why"], parts=list(row["parts"]), at=at)
+        return step
+
+    return campaign.store.append_ledger(build)
 
 
 # ---------------------------------------------------------------- revert
@@ -257,11 +176,11 @@ def revert(campaign: Campaign, *, why: str | None = None) -> LedgerEntry:
     """Undo exactly the last step: the served parts become exactly what they were before it.
 
     Reverting an adopt removes that part; reverting a revert re-applies what it undid."""
-    steps = campaign.store.query("SELECT * FROM ledger ORDER BY seq DESC LIMIT 2")
+    steps = campaign.store.last_steps(2)
     if not steps:
         raise LedgerError(f"nothing to revert: the ledger is empty (served: {describe_parts(campaign, [])})")
-    last = _entry(steps[0])
-    previous = _entry(steps[1]).parts if len(steps) > 1 else []
+    last = steps[0]
+    previous = steps[1].parts if len(steps) > 1 else []
     scope = {"undoes": last.seq, "undoes_action": last.action, "parts_before": last.parts}
     return _append(campaign, last, action="revert", part=last.part, design_id=last.design_id, scope=scope,
                    forced=False, why=why, parts=list(previous))

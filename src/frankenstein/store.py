@@ -1,8 +1,25 @@
-"""The campaign store: one SQLite file in WAL mode, registered migrations, one transaction helper.
+"""The campaign store: one SQLite file in WAL mode, registered migrations, one transaction helper,
+and the only place that speaks SQL or decodes stored JSON.
 
 The format version is checked on open so an older Frankenstein never writes into a newer store.
 Every write goes through :meth:`Store.transaction`, so a start (its row and all its turns) is
 committed whole or not at all: a ``kill -9`` mid-start leaves nothing half-counted.
+
+Writes (the only ones; a tamper-evident chain over them hooks in here):
+
+    insert_start(...) -> int                       a start with its turns, artifacts and episodes
+    append_registry(build) -> RegistryRow          build(last row or None) -> the row to append, in one transaction
+    append_ledger(build) -> LedgerEntry            build(last step or None) -> the step to append, in one transaction
+    insert_refusal(...) -> int
+
+Typed reads:
+
+    registry_rows(), registry_head(), registry_row(design_id), design_ids(since)
+    starts_of(design_id) -> list[StartRow]         ordered by block, position
+    turns_of(start_id) -> list[dict]               per-turn metrics are a JSON column: a new metric needs no migration
+    artifacts_of(design_id, name) -> {start_id: bytes}
+    episodes_of(design_id) -> list[EpisodeRow]
+    ledger_steps(), last_steps(n), refusals(since)
 """
 
 from __future__ import annotations
@@ -10,14 +27,15 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from frankenstein.errors import StoreError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: per-turn metrics in turns.metrics (JSON); version-1 stores are migrated on open
 
 # (name, SQL). Append only: a migration, once released, never changes.
 MIGRATIONS: list[tuple[str, str]] = [
@@ -120,7 +138,17 @@ MIGRATIONS: list[tuple[str, str]] = [
         );
         """,
     ),
+    (
+        # Per-turn metrics as one JSON object: a new engine metric needs no migration. The fixed metric
+        # columns of 0001 stay for campaigns written before; turns_of() reads both.
+        "0003_turn_metrics",
+        "ALTER TABLE turns ADD COLUMN metrics TEXT NOT NULL DEFAULT '{}'",
+    ),
 ]
+
+TURN_KEYS = ("idx", "turn_id", "warmup", "error")  # columns; every other key of a turn row is a metric
+LEGACY_TURN_METRICS = ("prompt_tokens", "cached_tokens", "generated_tokens", "prompt_ms", "decode_ms", "target_steps",
+                       "drafted", "accepted", "ttft_ms", "e2e_ms")
 
 
 def now_iso() -> str:
@@ -190,7 +218,10 @@ class Store:
             c.execute("UPDATE meta SET value=? WHERE key='format_version'", (str(max(FORMAT_VERSION, int(row[0]) if row else 0)),))
 
     def query(self, sql: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> list[sqlite3.Row]:
+        """Raw rows, for tests and one-off inspection; library code uses the typed reads below."""
         return self.conn.execute(sql, params).fetchall()
+
+    # ------------------------------------------------------------ writes
 
     def insert_start(
         self,
@@ -199,7 +230,7 @@ class Store:
         status: str,
         started_at: str,
         metrics: dict[str, Any],
-        turns: list[dict[str, Any]] = (),  # type: ignore[assignment]
+        turns: Sequence[dict[str, Any]] = (),
         design_id: str | None = None,
         block: int | None = None,
         position: int | None = None,
@@ -211,7 +242,7 @@ class Store:
         resources: dict[str, Any] | None = None,
         capabilities: dict[str, Any] | None = None,
         artifacts: dict[str, bytes] | None = None,
-        episodes: list[dict[str, Any]] = (),  # type: ignore[assignment]
+        episodes: Sequence[dict[str, Any]] = (),
     ) -> int:
         """Write one start with its turns, artifacts and episodes in one transaction; return its id."""
         with self.transaction() as c:
@@ -221,29 +252,235 @@ class Store:
                    VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)""",
                 (
                     design_id, block, position, arm, rep, status, reason, started_at, now_iso(), engine,
-                    engine_version, json.dumps(recipe, sort_keys=True) if recipe is not None else None,
-                    json.dumps(metrics, sort_keys=True), json.dumps(resources or {}, sort_keys=True),
-                    json.dumps(capabilities or {}, sort_keys=True),
+                    engine_version, _dumps(recipe) if recipe is not None else None,
+                    _dumps(metrics), _dumps(resources or {}), _dumps(capabilities or {}),
                 ),
             )
             start_id = int(cur.lastrowid or 0)
             for t in turns:
-                c.execute(
-                    f"INSERT INTO turns (start_id, {', '.join(TURN_COLUMNS)}) VALUES (?, {', '.join('?' * len(TURN_COLUMNS))})",
-                    (start_id, *(t.get(k) for k in TURN_COLUMNS)),
-                )
+                values = {k: v for k, v in t.items() if k not in TURN_KEYS}
+                c.execute("INSERT INTO turns (start_id, idx, turn_id, warmup, error, metrics) VALUES (?,?,?,?,?,?)",
+                          (start_id, t["idx"], t["turn_id"], int(t["warmup"]), t.get("error"), _dumps(values)))
             for name, data in (artifacts or {}).items():
                 c.execute("INSERT INTO artifacts VALUES (?,?,?)", (start_id, name, data))
             for e in episodes:
                 c.execute(
                     "INSERT INTO episodes VALUES (?,?,?,?,?,?,?,?,?)",
                     (start_id, e["task_id"], e["draw"], e["task_hash"], e["status"], int(e["passed"]),
-                     e.get("grader_rc"), e["turns"], json.dumps(e.get("detail", {}), sort_keys=True)),
+                     e.get("grader_rc"), e["turns"], _dumps(e.get("detail", {}))),
                 )
         return start_id
 
+    def append_registry(self, build: Callable[[RegistryRow | None], RegistryRow]) -> RegistryRow:
+        """Append the row ``build`` makes from the last row (None when empty), read in the same transaction."""
+        with self.transaction() as c:
+            last = c.execute("SELECT * FROM registry ORDER BY seq DESC LIMIT 1").fetchone()
+            row = build(_registry(last) if last else None)
+            c.execute(
+                "INSERT INTO registry (seq, design_id, kind, name, canonical, design_hash, seed, schedule, registered_at,"
+                " tool_version, prev_hash, row_hash) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                (row.seq, row.design_id, row.kind, row.name, row.canonical, row.design_hash, row.seed, row.schedule,
+                 row.registered_at, row.tool_version, row.prev_hash, row.row_hash),
+            )
+        return row
 
-TURN_COLUMNS = (
-    "idx", "turn_id", "warmup", "prompt_tokens", "cached_tokens", "generated_tokens", "prompt_ms", "decode_ms",
-    "target_steps", "drafted", "accepted", "ttft_ms", "e2e_ms", "error",
-)
+    def append_ledger(self, build: Callable[[LedgerEntry | None], LedgerEntry]) -> LedgerEntry:
+        """Append the step ``build`` makes from the last step (None when empty); ``build`` may refuse by raising.
+        The stored ``seq`` and ``at`` are the store's, whatever ``build`` put there."""
+        with self.transaction() as c:
+            last = c.execute("SELECT * FROM ledger ORDER BY seq DESC LIMIT 1").fetchone()
+            e = build(_ledger(last) if last else None)
+            at = now_iso()
+            cur = c.execute(
+                "INSERT INTO ledger (action, part, design_id, scope, forced, why, parts, at) VALUES (?,?,?,?,?,?,?,?)",
+                (e.action, e.part, e.design_id, _dumps(e.scope), int(e.forced), e.why, json.dumps(e.parts), at),
+            )
+        return LedgerEntry(seq=int(cur.lastrowid or 0), action=e.action, part=e.part, design_id=e.design_id,
+                           scope=e.scope, forced=e.forced, why=e.why, parts=list(e.parts), at=at)
+
+    def insert_refusal(self, *, what: RefusalWhat, name: str, reason: str, part: str | None = None,
+                       path: str | None = None) -> int:
+        """Append one refusal in its own transaction; returns its seq."""
+        with self.transaction() as c:
+            cur = c.execute("INSERT INTO refusals (what, name, part, path, reason, at) VALUES (?,?,?,?,?,?)",
+                            (what, name, part, path, reason, now_iso()))
+        return int(cur.lastrowid or 0)
+
+    # ------------------------------------------------------------ reads
+
+    def registry_rows(self) -> list[RegistryRow]:
+        return [_registry(r) for r in self.query("SELECT * FROM registry ORDER BY seq")]
+
+    def registry_head(self) -> str | None:
+        """The last registry row's hash (None when empty)."""
+        rows = self.query("SELECT row_hash FROM registry ORDER BY seq DESC LIMIT 1")
+        return str(rows[0]["row_hash"]) if rows else None
+
+    def registry_row(self, design_id: str) -> RegistryRow | None:
+        rows = self.query("SELECT * FROM registry WHERE design_id = ?", (design_id,))
+        return _registry(rows[0]) if rows else None
+
+    def design_ids(self, since: str = "") -> list[str]:
+        """Registered design ids, oldest first, registered at or after ``since`` (a timestamp prefix)."""
+        return [r["design_id"] for r in self.query("SELECT design_id FROM registry WHERE registered_at >= ? ORDER BY seq",
+                                                   (since,))]
+
+    def starts_of(self, design_id: str) -> list[StartRow]:
+        """Every recorded start of a design (failed ones too), by block and position."""
+        rows = self.query("SELECT * FROM starts WHERE design_id = ? ORDER BY block, position, rep", (design_id,))
+        return [_start(r) for r in rows]
+
+    def turns_of(self, start_id: int) -> list[dict[str, Any]]:
+        """A start's turns: ``idx``, ``turn_id``, ``warmup``, ``error`` and every metric recorded for the turn."""
+        out = []
+        for r in self.query("SELECT * FROM turns WHERE start_id = ? ORDER BY idx", (start_id,)):
+            turn: dict[str, Any] = {k: r[k] for k in LEGACY_TURN_METRICS if r[k] is not None}
+            turn.update(_loads(r["metrics"]))
+            turn.update({"idx": r["idx"], "turn_id": r["turn_id"], "warmup": bool(r["warmup"]), "error": r["error"]})
+            out.append(turn)
+        return out
+
+    def artifacts_of(self, design_id: str, name: str) -> dict[int, bytes]:
+        """The artifact ``name`` of each start of a design that has one, by start id."""
+        rows = self.query("SELECT a.start_id, a.data FROM artifacts a JOIN starts s ON s.id = a.start_id"
+                          " WHERE s.design_id = ? AND a.name = ?", (design_id, name))
+        return {int(r["start_id"]): bytes(r["data"]) for r in rows}
+
+    def episodes_of(self, design_id: str) -> list[EpisodeRow]:
+        """Every graded episode of a design's starts, by block, position, task and draw."""
+        rows = self.query(
+            "SELECT s.block, s.position, s.arm, e.* FROM episodes e JOIN starts s ON s.id = e.start_id"
+            " WHERE s.design_id = ? ORDER BY s.block, s.position, e.task_id, e.draw", (design_id,))
+        return [EpisodeRow(start_id=r["start_id"], block=r["block"], arm=r["arm"], task_id=r["task_id"], draw=r["draw"],
+                           task_hash=r["task_hash"], status=r["status"], passed=bool(r["passed"]),
+                           grader_rc=r["grader_rc"], turns=r["turns"], detail=_loads(r["detail"])) for r in rows]
+
+    def ledger_steps(self) -> list[LedgerEntry]:
+        """Every ledger step, oldest first."""
+        return [_ledger(r) for r in self.query("SELECT * FROM ledger ORDER BY seq")]
+
+    def last_steps(self, n: int) -> list[LedgerEntry]:
+        """The last ``n`` ledger steps, newest first."""
+        return [_ledger(r) for r in self.query("SELECT * FROM ledger ORDER BY seq DESC LIMIT ?", (n,))]
+
+    def refusals(self, since: str | None = None) -> list[Refusal]:
+        """Stored refusals, oldest first; ``since`` is an ISO date or timestamp prefix (inclusive)."""
+        rows = self.query("SELECT * FROM refusals WHERE at >= ? ORDER BY seq", (since or "",))
+        return [Refusal(r["seq"], r["what"], r["name"], r["part"], r["path"], r["reason"], r["at"]) for r in rows]
+
+
+# ---------------------------------------------------------------- rows
+
+
+@dataclass(frozen=True)
+class StartRow:
+    id: int
+    design_id: str | None
+    block: int
+    position: int
+    arm: str
+    rep: int
+    status: str  # ok | failed | invalid
+    reason: str | None
+    started_at: str
+    finished_at: str
+    engine: str | None
+    engine_version: str | None
+    recipe: dict[str, Any] | None
+    metrics: dict[str, Any]
+    resources: dict[str, Any]
+    capabilities: dict[str, Any]
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+@dataclass(frozen=True)
+class EpisodeRow:
+    start_id: int
+    block: int
+    arm: str
+    task_id: str
+    draw: int
+    task_hash: str
+    status: str
+    passed: bool
+    grader_rc: int | None
+    turns: int
+    detail: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RegistryRow:
+    seq: int
+    design_id: str
+    kind: str
+    name: str
+    canonical: str
+    design_hash: str
+    seed: str
+    schedule: str
+    registered_at: str
+    tool_version: str
+    prev_hash: str
+    row_hash: str
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    seq: int
+    action: str  # adopt | revert
+    part: str
+    design_id: str | None
+    scope: dict[str, Any]
+    forced: bool
+    why: str | None
+    parts: list[str]
+    at: str
+
+
+RefusalWhat = Literal["registration", "adopt"]
+
+
+@dataclass(frozen=True)
+class Refusal:
+    seq: int
+    what: RefusalWhat
+    name: str
+    part: str | None
+    path: str | None
+    reason: str
+    at: str
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True)
+
+
+def _loads(text: str | None) -> dict[str, Any]:
+    """A stored JSON object; anything unreadable or not an object reads as empty (absent, never invented)."""
+    try:
+        data = json.loads(text or "{}")
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _start(r: sqlite3.Row) -> StartRow:
+    recipe = json.loads(r["recipe"]) if r["recipe"] else None
+    return StartRow(id=r["id"], design_id=r["design_id"], block=r["block"], position=r["position"], arm=r["arm"],
+                    rep=r["rep"], status=r["status"], reason=r["reason"], started_at=r["started_at"],
+                    finished_at=r["finished_at"], engine=r["engine"], engine_version=r["engine_version"], recipe=recipe,
+                    metrics=_loads(r["metrics"]), resources=_loads(r["resources"]),
+                    capabilities=_loads(r["capabilities"]))
+
+
+def _registry(r: sqlite3.Row) -> RegistryRow:
+    return RegistryRow(**{k: r[k] for k in RegistryRow.__dataclass_fields__})
+
+
+def _ledger(r: sqlite3.Row) -> LedgerEntry:
+    return LedgerEntry(seq=r["seq"], action=r["action"], part=r["part"], design_id=r["design_id"],
+                       scope=json.loads(r["scope"]), forced=bool(r["forced"]), why=r["why"],
+                       parts=json.loads(r["parts"]), at=r["at"])

@@ -14,15 +14,9 @@ from typer._click import exceptions as click_exc
 from frankenstein.cli.app import app
 from frankenstein.errors import FrankError
 
-# Each module registers its commands on ``app`` when imported.
-from frankenstein.cli import core as _core  # noqa: E402,F401
-
-for _name in ("runs", "workload", "design", "fidelity", "agent", "ledger", "serve"):
-    try:
-        __import__(f"frankenstein.cli.{_name}")
-    except ModuleNotFoundError as _exc:  # a room not built yet
-        if _exc.name != f"frankenstein.cli.{_name}":
-            raise
+# Each module registers its commands on ``app`` when imported; each imports its library room lazily,
+# inside the command, so ``frank --help`` stays fast.
+from frankenstein.cli import agent, core, design, fidelity, ledger, runs, serve, workload  # noqa: F401
 
 
 _interrupted: list[int] = []

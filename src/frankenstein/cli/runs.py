@@ -55,7 +55,7 @@ def register(
     Example: frank register designs/draft.toml -c my-campaign
     """
     from frankenstein.campaign import open_campaign
-    from frankenstein.report.refusals import register_or_record as do_register
+    from frankenstein.design.registry import register as do_register
 
     with open_campaign(campaign) as c:
         reg = do_register(c, design)

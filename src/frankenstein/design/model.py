@@ -9,26 +9,23 @@ what was registered even if ``frank.toml`` changes later.
 
 from __future__ import annotations
 
-import tomllib
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from frankenstein.config import ResolvedRecipe
 from frankenstein.design.rules import AllBlocksBetter, HarmRule, PermutationRule, SignRule
 from frankenstein.errors import DesignError
+from frankenstein.validation import UserFile, field_error, read_toml
 from frankenstein.workload.replay import ReplaySettings
 
 Kind = Literal["speed", "fidelity", "agent", "screen", "aa"]
 ARMS = ("served", "candidate")
 
 
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class ArmSpec(Strict):
+class ArmSpec(UserFile):
     """A recipe (by name, ``served`` for the served recipe) plus parts, or a command that prints JSON metrics."""
 
     recipe: str | None = None
@@ -44,7 +41,7 @@ class ArmSpec(Strict):
         return self
 
 
-class FidelityRule(Strict):
+class FidelityRule(UserFile):
     """Mean KL ≤ tolerance and fewer than ``max_positions_above`` positions above ``threshold`` (nats)."""
 
     kind: Literal["fidelity"] = "fidelity"
@@ -58,12 +55,12 @@ DesignRule = Annotated[
 ]
 
 
-class FidelitySpec(Strict):
+class FidelitySpec(UserFile):
     top_k: int = Field(default=64, ge=1)
     max_positions: int | None = Field(default=None, ge=1)
 
 
-class AgentSpec(Strict):
+class AgentSpec(UserFile):
     suite: str = Field(default="pkg:suite", description="task suite folder; pkg:suite is the shipped one")
     tasks: list[str] | None = Field(default=None, description="task ids to run (default: all)")
     draws: int = Field(default=1, ge=1, description="draws per start; one draw runs every task once")
@@ -71,12 +68,12 @@ class AgentSpec(Strict):
     temperature: float = 0.0
 
 
-class Gates(Strict):
+class Gates(UserFile):
     fidelity: str | None = Field(default=None, description="a fidelity design id whose verdict must be 'passed'")
     memory_mib: float | None = Field(default=None, ge=0, description="largest allowed increase of peak GPU memory per GPU")
 
 
-class DesignFile(Strict):
+class DesignFile(UserFile):
     name: str = Field(min_length=1)
     kind: Kind = "speed"
     hypothesis: str = ""
@@ -103,7 +100,7 @@ class DesignFile(Strict):
         return self
 
 
-class FrozenDesign(Strict):
+class FrozenDesign(UserFile):
     """What is hashed and stored: the design file with recipes resolved and the workload hash pinned."""
 
     design: DesignFile
@@ -115,16 +112,46 @@ class FrozenDesign(Strict):
 
 def load_design(path: str | Path) -> DesignFile:
     path = Path(path)
-    try:
-        data: dict[str, Any] = tomllib.loads(path.read_text())
-    except FileNotFoundError as exc:
-        raise DesignError("file not found", path=path) from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise DesignError(f"not valid TOML: {exc}", path=path) from exc
+    data = read_toml(path, DesignError)
     try:
         return DesignFile.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
-        raise DesignError(msg, path=path, field=field) from exc
+        raise field_error(path, exc, DesignError) from exc
+
+
+@dataclass(frozen=True)
+class Registered:
+    """A design as the registry holds it: frozen, hashed, with its seed and the arm order of every block."""
+
+    seq: int
+    design_id: str
+    frozen: FrozenDesign
+    design_hash: str
+    seed: str
+    schedule: list[list[str]]
+    registered_at: str
+    source_sha256: str
+
+    @property
+    def design(self) -> DesignFile:
+        return self.frozen.design
+
+    def slots(self) -> list[Slot]:
+        """Every start the design registered, in run order: block, position in the block, arm, repeat."""
+        out = []
+        for b, order in enumerate(self.schedule):
+            seen: dict[str, int] = {}
+            for pos, arm in enumerate(order):
+                out.append(Slot(b, pos, arm, seen.get(arm, 0)))
+                seen[arm] = seen.get(arm, 0) + 1
+        return out
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One registered start: 0-based block, its position in the block's arm order, the arm, the repeat."""
+
+    block: int
+    position: int
+    arm: str
+    rep: int

@@ -12,13 +12,16 @@ import json
 import os
 import subprocess
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
 
 from frankenstein.campaign import Campaign
+from frankenstein.config import ResolvedRecipe
 from frankenstein.design import registry
-from frankenstein.design.start import StartOutcome, measure_start, record_start
+from frankenstein.design.kinds import kind_of
+from frankenstein.design.kinds.base import Progress, block_values, can_still_change
+from frankenstein.design.model import Registered, Slot
+from frankenstein.design.start import StartOutcome, record_start
 from frankenstein.errors import DesignError, RunLockedError
 from frankenstein.store import now_iso
 from frankenstein.workload.trace import Workload, load_trace
@@ -41,33 +44,12 @@ def run_lock(campaign: Campaign) -> Iterator[None]:
         os.close(fd)
 
 
-@dataclass(frozen=True)
-class Slot:
-    block: int
-    position: int
-    arm: str
-    rep: int
-
-
-def slots(reg: registry.Registered) -> list[Slot]:
-    out = []
-    for b, order in enumerate(reg.schedule):
-        seen: dict[str, int] = {}
-        for pos, arm in enumerate(order):
-            out.append(Slot(b, pos, arm, seen.get(arm, 0)))
-            seen[arm] = seen.get(arm, 0) + 1
-    return out
-
-
 def done_slots(campaign: Campaign, design_id: str) -> set[tuple[int, int]]:
-    rows = campaign.store.query("SELECT block, position FROM starts WHERE design_id = ?", (design_id,))
-    return {(r["block"], r["position"]) for r in rows}
+    return {(r.block, r.position) for r in campaign.store.starts_of(design_id)}
 
 
-def run_command_arm(command: list[str], log_dir: Any) -> StartOutcome:
+def run_command_arm(command: list[str], log_dir: Path) -> StartOutcome:
     """A command arm: run it in its own session, read JSON metrics from its stdout."""
-    from frankenstein.config import ResolvedRecipe
-
     started = now_iso()
     recipe = ResolvedRecipe(name="command", engine="openai", model="", args=[], env={}, command=command)
     out = StartOutcome(status="failed", reason=None, started_at=started, recipe=recipe, engine="command")
@@ -89,32 +71,24 @@ def run_command_arm(command: list[str], log_dir: Any) -> StartOutcome:
     return out
 
 
-def _run_slot(campaign: Campaign, reg: registry.Registered, slot: Slot, workload: Workload | None,
-              progress: Callable[[int, int], None] | None) -> StartOutcome:
-    design = reg.design
-    spec = design.arms[slot.arm]
+def _run_slot(campaign: Campaign, reg: Registered, slot: Slot, workload: Workload | None,
+              progress: Progress | None) -> StartOutcome:
+    spec = reg.design.arms[slot.arm]
     if spec.command is not None:
         return run_command_arm(spec.command, campaign.logs)
     recipe = reg.frozen.recipes[slot.arm]
     assert recipe is not None
-    if design.kind == "fidelity":
-        from frankenstein.design.kind_fidelity import fidelity_start
-
-        return fidelity_start(campaign, reg, slot, recipe, workload)
-    if design.kind == "agent":
-        from frankenstein.design.kind_agent import agent_start
-
-        return agent_start(campaign, reg, slot, recipe)
-    assert workload is not None
-    return measure_start(recipe, workload, design.replay, campaign.logs, progress)
+    return kind_of(reg.design.kind).start(campaign, reg, slot, recipe, workload, progress)
 
 
 def run_design(
     campaign: Campaign, design_id: str, *, resume: bool = False,
-    echo: Callable[[str], None] = print, progress_factory: Callable[[str], Any] | None = None,
+    echo: Callable[[str], None] = print,
+    progress_factory: Callable[[str], AbstractContextManager[Progress | None]] | None = None,
 ) -> str:
     """Run every unfinished start of a registered design; returns a one-line summary."""
     reg = registry.get(campaign, design_id)
+    kind = kind_of(reg.design.kind)
     with run_lock(campaign):
         done = done_slots(campaign, design_id)
         if done and not resume:
@@ -124,10 +98,10 @@ def run_design(
             workload = load_trace(reg.frozen.workload_path)
             if workload.hash != reg.frozen.workload_hash:
                 raise DesignError(f"workload {reg.frozen.workload_path} changed since {design_id} was registered")
-        todo = [s for s in slots(reg) if (s.block, s.position) not in done]
+        todo = [s for s in reg.slots() if (s.block, s.position) not in done]
         ran = 0
         for slot in todo:
-            if reg.design.stopping == "curtail" and _settled(campaign, reg, slot.block):
+            if reg.design.stopping == "curtail" and kind.can_curtail and settled(campaign, reg, slot.block):
                 echo(f"curtailed before block {slot.block + 1}: the registered verdict can no longer change")
                 break
             label = f"block {slot.block + 1}/{reg.design.blocks} · {slot.arm}"
@@ -137,16 +111,8 @@ def run_design(
             record_start(campaign.store, out, design_id=design_id, block=slot.block, position=slot.position,
                          rep=slot.rep, arm=slot.arm)
             ran += 1
-            echo(f"{label}: {out.status}{_value(reg, out)}" + (f" ({out.reason})" if out.reason else ""))
+            echo(f"{label}: {out.status}{kind.start_value(reg, out)}" + (f" ({out.reason})" if out.reason else ""))
     return f"{design_id}: {ran} starts run, {len(done)} already recorded"
-
-
-def _value(reg: registry.Registered, out: StartOutcome) -> str:
-    if reg.design.kind == "fidelity":
-        n = out.metrics.get("positions")
-        return "" if n is None else f" ({int(n)} positions forced)"
-    metric = out.metrics.get(reg.design.primary_metric)
-    return f" {reg.design.primary_metric}=" + ("-" if metric is None else f"{metric:.4f}")
 
 
 @contextmanager
@@ -154,10 +120,8 @@ def _null() -> Iterator[None]:
     yield None
 
 
-def _settled(campaign: Campaign, reg: registry.Registered, next_block: int) -> bool:
-    """Whether the verdict can no longer change, given the complete blocks so far (curtailment)."""
-    from frankenstein.design.analysis import block_values, can_still_change
-
+def settled(campaign: Campaign, reg: Registered, next_block: int) -> bool:
+    """Whether the verdict can no longer change, given the complete blocks before ``next_block`` (curtailment)."""
     served, candidate, _ = block_values(campaign, reg)
     complete = [b for b in range(next_block) if b in served and b in candidate]
     if len(complete) < next_block:

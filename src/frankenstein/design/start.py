@@ -15,6 +15,7 @@ from typing import Any
 from frankenstein.config import ResolvedRecipe
 from frankenstein.engines import adapter_for
 from frankenstein.errors import EngineError
+from frankenstein.measure.resources import ResourceSampler
 from frankenstein.store import Store, now_iso
 from frankenstein.workload.replay import ReplayResult, ReplaySettings, replay
 from frankenstein.workload.trace import Workload
@@ -49,8 +50,6 @@ def measure_start(
     started = now_iso()
     engine = adapter_for(recipe, log_dir)
     out = StartOutcome(status="failed", reason=None, started_at=started, recipe=recipe, engine=engine.kind)
-    from frankenstein.measure.resources import ResourceSampler
-
     sampler = ResourceSampler()
     try:
         engine.start()

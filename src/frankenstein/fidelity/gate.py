@@ -1,4 +1,4 @@
-"""The fidelity rule, its report lines, and the gate a speed design can name.
+"""The fidelity rule and its report lines (the gate a speed design can name is in :mod:`frankenstein.gates`).
 
 Rule (registered with the design): the candidate passes when its mean per-position KL(served ‖
 candidate) ≤ ``tolerance`` **and** fewer than ``max_positions_above`` positions have KL above
@@ -11,8 +11,6 @@ rule cannot be evaluated on positions that were not measured.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from frankenstein.design.model import FidelityRule
@@ -92,95 +90,3 @@ def format_summary(summary: dict[str, Any]) -> list[str]:
     if summary.get("skipped"):
         lines.append(f"turns not forced: {len(summary['skipped'])} (e.g. {summary['skipped'][0]})")
     return lines
-
-
-# ---------------------------------------------------------------- the gate and the demo
-
-def fidelity_gate_passed(campaign: Any, design_id: str, *, candidate_parts: list[str] | None = None) -> tuple[bool, str]:
-    """Whether the fidelity design ``design_id`` has the verdict ``passed`` (for the ledger's gate check).
-
-    ``candidate_parts``, when given, must equal the parts the fidelity design's candidate added, so a
-    gate cannot be satisfied by a fidelity test of another part. Never raises for a missing or
-    unfinished design: it answers ``(False, why)``."""
-    from frankenstein.design import registry
-    from frankenstein.design.analysis import analyze
-    from frankenstein.errors import FrankError
-
-    try:
-        reg = registry.get(campaign, design_id)
-    except FrankError as exc:
-        return False, f"fidelity gate {design_id}: {exc}"
-    if reg.design.kind != "fidelity":
-        return False, f"fidelity gate {design_id}: a {reg.design.kind} design, not a fidelity design"
-    tested = list(reg.design.arms["candidate"].parts)
-    if candidate_parts is not None and list(candidate_parts) != tested:
-        return False, (f"fidelity gate {design_id}: it tested parts {tested}, not {list(candidate_parts)}")
-    try:
-        a = analyze(campaign, design_id)
-    except FrankError as exc:
-        return False, f"fidelity gate {design_id}: {exc}"
-    word = a.word
-    return word == "passed", f"fidelity gate {design_id}: {word} ({a.extra.get('why', '')})"
-
-
-DEMO_PART = "q8"
-DEMO_PART_TOML = """
-[parts.q8]
-description = "Q8_0 copy of the target weights (a small, real numeric change)."
-model = "pkg:tiny-target-q8.gguf"
-provenance = { fork = "https://github.com/ggml-org/llama.cpp", commit = "", author = "ggml-org", licence = "MIT" }
-"""
-
-DEMO_DESIGN = """\
-name = "fidelity-q8"
-kind = "fidelity"
-hypothesis = "the Q8_0 target changes next-token distributions by less than 0.02 nats on average"
-blocks = 1
-starts_per_arm = 2
-workload = "{workload}"
-
-[arms.served]
-recipe = "served"
-
-[arms.candidate]
-recipe = "served"
-parts = ["{part}"]
-
-[rule]
-kind = "fidelity"
-tolerance = {tolerance}
-threshold = 0.5
-max_positions_above = 1
-
-[fidelity]
-top_k = 64
-max_positions = {max_positions}
-"""
-
-
-def demo_fidelity(campaign: Any, workload_path: str | Path, echo: Callable[[str], None] = print, *,
-                  tolerance: float = 0.02, max_positions: int = 96) -> str:
-    """Register, run and analyze a small fidelity design of the Q8_0 target against the served recipe.
-
-    Adds ``[parts.q8]`` to the campaign's ``frank.toml`` if it is missing (and reloads it). Returns the
-    verdict word. With the shipped models the mean KL is about 0.005 nats, so it passes 0.02."""
-    from frankenstein.config import load_config
-    from frankenstein.design.analysis import analyze, format_analysis
-    from frankenstein.design.registry import register
-    from frankenstein.design.runner import run_design
-
-    toml = campaign.root / "frank.toml"
-    if DEMO_PART not in campaign.config.parts:
-        with open(toml, "a") as f:
-            f.write(DEMO_PART_TOML)
-        campaign.config = load_config(toml)
-    wl = Path(workload_path).resolve()
-    design = campaign.root / "fidelity-q8.toml"
-    design.write_text(DEMO_DESIGN.format(workload=wl, part=DEMO_PART, tolerance=tolerance, max_positions=max_positions))
-    reg = register(campaign, design)
-    echo(f"registered {reg.design_id} (fidelity, {DEMO_PART} vs served, tolerance {tolerance:g} nats)")
-    echo(run_design(campaign, reg.design_id, echo=echo))
-    a = analyze(campaign, reg.design_id)
-    for line in format_analysis(a):
-        echo(line)
-    return a.word

@@ -1,30 +1,22 @@
 """Everything a progress note says, read from the campaign in one place, so rendering stays pure.
 
-A design's analysis is made under its registered rule (``design.analysis.analyze``); where the kind's
-analysis module is not installed or the analysis fails, the note says so instead of failing whole.
+A design's analysis is made under its registered rule (``design.analysis.analyze``); where the analysis
+fails (a tampered artifact, a changed workload), the note says so instead of failing whole.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from frankenstein.campaign import Campaign
-from frankenstein.design.registry import Registered, get
+from frankenstein.design.analysis import Analysis, analyze
+from frankenstein.design.facts import DesignFacts, design_facts
+from frankenstein.design.kinds import Description, kind_of
+from frankenstein.design.model import Registered
+from frankenstein.design.registry import get
 from frankenstein.errors import FrankError
-from frankenstein.ledger import LedgerEntry, history, served_parts
-from frankenstein.report.facts import DesignFacts, design_facts
-from frankenstein.report.refusals import Refusal, refusals
-
-
-@dataclass
-class Episode:
-    block: int
-    arm: str
-    task_id: str
-    draw: int
-    passed: bool
-    status: str
+from frankenstein.served import served_parts
+from frankenstein.store import EpisodeRow, LedgerEntry, Refusal
 
 
 @dataclass
@@ -33,10 +25,10 @@ class DesignReport:
     facts: DesignFacts
     part: str  # what the candidate adds to the served arm, e.g. "draft", or "command arms"
     block_status: dict[int, str]  # complete | dropped | partial | not run
-    analysis: Any | None = None  # frankenstein.design.analysis.Analysis
+    description: Description
+    analysis: Analysis | None = None
     error: str | None = None
-    episodes: list[Episode] = field(default_factory=list)
-    fidelity: dict[str, Any] | None = None  # per-position KL of the candidate and of the noise floor
+    episodes: list[EpisodeRow] = field(default_factory=list)
 
     @property
     def design_id(self) -> str:
@@ -72,36 +64,22 @@ class NoteData:
 def collect(campaign: Campaign, since: str | None = None) -> NoteData:
     """Designs registered, ledger steps and refusals at or after ``since`` (an ISO date or timestamp)."""
     lower = since or ""
-    rows = campaign.store.query("SELECT design_id FROM registry WHERE registered_at >= ? ORDER BY seq", (lower,))
-    designs = [design_report(campaign, get(campaign, r["design_id"])) for r in rows]
-    steps = [e for e in history(campaign) if e.at >= lower]
+    designs = [design_report(campaign, get(campaign, did)) for did in campaign.store.design_ids(lower)]
+    steps = [e for e in campaign.store.ledger_steps() if e.at >= lower]
     return NoteData(campaign=campaign.config.name, base=campaign.config.served, served=served_parts(campaign),
-                    since=since, designs=designs, steps=steps, refusals=refusals(campaign, since),
+                    since=since, designs=designs, steps=steps, refusals=campaign.store.refusals(since),
                     credits=credits(campaign))
 
 
 def design_report(campaign: Campaign, reg: Registered) -> DesignReport:
     rep = DesignReport(reg=reg, facts=design_facts(campaign, reg), part=tested_part(reg),
-                       block_status=block_status(campaign, reg))
-    rep.analysis, rep.error = _analysis(campaign, reg.design_id)
-    if reg.design.kind == "agent":
-        rep.episodes = episodes(campaign, reg.design_id)
-    if reg.design.kind == "fidelity":
-        rep.fidelity = fidelity_series(campaign, reg)
-    return rep
-
-
-def _analysis(campaign: Campaign, design_id: str) -> tuple[Any | None, str | None]:
-    from frankenstein.design.analysis import analyze
-
+                       block_status=block_status(campaign, reg), description=kind_of(reg.design.kind).describe(reg),
+                       episodes=campaign.store.episodes_of(reg.design_id))
     try:
-        return analyze(campaign, design_id), None
-    except ModuleNotFoundError as exc:
-        if not (exc.name or "").startswith("frankenstein."):
-            raise
-        return None, f"analysis unavailable: {exc.name} is not installed"
+        rep.analysis = analyze(campaign, reg.design_id)
     except FrankError as exc:
-        return None, f"analysis failed: {exc}"
+        rep.error = f"analysis failed: {exc}"
+    return rep
 
 
 def tested_part(reg: Registered) -> str:
@@ -118,12 +96,9 @@ def tested_part(reg: Registered) -> str:
 
 def block_status(campaign: Campaign, reg: Registered) -> dict[int, str]:
     """Per registered block (0-based): complete, failed (a start failed or was invalid), partial, or not run."""
-    from frankenstein.design.runner import slots
-
-    rows = campaign.store.query("SELECT block, position, status FROM starts WHERE design_id = ?", (reg.design_id,))
-    status = {(r["block"], r["position"]): r["status"] for r in rows}
+    status = {(r.block, r.position): r.status for r in campaign.store.starts_of(reg.design_id)}
     per_block: dict[int, list[str | None]] = {}
-    for s in slots(reg):
+    for s in reg.slots():
         per_block.setdefault(s.block, []).append(status.get((s.block, s.position)))
     out = {}
     for b, states in per_block.items():
@@ -136,51 +111,13 @@ def block_status(campaign: Campaign, reg: Registered) -> dict[int, str]:
     return out
 
 
-def episodes(campaign: Campaign, design_id: str) -> list[Episode]:
-    rows = campaign.store.query(
-        "SELECT s.block, s.arm, e.task_id, e.draw, e.passed, e.status FROM episodes e JOIN starts s ON e.start_id = s.id"
-        " WHERE s.design_id = ? ORDER BY s.block, s.position, e.task_id, e.draw", (design_id,))
-    return [Episode(r["block"], r["arm"], r["task_id"], r["draw"], bool(r["passed"]), r["status"]) for r in rows]
-
-
-def fidelity_series(campaign: Campaign, reg: Registered) -> dict[str, Any] | None:
-    """Per-position KL (pooled over pairs) of the candidate and of the noise floor, for the KL plot.
-
-    Uses ``kind_fidelity.kl_series(campaign, reg)`` when the fidelity module provides it; otherwise
-    pairs the stored top-k artifacts the way its analysis does (``_load``, ``make_pairs``, ``pool``).
-    Returns None, and the note says no KL plot was made, when neither is available or readable."""
-    try:
-        from frankenstein.design import kind_fidelity as kf
-        from frankenstein.fidelity.compare import pool
-    except ModuleNotFoundError as exc:
-        if not (exc.name or "").startswith("frankenstein."):
-            raise
-        return None
-    rule = reg.design.rule
-    try:
-        if hasattr(kf, "kl_series"):
-            data = kf.kl_series(campaign, reg)
-            return dict(data) if data else None
-        starts, failures = kf._load(campaign, reg)
-        if reg.design.failure_policy == "drop_block":
-            bad = {f["block"] for f in failures}
-            starts = [s for s in starts if s.block not in bad]
-        noise, cand = kf.make_pairs(starts)
-    except (FrankError, AttributeError, KeyError, ValueError):
-        return None
-    if not cand:
-        return None
-    return {"candidate": [float(x) for x in pool(cand).kl], "noise": [float(x) for x in pool(noise).kl] if noise else None,
-            "tolerance": getattr(rule, "tolerance", None), "threshold": getattr(rule, "threshold", None)}
-
-
 def credits(campaign: Campaign) -> list[Credit]:
     """Provenance of every part in the served recipe now: the base recipe's own, then the adopted ones."""
     cfg = campaign.config
     base_parts = cfg.recipes[cfg.served].parts if cfg.served in cfg.recipes else []
     adopted_at: dict[str, int] = {}
     before: list[str] = []
-    for e in history(campaign):
+    for e in campaign.store.ledger_steps():
         for p in e.parts:
             if p not in before:
                 adopted_at[p] = e.seq  # the step that last put it in

@@ -18,12 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from frankenstein.campaign import Campaign
+from frankenstein.design.kinds import kind_of
+from frankenstein.design.model import FidelityRule
 from frankenstein.design.table import describe_rule, format_p
-from frankenstein.ledger import LedgerEntry
+from frankenstein.report import plots as P
 from frankenstein.report.collect import DesignReport, NoteData, collect
 from frankenstein.report.facts import what_it_shows
 from frankenstein.report.markdown import code, md_table, num, pct, slug
-from frankenstein.report.refusals import Refusal
+from frankenstein.store import LedgerEntry, Refusal
 
 NOTE_NAME = "note.md"
 Plots = dict[str, dict[str, str]]  # design id -> {"blocks" | "kl" | "passes": file name}
@@ -42,8 +44,8 @@ def result_phrase(d: DesignReport) -> str:
     if a is None:
         return d.error or "no analysis"
     v = a.verdict
-    if v is None and isinstance(a.extra.get("summary"), dict):
-        return fidelity_phrase(a.extra["summary"], a.word)
+    if v is None and a.fidelity is not None:
+        return fidelity_phrase(a.fidelity, a.word)
     if v is None or v.n_blocks == 0:
         return f"verdict {a.word}"
     metric = d.reg.design.primary_metric
@@ -100,9 +102,7 @@ def _part(d: DesignReport) -> str:
 
 
 def _no_decision(d: DesignReport) -> str:
-    if d.reg.design.kind in ("speed", "screen"):
-        return "not adopted" if d.word == "confirmed" else "no adoption asked"
-    return {"fidelity": "a fidelity check", "agent": "a harm check on task passes", "aa": "an A/A check"}[d.reg.design.kind]
+    return kind_of(d.reg.design.kind).no_decision(d.word)
 
 
 def _step_bullet(e: LedgerEntry, by_id: dict[str, DesignReport]) -> str:
@@ -139,15 +139,15 @@ def format_design(d: DesignReport, base: str, plots: dict[str, str]) -> list[str
     lines += ["", *format_block_table(d)]
     lines += ["", *format_rule(d)]
     lines += format_secondary(d)
-    if design.kind == "agent" and d.episodes:
+    if d.episodes:
         lines += ["", *format_pass_matrix(d)]
     for key, label in (("blocks", f"{design.primary_metric} per block, paired"),
                        ("kl", "KL per position against the noise floor"), ("passes", "pass matrix")):
         if key in plots:
             lines += ["", f"![{label}]({plots[key]})"]
-    if design.kind == "fidelity" and "kl" not in plots:
+    if kind_of(design.kind).measures_fidelity and "kl" not in plots:
         lines += ["", "No KL plot: the fidelity module gave no per-position KL for this design."]
-    lines += ["", "### What this does and does not show", "", *(f"- {s}" for s in what_it_shows(d.facts))]
+    lines += ["", "### What this does and does not show", "", *(f"- {s}" for s in what_it_shows(d.facts, d.description.measures, d.description.concurrency))]
     return lines
 
 
@@ -161,9 +161,7 @@ def _design_head(d: DesignReport, base: str) -> list[str]:
         f"- Registered {reg.registered_at}, design hash {code(reg.design_hash[:16])}; {design.blocks} blocks, "
         f"{design.starts_per_arm} start(s) per arm per block, arm order per block drawn from the registered seed.",
         f"- Hypothesis: {design.hypothesis or 'none written'}",
-        (f"- Measured: per-position KL(served ‖ candidate) from forced decode, top-{design.fidelity.top_k} logprobs."
-         if design.kind == "fidelity" else
-         f"- Primary metric: {code(design.primary_metric)} ({reg.frozen.direction} is better)."),
+        d.description.head,
     ]
 
 
@@ -179,7 +177,7 @@ def format_block_table(d: DesignReport) -> list[str]:
         return [d.error or "No analysis."]
     v = a.verdict
     if v is None:
-        return ["```text", *a.extra.get("lines", [f"verdict: {a.word}"]), "```"]
+        return ["```text", *(a.lines or [f"verdict: {a.word}"]), "```"]
     rows = {r.block: r for r in v.rows}
     vals = _arm_values(d, d.reg.design.primary_metric)
     header, served, cand, rel = ["block"], ["served"], ["candidate"], [("difference" if v.data == "difference" else "ratio − 1")]
@@ -226,10 +224,10 @@ def format_rule(d: DesignReport) -> list[str]:
     """The registered rule in words, and what it said with its exact p."""
     a = d.analysis
     rule = d.reg.design.rule
-    if a is not None and a.verdict is None and rule.kind == "fidelity":
+    if a is not None and a.verdict is None and isinstance(rule, FidelityRule):
         return [f"**Rule:** {code('fidelity')}: mean KL ≤ {rule.tolerance:g} nats and fewer than "
                 f"{rule.max_positions_above} position(s) above {rule.threshold:g} nats.", "",
-                f"**It said:** {a.word} ({a.extra.get('why', '')})."]
+                f"**It said:** {a.word} ({a.why or ''})."]
     if a is None or a.verdict is None:
         return [f"**Verdict:** {d.word}."]
     v = a.verdict
@@ -239,8 +237,8 @@ def format_rule(d: DesignReport) -> list[str]:
         said += (f"; {v.ci.level * 100:g}% CI for the {v.ci.estimand}: [{v.ci.low:.5g}, {v.ci.high:.5g}] "
                  f"(exact coverage {format_p(v.ci.coverage)})")
     said += "."
-    if a.extra.get("word") == "invalid" and a.extra.get("reason"):
-        said += f" Overridden to invalid: {a.extra['reason']}."
+    if a.invalidated:
+        said += f" Overridden to invalid: {a.invalidated}."
     return [f"**Rule:** {code(v.rule.kind)}: {describe_rule(v.rule)}.", "", said]
 
 
@@ -283,16 +281,9 @@ def format_pass_matrix(d: DesignReport) -> list[str]:
 
 
 def went_wrong(d: DesignReport) -> bool:
-    kind, word = d.reg.design.kind, d.word
-    if word == "unavailable":
+    if d.word == "unavailable":
         return False
-    if kind == "agent":
-        return word in ("harm shown", "invalid")
-    if kind == "aa":
-        return word != "not confirmed"
-    if kind == "fidelity":
-        return word != "passed"
-    return word != "confirmed"
+    return kind_of(d.reg.design.kind).went_wrong(d.word)
 
 
 def format_didnt_work(data: NoteData) -> list[str]:
@@ -320,7 +311,7 @@ def _failures(d: DesignReport) -> str:
     a = d.analysis
     if a is None or not a.failures:
         return ""
-    return ": " + "; ".join(f"block {f['block'] + 1} {f['arm']} {f['status']} ({f['reason']})" for f in a.failures[:5])
+    return ": " + "; ".join(f"block {f.block + 1} {f.arm} {f.status} ({f.reason})" for f in a.failures[:5])
 
 
 def format_credits(data: NoteData) -> list[str]:
@@ -357,7 +348,7 @@ def plan_plots(data: NoteData) -> Plots:
         if d.analysis is not None and d.analysis.verdict is not None and d.analysis.verdict.data == "ratio" \
                 and _arm_values(d, d.reg.design.primary_metric):
             p["blocks"] = f"{slug(d.design_id)}-blocks.png"
-        if d.fidelity and d.fidelity.get("candidate"):
+        if d.analysis is not None and d.analysis.kl and d.analysis.kl.get("candidate"):
             p["kl"] = f"{slug(d.design_id)}-kl.png"
         if d.episodes:
             p["passes"] = f"{slug(d.design_id)}-passes.png"
@@ -367,8 +358,6 @@ def plan_plots(data: NoteData) -> Plots:
 
 
 def draw_plots(data: NoteData, plots: Plots, out_dir: Path) -> list[Path]:
-    from frankenstein.report import plots as P
-
     written = []
     by_id = {d.design_id: d for d in data.designs}
     for did, files in plots.items():
@@ -381,8 +370,8 @@ def draw_plots(data: NoteData, plots: Plots, out_dir: Path) -> list[Path]:
                                                 [vals.get(b, {}).get("served") for b in blocks],
                                                 [vals.get(b, {}).get("candidate") for b in blocks], metric,
                                                 f"{did}: {metric} per block"))
-        if "kl" in files and d.fidelity:
-            f = d.fidelity
+        if "kl" in files and d.analysis is not None and d.analysis.kl:
+            f = d.analysis.kl
             written.append(P.plot_kl(out_dir / files["kl"], f["candidate"], f.get("noise"), tolerance=f.get("tolerance"),
                                      threshold=f.get("threshold"), title=f"{did}: KL per position"))
         if "passes" in files:

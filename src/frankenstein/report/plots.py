@@ -18,6 +18,7 @@ COLOURS = {"served": "#4c72b0", "candidate": "#dd8452", "noise": "#8c8c8c"}
 
 
 def _figure(width: float, height: float) -> Any:
+    # matplotlib is heavy: imported on the first plot, not when the note's module is loaded.
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

@@ -1,0 +1,158 @@
+"""What was recorded about a design, beyond its verdict: the facts the ledger's gates and the note's
+"what this does and does not show" are made from. Reads the store; decides nothing.
+
+Resources: each start's ``resources`` JSON holds, per GPU, the peak and mean memory and the mean and
+max power that NVML read while the engine ran, or ``{"gpu": null}`` where there was no GPU. Absent is
+never read as zero: a design whose starts carry no GPU figures has its memory gate "not checked".
+
+    design_facts(campaign, reg) -> DesignFacts
+    read_resources(starts) -> Resources
+    fidelity_paths(campaign, design_id) -> tuple[str, ...]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from frankenstein.campaign import Campaign
+from frankenstein.design.kinds import kind_of
+from frankenstein.design.kinds.base import block_values, can_still_change
+from frankenstein.design.model import Registered
+from frankenstein.store import StartRow
+
+
+@dataclass(frozen=True)
+class GpuArm:
+    """One arm on one GPU, over the arm's ok starts: the largest peak, the mean of the means, the largest max."""
+
+    peak_mib: float
+    power_w_mean: float | None
+    power_w_max: float | None
+
+
+@dataclass(frozen=True)
+class Resources:
+    starts: int  # ok starts looked at
+    with_gpu: int  # of those, starts that carried GPU figures
+    per_arm: dict[str, dict[int, GpuArm]] = field(default_factory=dict)
+    sources: tuple[str, ...] = ()
+
+    @property
+    def absent(self) -> bool:
+        return self.with_gpu == 0
+
+    def largest_increase(self) -> tuple[int, float] | None:
+        """(GPU index, candidate peak − served peak in MiB) for the GPU where the increase is largest."""
+        served, cand = self.per_arm.get("served", {}), self.per_arm.get("candidate", {})
+        common = sorted(set(served) & set(cand))
+        if not common:
+            return None
+        return max(((i, cand[i].peak_mib - served[i].peak_mib) for i in common), key=lambda t: (t[1], -t[0]))
+
+
+@dataclass(frozen=True)
+class DesignFacts:
+    design_id: str
+    kind: str
+    primary_metric: str
+    concurrency: int
+    workload_path: str | None
+    workload_hash: str | None
+    max_turns: int | None
+    warmup_turns: int
+    engines: tuple[str, ...]
+    engine_versions: tuple[str, ...]
+    blocks: int
+    blocks_run: int  # blocks with every start recorded
+    starts_ok: int
+    starts_failed: int
+    stopped: str | None  # None | "curtailed" | "incomplete"
+    resources: Resources
+    fidelity_gate: str | None
+    memory_gate_mib: float | None
+    top_k: int
+    fidelity_paths: tuple[str, ...] = ()  # the forced-decode path(s) of this fidelity design, or of its gate
+
+
+def _gpu_entries(data: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, str | None]:
+    gpus = data.get("gpu")
+    if not isinstance(gpus, list) or not gpus:
+        return None, None
+    return gpus, data.get("memory_source")
+
+
+def read_resources(rows: list[StartRow]) -> Resources:
+    """Per arm and GPU, from the ok start rows of one design."""
+    acc: dict[str, dict[int, list[dict[str, Any]]]] = {}
+    ok, with_gpu, sources = 0, 0, set()
+    for row in rows:
+        if not row.ok:
+            continue
+        ok += 1
+        gpus, source = _gpu_entries(row.resources)
+        if gpus is None:
+            continue
+        with_gpu += 1
+        if source:
+            sources.add(str(source))
+        for g in gpus:
+            acc.setdefault(row.arm, {}).setdefault(int(g["index"]), []).append(g)
+    per_arm = {arm: {i: _fold(gs) for i, gs in sorted(by_gpu.items())} for arm, by_gpu in acc.items()}
+    return Resources(starts=ok, with_gpu=with_gpu, per_arm=per_arm, sources=tuple(sorted(sources)))
+
+
+def _fold(gs: list[dict[str, Any]]) -> GpuArm:
+    means = [float(g["power_w_mean"]) for g in gs if g.get("power_w_mean") is not None]
+    maxes = [float(g["power_w_max"]) for g in gs if g.get("power_w_max") is not None]
+    return GpuArm(peak_mib=max(float(g["memory_mib_peak"]) for g in gs),
+                  power_w_mean=sum(means) / len(means) if means else None, power_w_max=max(maxes) if maxes else None)
+
+
+def design_facts(campaign: Campaign, reg: Registered) -> DesignFacts:
+    """Everything the note and the ledger say about a design besides its verdict."""
+    rows = campaign.store.starts_of(reg.design_id)
+    d = reg.design
+    recorded = {(r.block, r.position) for r in rows}
+    by_block: dict[int, list[bool]] = {}
+    for s in reg.slots():
+        by_block.setdefault(s.block, []).append((s.block, s.position) in recorded)
+    blocks_run = sum(1 for v in by_block.values() if all(v))
+    ok = [r for r in rows if r.ok]
+    return DesignFacts(
+        design_id=reg.design_id, kind=d.kind, primary_metric=d.primary_metric, concurrency=d.replay.concurrency,
+        workload_path=reg.frozen.workload_path, workload_hash=reg.frozen.workload_hash, max_turns=d.replay.max_turns,
+        warmup_turns=d.replay.warmup_turns, engines=_distinct(r.engine for r in ok),
+        engine_versions=_distinct(r.engine_version for r in ok), blocks=d.blocks, blocks_run=blocks_run,
+        starts_ok=len(ok), starts_failed=len(rows) - len(ok), stopped=_stopped(campaign, reg, blocks_run),
+        resources=read_resources(rows), fidelity_gate=d.gates.fidelity, memory_gate_mib=d.gates.memory_mib,
+        top_k=d.fidelity.top_k,
+        fidelity_paths=fidelity_paths(campaign, reg.design_id if kind_of(d.kind).measures_fidelity else d.gates.fidelity),
+    )
+
+
+def fidelity_paths(campaign: Campaign, design_id: str | None) -> tuple[str, ...]:
+    """The paths a fidelity design's ok starts recorded (``capabilities.fidelity_path``), e.g. the decode path."""
+    if not design_id:
+        return ()
+    paths = {str(r.capabilities["fidelity_path"]) for r in campaign.store.starts_of(design_id)
+             if r.ok and r.capabilities.get("fidelity_path")}
+    return tuple(sorted(paths))
+
+
+def _distinct(values: Any) -> tuple[str, ...]:
+    return tuple(sorted({str(v) for v in values if v}))
+
+
+def _stopped(campaign: Campaign, reg: Registered, blocks_run: int) -> str | None:
+    """Whether the design stopped short: curtailed (its rule allowed it) or simply incomplete."""
+    if blocks_run >= reg.design.blocks:
+        return None
+    if reg.design.stopping == "curtail" and kind_of(reg.design.kind).can_curtail:
+        served, candidate, _ = block_values(campaign, reg)
+        done = sorted(b for b in served if b in candidate)
+        if not can_still_change(reg, [served[b] for b in done], [candidate[b] for b in done], reg.design.blocks - len(done)):
+            return "curtailed"
+    return "incomplete"
+
+

@@ -1,0 +1,136 @@
+"""Agent designs: each start runs ``draws`` draws of the task suite against a fresh engine start, one
+request at a time. Every episode counts (failures included); the start's value is its pass count. The
+rule is ``harm``: the candidate passes fewer, at one-sided p ≤ alpha, by an exact permutation (integer
+convolution) over blocks. Each start's turns are saved as a workload (``workloads/agent-…jsonl``).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from frankenstein.agent.draw import run_draw
+from frankenstein.agent.tasks import load_suite
+from frankenstein.campaign import Campaign
+from frankenstein.config import ResolvedRecipe
+from frankenstein.design import rules
+from frankenstein.design.kinds.base import Analysis, Description, Progress, arm_values, metric_scope
+from frankenstein.design.kinds.speed import check_block_rule
+from frankenstein.design.model import ARMS, DesignFile, Registered, Slot
+from frankenstein.design.start import StartOutcome
+from frankenstein.design.table import format_verdict
+from frankenstein.engines import adapter_for
+from frankenstein.errors import DesignError, EngineError, SandboxError, TaskError
+from frankenstein.shipped import expand
+from frankenstein.store import now_iso
+from frankenstein.workload.trace import Turn, Workload
+
+Matrix = dict[str, dict[str, dict[str, int]]]
+
+
+def suite_dir(spec: str) -> Path:
+    if spec == "pkg:suite":
+        return Path(__file__).resolve().parents[2] / "agent" / "suite"
+    return Path(expand(spec))
+
+
+def agent_start(campaign: Campaign, reg: Registered, slot: Slot, recipe: ResolvedRecipe) -> StartOutcome:
+    spec = reg.design.agent
+    out = StartOutcome(status="failed", reason=None, started_at=now_iso(), recipe=recipe)
+    trace = campaign.root / "workloads" / f"agent-{reg.design_id}-b{slot.block + 1}-{slot.arm}-{slot.rep}.jsonl"
+    engine = adapter_for(recipe, campaign.logs)
+    out.engine = engine.kind
+    episodes: list[dict[str, Any]] = []
+    try:
+        engine.start()
+        out.engine_version = engine.version
+        out.capabilities = engine.capabilities()
+        tasks = load_suite(suite_dir(spec.suite), spec.tasks)
+        with tempfile.TemporaryDirectory(prefix="frank-agent-") as work:
+            for d in range(spec.draws):
+                results = run_draw(engine.base_url, suite_dir(spec.suite), tasks, d, trace, Path(work),
+                                   temperature=spec.temperature, limit_overrides=dict(spec.limits) or None)
+                episodes += [r.row() for r in results]
+        out.status = "ok"
+    except (EngineError, SandboxError, TaskError) as exc:
+        out.status, out.reason = "failed", str(exc)
+    finally:
+        engine.stop()
+    out.metrics = {"passes": float(sum(e["passed"] for e in episodes)), "episodes": float(len(episodes))}
+    out.episodes = episodes
+    return out
+
+
+def pass_matrix(campaign: Campaign, design_id: str) -> Matrix:
+    """{arm: {task: {"b<block>d<draw>": passed}}}"""
+    m: Matrix = {}
+    for e in sorted(campaign.store.episodes_of(design_id), key=lambda e: (e.block, e.task_id, e.draw)):
+        m.setdefault(e.arm, {}).setdefault(e.task_id, {})[f"b{e.block + 1}d{e.draw}"] = int(e.passed)
+    return m
+
+
+def analyze_agent(campaign: Campaign, reg: Registered) -> Analysis:
+    values, failures = arm_values(campaign, reg, "passes")
+    bad = {f.block for f in failures}
+    blocks = sorted(b for b, arms in values.items() if all(a in arms for a in ARMS) and b not in bad)
+    diffs = [values[b]["candidate"] - values[b]["served"] for b in blocks]
+    verdict = rules.evaluate_differences(reg.design.rule, diffs, "higher", blocks=[b + 1 for b in blocks])  # type: ignore[arg-type]
+    matrix = pass_matrix(campaign, reg.design_id)
+    lines = format_verdict(verdict) + ["", "pass matrix (task × block/draw; 1 = pass):"]
+    for arm in ARMS:
+        for task, cells in sorted(matrix.get(arm, {}).items()):
+            lines.append(f"  {arm:<9} {task:<22} " + " ".join(f"{k}:{v}" for k, v in cells.items()))
+    return Analysis(reg=reg, verdict=verdict, blocks_done=len(blocks), failures=failures, lines=lines, matrix=matrix,
+                    per_block={"passes": values})
+
+
+def matrix_json(campaign: Campaign, design_id: str) -> str:
+    return json.dumps(pass_matrix(campaign, design_id), sort_keys=True)
+
+
+class AgentKind:
+    name = "agent"
+    adoptable = False
+    measures_fidelity = False
+    uses_workload = False
+    same_arms = False
+    can_curtail = False
+
+    def check(self, design: DesignFile, path: Path) -> None:
+        if design.primary_metric != "passes":
+            raise DesignError("an agent design's primary metric is 'passes'", path=path, field="primary_metric")
+        if design.rule.kind == "fidelity":
+            raise DesignError("rule \"fidelity\" is only for fidelity designs", path=path, field="rule.kind")
+        if design.rule.kind != "harm":
+            raise DesignError("an agent design uses rule \"harm\"", path=path, field="rule.kind")
+        check_block_rule(design, path)
+
+    def check_workload(self, turns: list[Turn], workload: Path, path: Path) -> None:
+        return None
+
+    def start(self, campaign: Campaign, reg: Registered, slot: Slot, recipe: ResolvedRecipe,
+              workload: Workload | None, progress: Progress | None) -> StartOutcome:
+        return agent_start(campaign, reg, slot, recipe)
+
+    def start_value(self, reg: Registered, out: StartOutcome) -> str:
+        metric = out.metrics.get("passes")
+        return " passes=" + ("-" if metric is None else f"{metric:.4f}")
+
+    def analyze(self, campaign: Campaign, reg: Registered) -> Analysis:
+        return analyze_agent(campaign, reg)
+
+    def describe(self, reg: Registered) -> Description:
+        return Description(measures=f"It measures {metric_scope(reg.design.primary_metric)}.",
+                           head=f"- Primary metric: `{reg.design.primary_metric}` ({reg.frozen.direction} is better).",
+                           concurrency="Tested one agent, one request at a time: it says nothing about concurrent serving.")
+
+    def went_wrong(self, word: str) -> bool:
+        return word in ("harm shown", "invalid")
+
+    def no_decision(self, word: str) -> str:
+        return "a harm check on task passes"
+
+
+KIND = AgentKind()

@@ -1,0 +1,184 @@
+"""The contract every design kind implements, and what the kinds share.
+
+A *kind* (speed, fidelity, agent, screen, aa) is one module with one object that satisfies
+:class:`DesignKind`; :mod:`frankenstein.design.kinds` looks it up by name from one table. Nothing
+outside that table branches on a kind's name: the registry asks the kind to check a design, the
+runner asks it to run a start, the analysis asks it for the verdict, the ledger and the note read its
+attributes and :class:`Description`.
+
+    DesignKind           the Protocol: check, start, start_value, analyze, describe, went_wrong, no_decision
+    Analysis             a design's verdict and everything measured for it, as typed fields
+    Failure              one failed or invalid start
+    arm_values(...)      {block: {arm: mean over ok starts}} of one metric, and the failures
+    block_values(...)    the primary metric per complete block, after the failure policy
+    can_still_change(...)  whether blocks still to run could change a block-rule verdict (curtailment)
+    metric_scope(metric) what a metric measures, in words
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from frankenstein.campaign import Campaign
+from frankenstein.config import ResolvedRecipe
+from frankenstein.design import rules, stats
+from frankenstein.design.model import ARMS, DesignFile, FidelityRule, Registered, Slot
+from frankenstein.design.start import StartOutcome
+from frankenstein.workload.trace import Turn, Workload
+
+Progress = Callable[[int, int], None]
+
+STEP_METRICS = ("verify_step_ms", "decode_ms_per_token", "tokens_per_step", "acceptance_rate")
+REQUEST_METRICS = ("ttft_ms", "e2e_ms", "prompt_ms", "prefill_tokens_per_s")
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A start that did not give a value: ``failed`` (the engine) or ``invalid`` (the measurement)."""
+
+    block: int
+    arm: str
+    status: str
+    reason: str | None
+
+    def dropped_note(self) -> str:
+        return f"block {self.block + 1}: {self.arm} start {self.status} ({self.reason}); block dropped"
+
+
+@dataclass
+class Analysis:
+    """A design's result under its registered rule.
+
+    ``verdict`` is the block rule's :class:`~frankenstein.design.rules.Verdict` (speed, screen, aa, agent);
+    ``outcome``/``why`` carry the word of a kind that decides without one (fidelity: passed/failed/invalid);
+    ``invalidated`` is set when the failure policy ``invalidate`` overrides the verdict."""
+
+    reg: Registered
+    verdict: rules.Verdict | None
+    blocks_done: int
+    dropped: list[str] = field(default_factory=list)
+    failures: list[Failure] = field(default_factory=list)
+    secondary: dict[str, dict[str, Any]] = field(default_factory=dict)
+    per_block: dict[str, dict[int, dict[str, float]]] = field(default_factory=dict)
+    outcome: str | None = None
+    why: str | None = None
+    invalidated: str | None = None
+    lines: list[str] = field(default_factory=list)  # the kind's own result lines, printed instead of the verdict table
+    fidelity: dict[str, Any] | None = None  # fidelity summary (candidate and noise floor), JSON-ready
+    kl: dict[str, Any] | None = None  # per-position KL of the candidate and the noise floor, for the plot
+    matrix: dict[str, dict[str, dict[str, int]]] | None = None  # agent: {arm: {task: {"b<block>d<draw>": passed}}}
+
+    @property
+    def word(self) -> str:
+        if self.invalidated:
+            return "invalid"
+        if self.outcome:
+            return self.outcome
+        return self.verdict.word if self.verdict else "invalid"
+
+    @property
+    def reason(self) -> str:
+        """Why the word is what it is, in one line."""
+        return self.invalidated or self.why or (self.verdict.reason if self.verdict else "")
+
+
+@dataclass(frozen=True)
+class Description:
+    """What the note says about a design of this kind."""
+
+    measures: str  # "It measures ..." sentence
+    head: str  # the design section's line on what was measured
+    concurrency: str | None = None  # replaces the generic concurrency sentence
+
+
+@runtime_checkable
+class DesignKind(Protocol):
+    """One kind of design. Attributes are data the other rooms read; methods are its behaviour."""
+
+    name: str
+    adoptable: bool  # a part may be adopted on this kind's verdict
+    measures_fidelity: bool  # its verdict is a fidelity verdict (what a fidelity gate names)
+    uses_workload: bool  # its starts replay or force a recorded workload
+    same_arms: bool  # both arms must be the same recipe (A/A); otherwise they must differ
+    can_curtail: bool  # the runner may stop early under stopping = "curtail"
+
+    def check(self, design: DesignFile, path: Path) -> None:
+        """Refuse, with a :class:`~frankenstein.errors.DesignError` naming the field, what this kind cannot run."""
+
+    def check_workload(self, turns: list[Turn], workload: Path, path: Path) -> None:
+        """Refuse a workload this kind cannot use."""
+
+    def start(self, campaign: Campaign, reg: Registered, slot: Slot, recipe: ResolvedRecipe,
+              workload: Workload | None, progress: Progress | None) -> StartOutcome:
+        """Run one start of a recipe arm; engine failures become a failed outcome, never an exception."""
+
+    def start_value(self, reg: Registered, out: StartOutcome) -> str:
+        """What the runner prints after a start, e.g. ' decode_ms_per_token=31.6'."""
+
+    def analyze(self, campaign: Campaign, reg: Registered) -> Analysis:
+        """The verdict under the registered rule, from the starts recorded under the design."""
+
+    def describe(self, reg: Registered) -> Description:
+        """Sentences for the progress note."""
+
+    def went_wrong(self, word: str) -> bool:
+        """Whether the note lists this verdict under "what didn't work"."""
+
+    def no_decision(self, word: str) -> str:
+        """The summary's phrase for a design no ledger decision used."""
+
+
+# ---------------------------------------------------------------- shared by the block-rule kinds
+
+
+def arm_values(campaign: Campaign, reg: Registered, metric: str) -> tuple[dict[int, dict[str, float]], list[Failure]]:
+    """{block: {arm: mean value over ok starts}}, and the failed/invalid starts."""
+    acc: dict[int, dict[str, list[float]]] = {}
+    failures = []
+    for row in campaign.store.starts_of(reg.design_id):
+        if not row.ok:
+            failures.append(Failure(row.block, row.arm, row.status, row.reason))
+            continue
+        v = row.metrics.get(metric)
+        if v is None:
+            continue
+        acc.setdefault(row.block, {}).setdefault(row.arm, []).append(float(v))
+    return {b: {a: sum(v) / len(v) for a, v in arms.items()} for b, arms in acc.items()}, failures
+
+
+def block_values(campaign: Campaign, reg: Registered) -> tuple[dict[int, float], dict[int, float], list[str]]:
+    """Primary-metric value per complete block and arm, after the failure policy; and notes on dropped blocks."""
+    values, failures = arm_values(campaign, reg, reg.design.primary_metric)
+    bad_blocks = {f.block for f in failures}
+    served, candidate = {}, {}
+    for b, arms in sorted(values.items()):
+        if b in bad_blocks and reg.design.failure_policy == "drop_block":
+            continue
+        if all(a in arms for a in ARMS):
+            served[b], candidate[b] = arms["served"], arms["candidate"]
+    return served, candidate, [f.dropped_note() for f in failures]
+
+
+def can_still_change(reg: Registered, served: list[float], candidate: list[float], remaining: int) -> bool:
+    """Whether ``remaining`` more blocks could change the verdict of the registered block rule."""
+    rule = reg.design.rule
+    if isinstance(rule, FidelityRule):
+        return True
+    g = rules.gains(stats.log_ratios(served, candidate), reg.frozen.direction)
+    return rules.can_change(rule, g, remaining)
+
+
+def metric_scope(metric: str) -> str:
+    """What a metric measures, for the sentence on step time versus task time."""
+    if metric == "passes":
+        return "graded passes per start, not speed: a part that keeps every pass can still be slower"
+    if metric in STEP_METRICS:
+        return (f"step time (`{metric}`, from the server's own timings), not task time: it does not show that a task "
+                "finishes sooner or still passes; an agent design shows that")
+    if metric in REQUEST_METRICS:
+        return (f"per-request time (`{metric}`), not task time: it does not show that a whole task finishes sooner "
+                "or still passes")
+    return f"`{metric}` as the arms reported it"

@@ -1,0 +1,136 @@
+"""Speed designs: each start replays the workload against a fresh engine start and records the
+server's own timings; the registered block rule (sign, permutation, all blocks better) decides on the
+per-block log ratio of the primary metric. Secondary metrics are summarised by their geometric-mean
+ratio and labelled "reported, not tested".
+
+Per block the start-level value of each arm is the mean of that arm's ok starts in the block. A failed
+or invalid start is handled by the registered failure policy: ``drop_block`` leaves its block out (and
+says so), ``invalidate`` makes the verdict invalid. A curtailed run is decided on a completion of the
+remaining blocks with no effect, which gives the same word as any completion would.
+
+:class:`SpeedKind` is shared by the A/A and screen kinds, which differ only in data.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from frankenstein.campaign import Campaign
+from frankenstein.config import ResolvedRecipe
+from frankenstein.design import rules, stats
+from frankenstein.design.kinds.base import (
+    Analysis, Description, Progress, arm_values, block_values, can_still_change, metric_scope,
+)
+from frankenstein.design.model import DesignFile, FidelityRule, Registered, Slot
+from frankenstein.design.start import StartOutcome, measure_start
+from frankenstein.errors import DesignError
+from frankenstein.measure.timings import METRICS
+from frankenstein.workload.trace import Turn, Workload
+
+
+class SpeedKind:
+    name = "speed"
+    adoptable = True
+    measures_fidelity = False
+    uses_workload = True
+    same_arms = False
+    can_curtail = True
+
+    def check(self, design: DesignFile, path: Path) -> None:
+        known = dict(METRICS)
+        for field, metric in [("primary_metric", design.primary_metric), *(("secondary", s) for s in design.secondary)]:
+            if metric not in known:
+                raise DesignError(f"unknown metric {metric!r} (known: {', '.join(sorted(known))})", path=path, field=field)
+        check_block_rule(design, path)
+
+    def check_workload(self, turns: list[Turn], workload: Path, path: Path) -> None:
+        return None
+
+    def start(self, campaign: Campaign, reg: Registered, slot: Slot, recipe: ResolvedRecipe,
+              workload: Workload | None, progress: Progress | None) -> StartOutcome:
+        if workload is None:
+            raise DesignError(f"design {reg.design_id}: a {self.name} design with recipe arms needs a workload")
+        return measure_start(recipe, workload, reg.design.replay, campaign.logs, progress)
+
+    def start_value(self, reg: Registered, out: StartOutcome) -> str:
+        return primary_value(reg, out)
+
+    def analyze(self, campaign: Campaign, reg: Registered) -> Analysis:
+        return analyze_blocks(campaign, reg)
+
+    def describe(self, reg: Registered) -> Description:
+        return Description(measures=f"It measures {metric_scope(reg.design.primary_metric)}.", head=metric_head(reg))
+
+    def went_wrong(self, word: str) -> bool:
+        return word != "confirmed"
+
+    def no_decision(self, word: str) -> str:
+        return "not adopted" if word == "confirmed" else "no adoption asked"
+
+
+def check_block_rule(design: DesignFile, path: Path) -> None:
+    """A block rule (not the fidelity rule) whose smallest reachable p can reach its alpha in ``blocks``."""
+    rule = design.rule
+    if isinstance(rule, FidelityRule):
+        raise DesignError("rule \"fidelity\" is only for fidelity designs", path=path, field="rule.kind")
+    reason = rules.unreachable_reason(rule, design.blocks)
+    if reason:
+        raise DesignError(reason, path=path, field="blocks")
+
+
+def primary_value(reg: Registered, out: StartOutcome) -> str:
+    metric = out.metrics.get(reg.design.primary_metric)
+    return f" {reg.design.primary_metric}=" + ("-" if metric is None else f"{metric:.4f}")
+
+
+def metric_head(reg: Registered) -> str:
+    return f"- Primary metric: `{reg.design.primary_metric}` ({reg.frozen.direction} is better)."
+
+
+def analyze_blocks(campaign: Campaign, reg: Registered) -> Analysis:
+    """The block rule over the primary metric's per-block log ratios, and the secondary metrics beside it."""
+    d = reg.design
+    served, candidate, notes = block_values(campaign, reg)
+    _, failures = arm_values(campaign, reg, d.primary_metric)
+    blocks = sorted(served)
+    out = Analysis(reg=reg, verdict=None, blocks_done=len(blocks), dropped=notes, failures=failures)
+    if failures and d.failure_policy == "invalidate":
+        out.invalidated = f"{len(failures)} failed start(s) and the failure policy is 'invalidate'"
+    s, c = [served[b] for b in blocks], [candidate[b] for b in blocks]
+    out.verdict = rules.evaluate(d.rule, s, c, reg.frozen.direction, blocks=[b + 1 for b in blocks])  # type: ignore[arg-type]
+    _curtailed(out, s, c)
+    for metric in [d.primary_metric, *d.secondary]:
+        out.per_block[metric] = arm_values(campaign, reg, metric)[0]
+    for metric in d.secondary:
+        out.secondary[metric] = _secondary(out.per_block[metric])
+    return out
+
+
+def _curtailed(out: Analysis, served: list[float], candidate: list[float]) -> None:
+    """A curtailed run stopped because no remaining blocks could change the verdict: any completion
+    of the remaining blocks gives the same word, so it is decided on a completion with no effect."""
+    d = out.reg.design
+    remaining = d.blocks - len(served)
+    if d.stopping != "curtail" or remaining <= 0 or not served or out.invalidated:
+        return
+    if can_still_change(out.reg, served, candidate, remaining):
+        return
+    g = rules.gains(stats.log_ratios(served, candidate), out.reg.frozen.direction) + [0.0] * remaining
+    dec = rules.decide(d.rule, g, out.reg.frozen.direction)  # type: ignore[arg-type]
+    reason = f"curtailed after {len(served)} of {d.blocks} blocks: no remaining blocks could change the verdict"
+    if out.verdict is not None:
+        out.verdict = out.verdict.model_copy(update={"word": dec.word, "reason": reason})
+
+
+def _secondary(vals: dict[int, dict[str, float]]) -> dict[str, Any]:
+    pairs = [(a["served"], a["candidate"]) for a in vals.values() if "served" in a and "candidate" in a]
+    pairs = [(s, c) for s, c in pairs if s > 0 and c > 0]
+    if not pairs:
+        return {"blocks": 0, "geomean_ratio": None}
+    logs = [math.log(c / s) for s, c in pairs]
+    return {"blocks": len(pairs), "geomean_ratio": stats.geomean_ratio(logs)}
+
+
+KIND = SpeedKind()

@@ -1,0 +1,52 @@
+"""One validation base for every file a user writes (``frank.toml``, designs, traces, tasks).
+
+    UserFile          pydantic base with ``extra="forbid"``: an unknown field is an error, never ignored
+    FrozenUserFile    the same, immutable (recipes and parts are hashed into designs)
+    field_error(path, exc, error_cls)   the one formatter: the file, the first bad field, what is wrong
+    read_toml(path, error_cls)          a TOML file as a dict, or one error naming the file
+
+Every loader validates with these, so bad input reads the same everywhere:
+``frank.toml: recipes.base.engine: Input should be 'llamacpp', ...``.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from frankenstein.errors import ConfigError
+
+
+class UserFile(BaseModel):
+    """Base of every model of a user-written file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class FrozenUserFile(BaseModel):
+    """A user-file model that cannot change after validation."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def field_error(path: object, exc: ValidationError, error_cls: type[ConfigError] = ConfigError,
+                prefix: str = "") -> ConfigError:
+    """One message naming the file and the first bad field (``prefix`` is prepended to the field, e.g. a line)."""
+    err = exc.errors()[0]
+    field = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    msg = "unknown field" if err["type"] == "extra_forbidden" else str(err["msg"]).removeprefix("Value error, ")
+    return error_cls(msg, path=path, field=prefix + field)
+
+
+def read_toml(path: str | Path, error_cls: type[ConfigError] = ConfigError) -> dict[str, Any]:
+    """The parsed TOML of ``path``; a missing or malformed file is one ``error_cls`` naming it."""
+    path = Path(path)
+    try:
+        return tomllib.loads(path.read_text())
+    except FileNotFoundError as exc:
+        raise error_cls("file not found", path=path) from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise error_cls(f"not valid TOML: {exc}", path=path) from exc
