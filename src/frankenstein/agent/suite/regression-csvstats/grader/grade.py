@@ -21,7 +21,9 @@ def main(workspace):
     ok_name = name == "median"
     print(("ok   " if ok_name else "FAIL ") + "REGRESSION.txt names the regressed function")
     tests = str(Path(__file__).with_name("hidden_tests.py"))
-    rc = run_hidden_tests(str(Path(workspace) / "v2"), tests)
+    rc = run_hidden_tests(workspace, tests, subdir="v2")
+    if rc not in (0, 1):
+        return rc  # the hidden tests did not complete: not a pass, not a plain fail
     return 0 if ok_name and rc == 0 else 1
 
 
