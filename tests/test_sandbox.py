@@ -115,21 +115,16 @@ def test_reading_the_grader(tmp_path: Path, iso: Isolation) -> None:
 @needs_ns
 def test_the_shell_cannot_read_the_shipped_graders(tmp_path: Path) -> None:
     suite = shipped_suite()
-    # In a checkout under /tmp (a CI clone) the private /tmp hides the whole package; elsewhere only
-    # the hiding of the suite can stop this, and the rest of the package stays readable.
-    under_tmp = suite.is_relative_to("/tmp")
+    # An editable install (a checkout): the package is not in the minimal root at all. Installed
+    # into the Python the sandbox runs (a venv, site-packages), the suite is covered (mode 000).
     task = next(t for t in load_suite(suite) if t.id == "log-incident")
-    command = f"cat {suite}/log-incident/grader/grade.py; ls {suite}; cat {suite.parent}/loop.py | head -1; echo end"
+    command = f"cat {suite}/log-incident/grader/grade.py; ls {suite}; echo end"
     with ScriptedModelServer([call("bash", command=command), call("submit")]) as srv:
         [res] = run_draw(srv.base_url, suite, [task], 0, tmp_path / "trace.jsonl", tmp_path / "work", isolation=NS)
         out = tool_results(srv.requests)[0]
     assert out.endswith("end\n")
     assert "Grader for log-incident" not in out and "fix-ledger-month" not in out
-    if under_tmp:
-        assert out.count("No such file or directory") == 3
-    else:
-        assert out.count("Permission denied") == 2
-        assert '"""The agent loop' in out  # the rest of the package stays readable
+    assert out.count("No such file or directory") + out.count("Permission denied") == 2, out
     assert "Grader for log-incident" not in (tmp_path / "trace.jsonl").read_text()
     assert (res.status, res.grader_rc) == ("submitted", 1)
 

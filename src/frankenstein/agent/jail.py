@@ -11,18 +11,20 @@ Modes (chosen once per machine by ``sandbox.detect_isolation``):
 * ``userns`` — not root: the same namespaces inside a new user namespace mapping our own uid.
 * ``none``   — namespaces are refused here: only resource limits and a fresh session.
 
-With namespaces the command sees: a read-only root file system, a private ``/tmp`` (tmpfs), the
-workspace at ``/tmp/workspace`` (writable), optional read-only binds (the grader at ``/tmp/grader``),
-hidden folders covered by empty read-only tmpfs, no network but loopback, and its own ``/proc``.
-Because the command's shell is PID 1 of a new PID namespace, the kernel kills every process left in
-it (daemons and ``setsid`` escapees included) when the shell exits or is killed.
+With namespaces the command sees a minimal root, built on a fresh tmpfs and pivoted into: the
+system folders (``/usr``, ``/etc``, ``/bin``...) and the Python that runs the tools, read-only; the
+workspace at ``/tmp/workspace`` (writable); optional read-only binds (the grader at ``/tmp/grader``);
+fresh private ``/tmp``, ``/var/tmp``, ``/run`` and ``/dev/shm``; a ``/dev`` of a few device nodes;
+its own ``/proc``. Nothing else of the host is there: no home folders, no checkout, no host socket
+paths. Hidden folders that lie inside what is bound (the task suite inside an installed package)
+are covered by an empty mode-000 tmpfs *after* binding, whatever the install layout. The network
+namespace has only loopback, which also cuts off the host's abstract Unix sockets. Because the
+command's shell is PID 1 of a new PID namespace, the kernel kills every process left in it (daemons
+and ``setsid`` escapees included) when the shell exits or is killed.
 
 Progress goes to ``report_fd``: ``pid N`` (the host pid of the namespace's PID 1, from the launcher
 that stays outside) and ``ready`` just before ``exec``. Without ``ready`` the setup failed; the
 reason is a ``jail:`` line on stderr and the exit status is 125.
-
-As root, folders the unprivileged uid must reach but cannot enter (a Python installed under
-``/root``) are re-exposed through a tmpfs over the closed parent (``expose``).
 """
 
 import json
@@ -39,8 +41,17 @@ MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
 AT_FDCWD, AT_RECURSIVE = -100, 0x8000
 MOUNT_ATTR_RDONLY = 1
 SYS_MOUNT_SETATTR = 442  # x86_64 and aarch64 share this number
+MNT_DETACH = 2
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
 SETUP_FAILED = 125
 VIEW_WS = "/tmp/workspace"
+# The minimal root: system folders (read-only, or the distribution's symlinks), the Python that
+# runs the tools (cfg "python"), the workspace, and fresh private folders. Nothing else of the host.
+SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+FRESH = ("/tmp", "/var/tmp", "/run", "/dev/shm")
+DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+DEV_LINKS = (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+             ("stderr", "/proc/self/fd/2"))
 
 _libc = None  # ctypes is imported only when namespaces are used: mode none starts faster
 
@@ -62,16 +73,19 @@ def _check(rc, what):
 
 def _mount(src, target, fstype, flags, data=None):
     ctypes, libc = _c()
-    enc = (lambda s: s.encode() if s is not None else None)
+
+    def enc(s):
+        return s.encode() if s is not None else None
+
     _check(libc.mount(enc(src), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)), f"mount {target}")
 
 
-def _setattr(path, set_=0, clr=0):
-    """mount_setattr(2) with AT_RECURSIVE: struct mount_attr {attr_set, attr_clr, propagation, userns_fd}."""
+def _setattr(path, set_=0, clr=0, recursive=True):
+    """mount_setattr(2): struct mount_attr {attr_set, attr_clr, propagation, userns_fd}."""
     ctypes, libc = _c()
     attr = (ctypes.c_uint64 * 4)(set_, clr, 0, 0)
-    rc = libc.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, path.encode(), AT_RECURSIVE, ctypes.byref(attr),
-                      ctypes.sizeof(attr))
+    rc = libc.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, path.encode(), AT_RECURSIVE if recursive else 0,
+                      ctypes.byref(attr), ctypes.sizeof(attr))
     _check(rc, f"mount_setattr {path}")
 
 
@@ -101,68 +115,80 @@ def _wait_for_child(pid):
     os._exit(os.WEXITSTATUS(status))
 
 
+def _under(path, roots):
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
 def _setup_mounts(cfg):
+    """Build the minimal root on a fresh tmpfs (mounted over ``/tmp`` in our mount namespace, which
+    is where every source was opened from first), then pivot into it."""
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     ws_fd = os.open(cfg["workspace"], os.O_PATH | os.O_DIRECTORY)
     bind_fds = [(os.open(src, os.O_PATH), dst, ro) for src, dst, ro in cfg.get("binds", [])]
-    # Our Python may live under /tmp (a clone in /tmp): the private /tmp would hide it, so it is
-    # bound back read-only at the same path once the tmpfs is up.
-    tmp_keep = [(p, os.open(p, os.O_PATH | os.O_DIRECTORY)) for p in cfg.get("expose", [])
-                if p.startswith("/tmp/")]
-    _expose([p for p in cfg.get("expose", []) if not p.startswith("/tmp/")])
-    for hidden in cfg.get("hide", []):
-        if os.path.isdir(hidden):
-            _mount("tmpfs", hidden, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k,mode=000")
-    _setattr("/", set_=MOUNT_ATTR_RDONLY)
-    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={int(cfg.get('tmp_mb', 256))}m,mode=1777")
-    _bind(ws_fd, VIEW_WS, ro=False)
-    for fd, dst, ro in bind_fds:
-        _bind(fd, dst, ro)
-    for path, fd in tmp_keep:
-        os.makedirs(path, mode=0o755, exist_ok=True)
-        _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND)
-        _setattr(path, set_=MOUNT_ATTR_RDONLY)
+    system = [(name, os.readlink(name) if os.path.islink(name) else None,
+               None if os.path.islink(name) else os.open(name, os.O_PATH | os.O_DIRECTORY))
+              for name in SYSTEM if os.path.lexists(name) and (os.path.islink(name) or os.path.isdir(name))]
+    bound = [name for name, link, _ in system if link is None]
+    python = [(p, os.open(p, os.O_PATH | os.O_DIRECTORY)) for p in cfg.get("python", []) if not _under(p, bound)]
+    devices = [(d, os.open(f"/dev/{d}", os.O_PATH)) for d in DEVICES if os.path.exists(f"/dev/{d}")]
+    root = "/tmp"
+    _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
+    for name, link, fd in system:
+        if link is not None:
+            os.symlink(link, root + name)
+        else:
+            _bind(fd, root + name, ro=True, recursive=True)
+    for path in [*FRESH, "/proc", *(p for p, _ in python if not _under(p, FRESH))]:
+        os.makedirs(root + path, mode=0o755, exist_ok=True)
+    _setattr(root, set_=MOUNT_ATTR_RDONLY)
+    _mount("tmpfs", root + "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=755")
+    for name, fd in devices:
+        open(f"{root}/dev/{name}", "w").close()
+        _mount(f"/proc/self/fd/{fd}", f"{root}/dev/{name}", None, MS_BIND)
         os.close(fd)
-    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    for name, target in DEV_LINKS:
+        os.symlink(target, f"{root}/dev/{name}")
+    os.mkdir(f"{root}/dev/shm")
+    _setattr(root + "/dev", set_=MOUNT_ATTR_RDONLY, recursive=False)
+    for path in FRESH:
+        _mount("tmpfs", root + path, "tmpfs", MS_NOSUID | MS_NODEV, f"size={int(cfg.get('tmp_mb', 256))}m,mode=1777")
+    for path, fd in python:
+        os.makedirs(root + path, mode=0o755, exist_ok=True)
+        _bind(fd, root + path, ro=True, recursive=True, make=False)
+    _bind(ws_fd, root + VIEW_WS, ro=False)
+    for fd, dst, ro in bind_fds:
+        _bind(fd, root + dst, ro)
+    visible = bound + [p for p, _ in python]
+    for hidden in cfg.get("hide", []):
+        if _under(hidden, visible) and os.path.isdir(root + hidden):
+            _mount("tmpfs", root + hidden, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k,mode=000")
+    _mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    _pivot(root)
 
 
-def _bind(fd, dst, ro):
-    """Bind the folder behind ``fd`` (opened before anything was covered) at ``dst``. Not
-    recursive, so a cover mounted over the source does not come along."""
-    os.mkdir(dst)
-    _mount(f"/proc/self/fd/{fd}", dst, None, MS_BIND)
+def _pivot(root):
+    """pivot_root(".", "."), then detach the old root stacked under the new one (pivot_root(2))."""
+    os.chdir(root)
+    number = SYS_PIVOT_ROOT.get(os.uname().machine)
+    if number is None:
+        raise OSError(0, f"pivot_root: unknown machine {os.uname().machine}")
+    ctypes, libc = _c()
+    _check(libc.syscall(number, b".", b"."), "pivot_root")
+    _check(libc.umount2(b".", MNT_DETACH), "umount old root")
+    os.chdir("/")
+
+
+def _bind(fd, dst, ro, recursive=False, make=True):
+    """Bind the folder behind ``fd`` (opened before anything was mounted) at ``dst``. Not recursive
+    unless asked, so nothing mounted under the source comes along."""
+    if make:
+        os.mkdir(dst)
+    _mount(f"/proc/self/fd/{fd}", dst, None, MS_BIND | (MS_REC if recursive else 0))
     if ro:
-        _setattr(dst, set_=MOUNT_ATTR_RDONLY)
+        _setattr(dst, set_=MOUNT_ATTR_RDONLY, recursive=recursive)
     else:
-        _setattr(dst, clr=MOUNT_ATTR_RDONLY)
+        _setattr(dst, clr=MOUNT_ATTR_RDONLY, recursive=False)
     os.close(fd)
-
-
-def _closed_ancestor(path):
-    """The first folder above ``path`` that others may not enter (no o+x), or None."""
-    cur = ""
-    for name in path.strip("/").split("/")[:-1]:
-        cur += "/" + name
-        if not os.stat(cur).st_mode & 0o001:
-            return cur
-    return None
-
-
-def _expose(paths):
-    """Make ``paths`` reachable for the unprivileged uid although a parent folder is closed
-    (a Python under ``/root``): cover the closed parent with a fresh tmpfs, recreate the folders
-    down to each path and bind the real one there. The rest of the closed parent stays hidden."""
-    groups = {}
-    for path in paths:
-        top = _closed_ancestor(path)
-        if top is not None:
-            groups.setdefault(top, []).append((path, os.open(path, os.O_PATH | os.O_DIRECTORY)))
-    for top, items in groups.items():
-        _mount("tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=755")
-        for path, fd in items:
-            os.makedirs(path, mode=0o755, exist_ok=True)
-            _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND)
-            os.close(fd)
 
 
 def _loopback_up():

@@ -89,7 +89,7 @@ def scrubbed_env(home: str) -> dict[str, str]:
 
 def _safe_to_hide(paths: Sequence[Path]) -> list[Path]:
     """Never cover ``/`` or a folder holding the Python the sandbox runs."""
-    keep = [Path(p) for p in _python_paths()]
+    keep = [Path(p) for p in python_paths()]
     out = []
     for p in (Path(h).resolve() for h in paths):
         if p != Path("/") and not any(k.is_relative_to(p) for k in keep):
@@ -97,7 +97,7 @@ def _safe_to_hide(paths: Sequence[Path]) -> list[Path]:
     return out
 
 
-def _python_paths() -> list[str]:
+def python_paths() -> list[str]:
     """Folders the sandbox user must reach to run our Python (the venv and its base install)."""
     return sorted({os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix)})
 
@@ -180,7 +180,7 @@ class Sandbox:
             # Without a user namespace the count is of all this user's processes on the machine.
             rlimits["nproc"] = processes_of(os.getuid()) + lim.processes
         return {"mode": self.mode, "workspace": str(self.workspace), "hide": self.hide, "rlimits": rlimits,
-                "binds": [[str(src), dst, True] for src, dst in binds], "expose": _python_paths(),
+                "binds": [[str(src), dst, True] for src, dst in binds], "python": python_paths(),
                 "uid": SANDBOX_UID, "gid": SANDBOX_UID, "tmp_mb": lim.tmp_mb, "report_fd": report_fd}
 
     def _result(self, proc: subprocess.Popen[bytes], c: _Collected, seconds: float) -> CommandResult:

@@ -137,7 +137,7 @@ class ScriptedModelServer:
     @property
     def base_url(self) -> str:
         host, port = self.httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host!s}:{port}" if isinstance(host, str) else f"http://{host.decode()}:{port}"
 
     @property
     def requests(self) -> list[dict[str, Any]]:
