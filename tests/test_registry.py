@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
+from frankenstein.design.kinds import KINDS, DesignKind
+from frankenstein.design.model import Kind
 from frankenstein.design.registry import get, register, verify
 from frankenstein.errors import DesignError, RegistryError
 
@@ -121,3 +124,11 @@ def test_cli_register_and_verify(camp) -> None:
     bad = frank("register", str(camp.root / "missing.toml"), "-c", str(camp.root))
     assert bad.returncode == 1
     assert bad.stderr.strip() == f"frank: error: {camp.root / 'missing.toml'}: file not found"
+
+
+def test_every_design_kind_is_one_entry_of_the_table_and_implements_the_protocol() -> None:
+    assert set(KINDS) == set(get_args(Kind))
+    for name, kind in KINDS.items():
+        assert isinstance(kind, DesignKind) and kind.name == name
+    assert [n for n, k in KINDS.items() if k.adoptable] == ["speed", "screen"]
+    assert [n for n, k in KINDS.items() if k.same_arms] == ["aa"]

@@ -128,6 +128,7 @@ def _recipe_problems(campaign: Campaign, reg: Registered, part: str, current: li
     """The served recipe then must be the served recipe now, and frank.toml must still define both arms the same."""
     did = reg.design_id
     then = reg.frozen.recipes["served"]
+    assert then is not None  # _check_design_shape refused command arms
     now = campaign.recipe(campaign.config.served, current)
     if then.parts != now.parts:
         return [f"it was registered when the served recipe was {' + '.join([campaign.config.served, *then.parts])}, "

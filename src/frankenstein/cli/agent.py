@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -17,7 +17,7 @@ app.add_typer(tasks_app, name="tasks")
 _DIR_HELP = "A suite folder (task folders inside) or one task folder; default: the shipped suite."
 
 
-def _load(directory: Optional[Path], ids: list[str] | None = None) -> list:  # type: ignore[type-arg]
+def _load(directory: Optional[Path], ids: list[str] | None = None) -> list[Any]:
     from frankenstein.agent.tasks import load_suite, load_task, shipped_suite
 
     folder = directory or shipped_suite()

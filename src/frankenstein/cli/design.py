@@ -19,7 +19,7 @@ class RuleName(str, Enum):
 
 
 class DirectionName(str, Enum):
-    lower = "lower"
+    lower = "lower"  # type: ignore[assignment]  # str.lower; typer needs a str Enum
     higher = "higher"
 
 

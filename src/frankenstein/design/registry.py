@@ -15,7 +15,7 @@ import random
 import secrets
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from frankenstein import __version__
 from frankenstein.campaign import Campaign
@@ -64,7 +64,8 @@ def check_design(campaign: Campaign, design: DesignFile, path: Path) -> FrozenDe
     """Everything registration refuses, each with the file and field named."""
     kind = kind_of(design.kind)
     kind.check(design, path)
-    direction = design.direction or dict(METRICS).get(design.primary_metric, "lower")
+    direction: Literal["lower", "higher"] = design.direction or (
+        "higher" if METRICS.get(design.primary_metric) == "higher" else "lower")
     recipes = {arm: resolve_arm(campaign, design, arm) for arm in ARMS}
     same = _same(recipes["served"], recipes["candidate"], design)
     if same and not kind.same_arms:
@@ -89,7 +90,7 @@ def _check_workload(campaign: Campaign, design: DesignFile, path: Path) -> tuple
         wl = (campaign.root / wl).resolve()
     loaded = load_trace(wl)
     h = loaded.hash
-    kind.check_workload(loaded.turns, wl, path)
+    kind.check_workload(list(loaded.turns), wl, path)
     if design.workload_hash is not None and design.workload_hash != h:
         raise DesignError(
             f"workload {wl} no longer matches its hash (design pins {design.workload_hash[:12]}…, file has {h[:12]}…)",
