@@ -68,6 +68,14 @@ class ResolvedRecipe(FrozenUserFile):
     parts: list[str] = Field(default_factory=list)
     start_timeout_s: float = 300.0
 
+    def launch_differences(self, other: ResolvedRecipe) -> list[str]:
+        """The fields that change what is launched (engine, model, args, env, binary, python, command) and differ."""
+        mine, theirs = self.model_dump(include=set(LAUNCH_FIELDS)), other.model_dump(include=set(LAUNCH_FIELDS))
+        return [k for k in LAUNCH_FIELDS if mine[k] != theirs[k]]
+
+
+LAUNCH_FIELDS = ("engine", "model", "args", "env", "binary", "python", "command")
+
 
 def load_config(path: str | Path) -> CampaignConfig:
     path = Path(path)

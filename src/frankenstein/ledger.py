@@ -27,7 +27,7 @@ from frankenstein.design.analysis import Analysis, analyze
 from frankenstein.design.facts import DesignFacts, design_facts
 from frankenstein.design.kinds import kind_of
 from frankenstein.design.model import Registered
-from frankenstein.design.registry import LAUNCH_FIELDS, get
+from frankenstein.design.registry import get
 from frankenstein.errors import FrankError, LedgerError
 from frankenstein.gates import fidelity_gate, memory_gate_of
 from frankenstein.served import describe_parts, served_parts, served_recipe
@@ -135,7 +135,7 @@ def _recipe_problems(campaign: Campaign, reg: Registered, part: str, current: li
                 f"and it is now {describe_parts(campaign, current)}: register the design again"]
     cand_now = campaign.recipe(campaign.config.served, [*current, part])
     for arm, frozen, fresh in (("served", then, now), ("candidate", reg.frozen.recipes["candidate"], cand_now)):
-        changed = [k for k in LAUNCH_FIELDS if getattr(frozen, k) != getattr(fresh, k)]
+        changed = frozen.launch_differences(fresh) if frozen is not None else ["command"]
         if changed:
             return [f"frank.toml changed since {did} was registered: its {arm} arm's {', '.join(changed)} "
                     "differ from what the recipe resolves to now"]

@@ -30,7 +30,6 @@ from frankenstein.store import RegistryRow, now_iso
 from frankenstein.workload.trace import load_trace
 
 GENESIS = "0" * 64
-LAUNCH_FIELDS = ("engine", "model", "args", "env", "binary", "python", "command")
 
 # fidelity/check.py (another room) still imports this name; new code uses frankenstein.served.served_parts.
 _served_parts = served_parts
@@ -57,7 +56,7 @@ def resolve_arm(campaign: Campaign, design: DesignFile, arm: str) -> ResolvedRec
 def _same(a: ResolvedRecipe | None, b: ResolvedRecipe | None, design: DesignFile) -> bool:
     if a is None or b is None:
         return design.arms["served"].command == design.arms["candidate"].command
-    return all(getattr(a, k) == getattr(b, k) for k in LAUNCH_FIELDS)
+    return not a.launch_differences(b)
 
 
 def check_design(campaign: Campaign, design: DesignFile, path: Path) -> FrozenDesign:
