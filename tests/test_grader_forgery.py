@@ -97,6 +97,9 @@ TRICKS = [
                                          f"atexit.register(print, '\\n{FAKE}', file=sys.stderr)\n"),
     Trick("os-exit-0", {}, prepend=PAYLOAD, exits_early=True),
 ]
+# The half of a task that is not hidden-tested is given away, so only the hidden tests stand between
+# the trick and a pass.
+GIVEN = {"regression-csvstats": {"REGRESSION.txt": "median\n"}}
 STARTUP_TRICKS = [t for t in TRICKS if not t.prepend]
 # A json.py beside a CLI breaks that CLI when the hidden tests run it (python -m puts its folder
 # first): a real consequence of the file, not of grading, so the oracle check leaves it out.
@@ -107,6 +110,8 @@ def graded(task: Task, tmp_path: Path, tricks: list[Trick], iso: Isolation, *, o
     episode = tmp_path / task.id
     episode.mkdir()
     ws = make_workspace(task, episode / "workspace", oracle=oracle)
+    for rel, text in GIVEN.get(task.id, {}).items():
+        (ws / rel).write_text(text)
     box = Sandbox(ws, task.config.sandbox, hide=[SUITE], isolation=iso)
     for trick in tricks:
         box.env.update(trick.apply(task, ws, box.view))
