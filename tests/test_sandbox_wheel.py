@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from frankenstein.agent.sandbox import detect_isolation
+from frankenstein.agent.sandbox import Sandbox, detect_isolation
+from frankenstein.agent.tasks import SandboxLimits
 
 REPO = Path(__file__).resolve().parents[1]
 NS = detect_isolation()
@@ -88,3 +89,11 @@ def test_the_hidden_suite_is_unreadable_from_a_wheel_install(wheel_venv: Path, t
 def test_every_shipped_task_is_in_the_wheel(wheel_venv: Path) -> None:
     code = "from frankenstein.agent import load_suite, shipped_suite; print(len(load_suite(shipped_suite())))"
     assert run(wheel_venv / "bin" / "python", "-c", code).stdout.strip() == "6"
+
+
+@pytest.mark.parametrize("hidden", [os.path.dirname(json.__file__), "/usr/share"], ids=["interpreter", "usr"])
+def test_a_hidden_folder_inside_what_is_bound_is_covered(tmp_path: Path, hidden: str) -> None:
+    """frank in the interpreter's own site-packages, or in /usr: the cover goes over the bound tree."""
+    assert os.listdir(hidden)
+    res = Sandbox(tmp_path, SandboxLimits(), hide=[Path(hidden)], isolation=NS).run(f"ls {hidden}; echo end", 20)
+    assert res.output.endswith("end\n") and "Permission denied" in res.output, res.output

@@ -2,9 +2,10 @@
 
 What a command gets (see ``jail.py`` for how): its own session, resource limits (CPU time, address
 space, file size, processes, open files), a scrubbed environment (no keys: a minimal PATH, HOME,
-LANG), and — where the machine allows namespaces — no network, a read-only file system apart from
-the workspace and a private ``/tmp``, hidden task folders, and a PID namespace so that nothing it
-started survives it. Long output is cut to head + tail with a note; reading stops (and the command is
+LANG), and — where the machine allows namespaces — no network, a minimal read-only root (system
+folders, the Python that runs the tools, the workspace; fresh ``/tmp``, ``/var/tmp``, ``/run``,
+``/dev/shm``), hidden task folders covered wherever they are installed, and a PID namespace so that
+nothing it started survives it. Long output is cut to head + tail with a note; reading stops (and the command is
 killed) past ``max_output_bytes``; on timeout the whole tree is killed.
 
 The file tools (:meth:`Sandbox.read_file`, :meth:`Sandbox.write_file`) run in our process but only
