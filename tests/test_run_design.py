@@ -8,6 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from frankenstein.campaign import open_campaign
+from frankenstein.design.runner import run_lock
+from frankenstein.errors import RunLockedError
+
 from conftest import frank, pids_of
 from helpers_campaign import make_campaign, make_workload, write_design
 
@@ -51,6 +55,12 @@ def test_register_run_kill_resume_analyze(tmp_path: Path) -> None:
     assert sorted(a for _, _, a, _ in starts) == ["candidate"] * 5 + ["served"] * 5
     assert all(s == "ok" for *_, s in starts)
     assert pids_of(str(tmp_path)) == []
+    with open_campaign(c.root) as camp:  # every start's turns, with the server's numbers, read back typed
+        rows = camp.store.starts_of("d-1")
+        turns = [camp.store.turns_of(r.id) for r in rows]
+    assert [len(t) for t in turns] == [4] * 10
+    assert all(t[0]["warmup"] and not t[1]["warmup"] and t[1]["generated_tokens"] == 16 and t[1]["decode_ms"] > 0
+               for t in turns)
 
     a = frank("analyze", "d-1", "-c", str(c.root))
     assert a.returncode == 0, a.stderr
@@ -60,10 +70,6 @@ def test_register_run_kill_resume_analyze(tmp_path: Path) -> None:
 
 
 def test_second_runner_is_refused(tmp_path: Path) -> None:
-    from frankenstein.campaign import open_campaign
-    from frankenstein.design.runner import run_lock
-    from frankenstein.errors import RunLockedError
-
     c = make_campaign(tmp_path / "c")
     make_workload(c.root / "workloads" / "w.jsonl", turns=2)
     design = write_design(c.root / "d.toml", blocks=5)
