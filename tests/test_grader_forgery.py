@@ -8,10 +8,13 @@ still passes: the grader still grades.
 
 from __future__ import annotations
 
+import functools
 import os
+import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -106,10 +109,20 @@ STARTUP_TRICKS = [t for t in TRICKS if not t.prepend]
 ORACLE_TRICKS = [t for t in STARTUP_TRICKS if t.name != "stdlib-shadow"]
 
 
+TEMPLATES: list[Path] = []
+
+
+@functools.cache
+def _template(task_id: str, oracle: bool) -> Path:
+    """One generated workspace per task (setup scripts write megabytes), copied for every test."""
+    TEMPLATES.append(Path(tempfile.mkdtemp(prefix="frank-forgery-")))
+    return make_workspace(TASKS[task_id], TEMPLATES[-1] / "ws", oracle=oracle)
+
+
 def graded(task: Task, tmp_path: Path, tricks: list[Trick], iso: Isolation, *, oracle: bool = False) -> Verdict:
     episode = tmp_path / task.id
     episode.mkdir()
-    ws = make_workspace(task, episode / "workspace", oracle=oracle)
+    ws = Path(shutil.copytree(_template(task.id, oracle), episode / "workspace"))
     for rel, text in GIVEN.get(task.id, {}).items():
         (ws / rel).write_text(text)
     box = Sandbox(ws, task.config.sandbox, hide=[SUITE], isolation=iso)
@@ -117,6 +130,14 @@ def graded(task: Task, tmp_path: Path, tricks: list[Trick], iso: Isolation, *, o
         box.env.update(trick.apply(task, ws, box.view))
     box.give_to_sandbox(ws)
     return grade(task, box, episode)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _drop_templates() -> Iterator[None]:
+    yield
+    _template.cache_clear()
+    while TEMPLATES:
+        shutil.rmtree(TEMPLATES.pop(), ignore_errors=True)
 
 
 @pytest.mark.parametrize("trick", TRICKS, ids=lambda t: t.name)
@@ -153,7 +174,7 @@ def test_each_trick_is_live_in_a_plain_interpreter(tmp_path: Path, trick: Trick)
     """The same files fire when an interpreter trusts the workspace (the old harness did), so the
     tests above would catch a grader that honours them."""
     task = TASKS["fix-ledger-month"]
-    ws = make_workspace(task, tmp_path / "workspace")
+    ws = Path(shutil.copytree(_template(task.id, False), tmp_path / "workspace"))
     env = {"PATH": "/usr/bin:/bin", "HOME": str(ws), "PYTHONPATH": str(ws)}
     env.update(trick.apply(task, ws, str(ws)))
     argv = trick.live(ws, ws) if trick.live else [sys.executable, "-c", "import ledger"]
