@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
 from frankenstein.config import ResolvedRecipe
-from frankenstein.design.rules import AllBlocksBetter, HarmRule, PermutationRule, SignRule
+from frankenstein.design.rules import BlockRule, RuleField
 from frankenstein.errors import DesignError
 from frankenstein.validation import UserFile, field_error, read_toml
 from frankenstein.workload.replay import ReplaySettings
@@ -50,9 +50,7 @@ class FidelityRule(UserFile):
     max_positions_above: int = Field(default=1, ge=1, description="fewer than this many positions above threshold")
 
 
-DesignRule = Annotated[
-    Union[AllBlocksBetter, SignRule, PermutationRule, HarmRule, FidelityRule], Field(discriminator="kind")
-]
+DesignRule = Annotated[BlockRule | FidelityRule, RuleField(FidelityRule)]  # any rule in the table, or fidelity
 
 
 class FidelitySpec(UserFile):

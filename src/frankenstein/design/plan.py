@@ -30,8 +30,8 @@ import numpy as np
 from scipy import stats as sps
 
 from frankenstein.design import stats
-from frankenstein.design.rules import (AllBlocksBetter, Direction, HarmRule, PermutationRule, Rule, decide,
-                                       effect_thresholds, min_blocks, rule_test, smallest_p)
+from frankenstein.design.blockcsv import read_blocks_csv
+from frankenstein.design.rules import BlockRule, Direction, decide, effect_thresholds, min_blocks, parse_rule, smallest_p
 from frankenstein.errors import AnalysisError
 
 EXACT_SIM_BLOCKS = 24
@@ -59,7 +59,7 @@ class Power:
 
 @dataclass(frozen=True)
 class PlanRow:
-    rule: Rule
+    rule: BlockRule
     blocks: int | None  # None: no block count up to max_blocks reaches the target
     power: float  # at ``blocks``, or the best seen when blocks is None
     best_blocks: int | None
@@ -103,38 +103,27 @@ def effect_gain(effect: float, direction: Direction, worse: bool = False) -> flo
     return -math.log1p(-effect) if shrink else math.log1p(effect)
 
 
-def _harm_target(rule: Rule) -> bool:
-    return isinstance(rule, HarmRule) or (isinstance(rule, PermutationRule) and rule.side == "worse")
+def _harm_target(rule: BlockRule) -> bool:
+    return rule.looks_for() == "worse"
 
 
-def _exact_applies(rule: Rule) -> bool:
-    sign_like = isinstance(rule, AllBlocksBetter) or rule_test(rule) == "sign"
-    return sign_like and rule.min_effect is None
-
-
-def power(rule: Rule, n: int, sd: float, effect: float, direction: Direction, *, simulations: int = 2000,
+def power(rule: BlockRule, n: int, sd: float, effect: float, direction: Direction, *, simulations: int = 2000,
           seed: int = 1, draws: np.ndarray | None = None) -> Power:
     """Probability that the rule fires (confirmed, or harm shown for harm rules) with n blocks when
     the true effect is ``effect`` in the direction the rule looks for."""
     if smallest_p(rule, n) > stats.exact_fraction(rule.alpha):
         return Power(0.0, "unreachable")
     gain = effect_gain(effect, direction, worse=_harm_target(rule))
-    if _exact_applies(rule):
-        return Power(_exact_power(rule, n, float(sps.norm.cdf(gain / sd))), "exact (normal model)")
+    exact = rule.exact_power(n, float(sps.norm.cdf(gain / sd)))
+    if exact is not None:
+        return Power(exact, "exact (normal model)")
     if draws is None:
         draws = np.random.default_rng(seed).standard_normal((simulations, n))
     g = (gain + sd * draws[:, :n]) * (-1 if _harm_target(rule) else 1)
     return _simulated_power(rule, g, direction, seed)
 
 
-def _exact_power(rule: Rule, n: int, q: float) -> float:
-    if isinstance(rule, AllBlocksBetter):
-        return q**n
-    c = stats.sign_critical_count(n, rule.alpha)
-    return 0.0 if c is None else float(sps.binom.sf(c - 1, n, q))
-
-
-def _simulated_power(rule: Rule, g: np.ndarray, direction: Direction, seed: int) -> Power:
+def _simulated_power(rule: BlockRule, g: np.ndarray, direction: Direction, seed: int) -> Power:
     sims, n = g.shape
     want = "harm shown" if _harm_target(rule) else "confirmed"
     if n <= EXACT_SIM_BLOCKS:
@@ -144,11 +133,11 @@ def _simulated_power(rule: Rule, g: np.ndarray, direction: Direction, seed: int)
                  f"simulation: {sims} designs, seed {seed}; normal limit of the sign-flip test above {EXACT_SIM_BLOCKS} blocks")
 
 
-def _normal_limit_fires(rule: Rule, g: np.ndarray, direction: Direction, want: str) -> np.ndarray:
+def _normal_limit_fires(rule: BlockRule, g: np.ndarray, direction: Direction, want: str) -> np.ndarray:
     """The sign-flip sum has mean 0 and variance sum(g**2) under the null: p from its normal limit."""
     z = g.sum(axis=1) / np.sqrt((g**2).sum(axis=1))
     alpha = rule.alpha
-    if isinstance(rule, PermutationRule) and rule.side == "two-sided":
+    if rule.test_side() == "two-sided":
         alpha /= 2
     better_side = want == "confirmed"
     fires = (sps.norm.sf(z) <= alpha) if better_side else (sps.norm.cdf(z) <= alpha)
@@ -159,7 +148,7 @@ def _normal_limit_fires(rule: Rule, g: np.ndarray, direction: Direction, want: s
     return fires
 
 
-def plan_blocks(rule: Rule, sd: float, effect: float, direction: Direction, *, target: float = 0.8,
+def plan_blocks(rule: BlockRule, sd: float, effect: float, direction: Direction, *, target: float = 0.8,
                 max_blocks: int = 40, simulations: int = 2000, seed: int = 1) -> PlanRow:
     """The fewest blocks (up to ``max_blocks``) whose power reaches ``target``; the same random
     draws serve every block count, so power curves are smooth and the result is reproducible."""
@@ -168,6 +157,9 @@ def plan_blocks(rule: Rule, sd: float, effect: float, direction: Direction, *, t
     draws = np.random.default_rng(seed).standard_normal((simulations, max_blocks))
     best_n, best, method = None, -1.0, ""
     for n in range(min_blocks(rule), max_blocks + 1):
+        refused = rule.computable(n, "ratio")
+        if refused is not None:  # registration would refuse it, so the planner never recommends it
+            return PlanRow(rule, None, max(best, 0.0), best_n, f"{method or 'unreachable'}; not above {n - 1} blocks: {refused}")
         pw = power(rule, n, sd, effect, direction, simulations=simulations, seed=seed, draws=draws)
         if pw.value > best:
             best_n, best, method = n, pw.value, pw.method
@@ -176,7 +168,7 @@ def plan_blocks(rule: Rule, sd: float, effect: float, direction: Direction, *, t
     return PlanRow(rule, None, max(best, 0.0), best_n, method or "unreachable")
 
 
-def make_plan(rules: Sequence[Rule], sd: float | None, effect: float, direction: Direction, *,
+def make_plan(rules: Sequence[BlockRule], sd: float | None, effect: float, direction: Direction, *,
               pilot_log_ratios: Sequence[float] | None = None, target: float = 0.8, max_blocks: int = 40,
               simulations: int = 2000, seed: int = 1) -> Plan:
     """Plan each rule at the given sd, or at a pilot's sd and again at its upper bound."""
@@ -194,9 +186,6 @@ def plan_from_options(kinds: Sequence[str], *, pilot: Path | None, sd: float | N
                       direction: Direction, alpha: float = 0.05, target: float = 0.8, max_blocks: int = 40,
                       simulations: int = 2000, seed: int = 1) -> Plan:
     """What ``frank plan`` does: check the options, read the pilot CSV (block,served,candidate), plan."""
-    from frankenstein.design.blockcsv import read_blocks_csv
-    from frankenstein.design.rules import parse_rule
-
     if (pilot is None) == (sd is None):
         raise AnalysisError("give either --pilot FILE.csv or --sd, not both or neither")
     if not 0 < target < 1:

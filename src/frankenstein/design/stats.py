@@ -14,6 +14,10 @@ Sides follow scipy: ``"greater"`` means the values tend to be positive, ``"less"
     sign_test(in_favour, n)               exact one-sided sign test -> SignTest(p Fraction, p_scipy)
     sign_critical_count(n, alpha)         fewest blocks in favour for p <= alpha (None: unreachable)
     is_integral(values)                   True when every value is a whole number (pass counts)
+    safe_mean(values)                     the mean, without overflow near the float limit
+    tie_values(values, side)              the exact integers the sign-flip test and interval count
+    count_at_most_zero(ints)              subsets with sum <= 0 (convolution or meet in the middle)
+    sign_flip_unsupported(n, integral, max_abs)  why n blocks cannot be computed exactly, or None
     sign_flip_p(values, side)             exact paired sign-flip permutation test, p = count / 2**n
     sign_flip_p_scipy(values, side)       the same via scipy.stats.permutation_test (a cross-check)
     sign_ci(values, tail)                 CI for the median from order statistics (sign-test inversion)
@@ -25,8 +29,8 @@ Sides follow scipy: ``"greater"`` means the values tend to be positive, ``"less"
 
 from __future__ import annotations
 
+import bisect
 import math
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -41,7 +45,8 @@ TestName = Literal["sign", "permutation"]
 MAX_ENUMERATED_BLOCKS = 40  # 2**20 subset sums per half: exact real-valued sign-flip tests up to here
 MAX_CI_BLOCKS = 20  # sign_flip_ci lists all 2**n - 1 subset means
 SCIPY_CROSS_CHECK_BLOCKS = 16  # scipy.stats.permutation_test enumerates 2**n resamples
-_EPS = float(np.finfo(np.float64).eps)
+CONVOLUTION_CELLS = 2**24  # exact convolution of whole numbers: n * (span of subset sums) cells at most
+TIE_BITS = 32  # real values are compared at 32 significant bits each (a relative tolerance near 2**-31)
 
 
 @dataclass(frozen=True)
@@ -135,17 +140,129 @@ def sign_flip_p(values: Sequence[float], side: Side = "greater") -> Fraction:
     The statistic is the sum (equivalently the mean). Assumes only that, with no effect, each
     block's value is as likely to have either sign (e.g. arms in random order within a block).
     p = (number of assignments at least as extreme as observed) / 2**n, as an exact Fraction.
-    Integer data are counted exactly by convolution of subset sums; real data by enumerating
-    subset sums (meet in the middle, up to MAX_ENUMERATED_BLOCKS) with scipy's relative tolerance
-    for sums equal in theory but not in floating point.
+
+    Whole numbers are counted exactly. Real values are first rounded, each on its own, down to
+    TIE_BITS significant bits and one unit further (:func:`tie_values`): sums equal in theory but
+    not in floating point (0.1 + 0.2 vs 0.3) then count as ties, i.e. as extreme, so p can only
+    grow (the test stays valid), and the interval (:func:`sign_flip_ci`) counts the same values.
+    Every subset sum is then an exact integer, counted by convolution when the sums span few
+    values and by meet in the middle up to MAX_ENUMERATED_BLOCKS blocks; larger designs raise
+    ValueError (registration refuses them first: :func:`sign_flip_unsupported`).
     """
     n = len(values)
     if side == "two-sided":
         lo, hi = sign_flip_p(values, "less"), sign_flip_p(values, "greater")
         return min(Fraction(1), 2 * min(lo, hi))
-    vals = [float(v) for v in values] if side == "greater" else [-float(v) for v in values]
     # Flipping the set S changes the sum by -2*sum(S); it stays >= observed iff sum(S) <= 0.
-    return Fraction(_count_subsets_at_most_zero(vals), 2**n)
+    return Fraction(count_at_most_zero(tie_values(values, side)), 2**n)
+
+
+def safe_mean(values: Sequence[float]) -> float:
+    """The mean without overflow for values near the float limit (each is divided by n first)."""
+    n = len(values)
+    if n == 0:
+        raise ValueError("no blocks")
+    return math.fsum(float(v) / n for v in values)
+
+
+def tie_values(values: Sequence[float], side: Side = "greater", *, force_real: bool = False) -> list[int]:
+    """The values (negated for side 'less') as exact integers on one common scale, for counting.
+
+    Whole numbers stay exact. Otherwise each value x is rounded down to a multiple of its own unit
+    u = 2**(e - TIE_BITS) (where 2**(e-1) <= |x| < 2**e), minus one unit, so y <= x - u: a relative
+    tolerance per block, independent of the other blocks (curtailment needs that), that absorbs
+    the rounding of decimal data and of log ratios.
+    """
+    vals = [float(v) if side != "less" else -float(v) for v in values]
+    if not force_real and is_integral(vals):
+        return [int(v) for v in vals]
+    parts: list[tuple[int, int]] = []
+    for x in vals:
+        if x == 0:
+            parts.append((0, 0))
+            continue
+        m, e = math.frexp(x)
+        parts.append((math.floor(math.ldexp(m, TIE_BITS)) - 1, e - TIE_BITS))
+    low = min((e for u, e in parts if u), default=0)
+    return [u << (e - low) if u else 0 for u, e in parts]
+
+
+def _tie_unit(values: Sequence[float], side: Side) -> float:
+    """The value of 1 in :func:`tie_values`' integers (may underflow to 0.0 for subnormal data)."""
+    vals = [float(v) if side != "less" else -float(v) for v in values]
+    if is_integral(vals):
+        return 1.0
+    return math.ldexp(1.0, min((math.frexp(x)[1] for x in vals if x), default=TIE_BITS) - TIE_BITS)
+
+
+def count_at_most_zero(ints: Sequence[int]) -> int:
+    """How many of the 2**n subsets (the empty one included) have sum <= 0, exactly.
+
+    Convolution of subset-sum counts when n * (span of sums) <= CONVOLUTION_CELLS (pass counts),
+    else meet in the middle for n <= MAX_ENUMERATED_BLOCKS (2 * 2**20 sums at most), else ValueError.
+    """
+    n = len(ints)
+    neg, pos = -sum(v for v in ints if v < 0), sum(v for v in ints if v > 0)
+    if n * (neg + pos + 1) <= CONVOLUTION_CELLS:
+        return _convolve(ints, neg, pos)
+    if n > MAX_ENUMERATED_BLOCKS:
+        raise ValueError(sign_flip_unsupported(n, False, None) or "too many blocks")
+    half = n // 2
+    return _meet_in_the_middle(ints[:half], ints[half:], neg + pos)
+
+
+def sign_flip_unsupported(n: int, integral: bool, max_abs: int | None) -> str | None:
+    """Why an exact sign-flip test of n blocks cannot be computed, or None.
+
+    Whole numbers with |value| <= max_abs are counted by convolution in n * (n*max_abs + 1) cells;
+    anything else by meet in the middle (2 * 2**(n/2) sums), up to MAX_ENUMERATED_BLOCKS blocks.
+    """
+    if n <= MAX_ENUMERATED_BLOCKS:
+        return None
+    if integral and max_abs is not None and n * (n * max_abs + 1) <= CONVOLUTION_CELLS:
+        return None
+    bound = (f", or whole numbers with n * (n * largest |difference| + 1) <= {CONVOLUTION_CELLS}"
+             if integral else "")
+    return (f"{n} blocks are too many for an exact sign-flip test: it is computed exactly for at most "
+            f"{MAX_ENUMERATED_BLOCKS} blocks of real values{bound}; use the sign test or fewer blocks")
+
+
+def _convolve(ints: Sequence[int], neg: int, pos: int) -> int:
+    dtype: object = np.int64 if len(ints) <= 62 else object
+    counts = np.zeros(neg + pos + 1, dtype=dtype)  # type: ignore[call-overload]
+    counts[neg] = 1  # index i holds the number of subsets whose sum is i - neg
+    for v in ints:
+        nxt = counts.copy()
+        if v > 0:
+            nxt[v:] += counts[:-v]
+        elif v < 0:
+            nxt[:v] += counts[-v:]
+        else:
+            nxt += counts
+        counts = nxt
+    return int(counts[: neg + 1].sum())
+
+
+def _meet_in_the_middle(left: Sequence[int], right: Sequence[int], span: int) -> int:
+    if span < 2**62:
+        a = np.sort(_int_subset_sums(left))
+        return int(np.searchsorted(a, -_int_subset_sums(right), side="right").sum())
+    sa = sorted(_py_subset_sums(left))  # exact Python integers: values many powers of two apart
+    return sum(bisect.bisect_right(sa, -s) for s in _py_subset_sums(right))
+
+
+def _int_subset_sums(values: Sequence[int]) -> np.ndarray:
+    sums = np.zeros(1, dtype=np.int64)
+    for v in values:
+        sums = np.concatenate([sums, sums + np.int64(v)])
+    return sums
+
+
+def _py_subset_sums(values: Sequence[int]) -> list[int]:
+    sums = [0]
+    for v in values:
+        sums = sums + [s + v for s in sums]
+    return sums
 
 
 def sign_flip_p_scipy(values: Sequence[float], side: Side = "greater") -> float:
@@ -166,8 +283,8 @@ def sign_ci(values: Sequence[float], tail: float | Fraction) -> Interval | None:
 
     Inverts the sign test: k is the largest with P(X <= k-1) <= tail, X ~ Binomial(n, 1/2);
     exact coverage 1 - 2*P(X <= k-1) for continuous data. Of the log ratios this bounds the median
-    ratio, which equals the geometric-mean ratio only for symmetric noise. None when n is too
-    small (1/2**n > tail).
+    ratio, which equals the geometric-mean ratio only for symmetric noise. Inclusive: a bound equal
+    to 0 keeps 0, as the test counts a tie against. None when n is too small (1/2**n > tail).
     """
     n = len(values)
     t = exact_fraction(tail)
@@ -191,18 +308,38 @@ def sign_flip_ci(values: Sequence[float], tail: float | Fraction) -> Interval | 
     counts the subsets whose mean is <= d, so the bounds are order statistics of subset means
     (as Walsh averages are for the signed-rank test). Assumes symmetric noise about the centre,
     which is then both mean and median; of log ratios it bounds the log geometric-mean ratio.
-    Exact coverage 1 - 2k/2**n. None when k = 0 or n > MAX_CI_BLOCKS.
+    The means are of the tie values the test counts (:func:`tie_values`), and where a bound lies
+    within rounding of 0 the exact count decides its side: 0 is inside (ties included) exactly when
+    neither one-sided test at ``tail`` rejects. Coverage 1 - 2k/2**n for continuous data.
+    None when k = 0 or n > MAX_CI_BLOCKS.
     """
     n = len(values)
-    k = math.floor(exact_fraction(tail) * 2**n)
+    t = exact_fraction(tail)
+    k = math.floor(t * 2**n)
     if k == 0 or n > MAX_CI_BLOCKS:
         return None
+    return Interval(_kth_mean(values, "greater", k, t), -_kth_mean(values, "less", k, t),
+                    1 - Fraction(2 * k, 2**n), "permutation")
+
+
+def _kth_mean(values: Sequence[float], side: Side, k: int, tail: Fraction) -> float:
+    """The k-th smallest subset mean of the tie values of ``side``, on the side of 0 the exact test gives."""
+    ints = tie_values(values, side)
+    bits = max((abs(v) for v in ints), default=0).bit_length()
+    scale = 2 ** max(0, bits - 900)  # a power of two: exact, and keeps the sums finite
     sums, sizes = np.zeros(1), np.zeros(1, dtype=np.int64)
-    for v in values:
-        sums = np.concatenate([sums, sums + float(v)])
+    for v in ints:
+        sums = np.concatenate([sums, sums + float(v // scale if scale > 1 else v)])
         sizes = np.concatenate([sizes, sizes + 1])
-    means = np.sort(sums[1:] / sizes[1:])
-    return Interval(float(means[k - 1]), float(means[-k]), 1 - Fraction(2 * k, 2**n), "permutation")
+    m = float(np.sort(sums[1:] / sizes[1:])[k - 1])
+    big = max(abs(float(v)) for v in values)
+    kth = max(-big, min(big, m * (scale * _tie_unit(values, side)))) if m else 0.0
+    kept = Fraction(count_at_most_zero(ints), 2 ** len(values)) > tail  # the exact test at 0 keeps 0
+    if kept and kth > 0:
+        return 0.0
+    if not kept and kth <= 0:
+        return math.ulp(0.0)
+    return kth
 
 
 def smallest_p(test: TestName, n: int, side: Side = "greater") -> Fraction:
@@ -222,13 +359,14 @@ def sign_p_range(in_favour: int, done: int, remaining: int) -> tuple[Fraction, F
 
 
 def sign_flip_p_range(done_values: Sequence[float], remaining: int, side: Side = "greater") -> tuple[Fraction, Fraction]:
-    """(smallest, largest) sign-flip p reachable over any values of the ``remaining`` blocks.
+    """(smallest, largest) sign-flip p over any values of the ``remaining`` blocks: true bounds.
 
-    Future values are unbounded, so they can dominate: huge values in the tested direction (of
-    distinct sizes) leave only the done blocks' own count c, giving c / 2**n; huge values the
-    other way make every assignment that flips a future block count. Both bounds are attained,
-    so stopping when they sit on one side of alpha is exact; for bounded data (pass counts) it
-    is conservative (it may run blocks that could not change the verdict, never too few).
+    A subset S of all n blocks counts when its tie values sum to <= 0. The subsets of the done
+    blocks alone count the same whatever comes (tie values are per block): c of them, or at most
+    c_hi when later real values turn whole-number data into rounded data. The 2**d * (2**m - 1)
+    subsets with a future block may all count or none, so c / 2**n <= p <= (c_hi + 2**d*(2**m-1)) / 2**n.
+    Both are attained by huge future values (distinct sizes) of either sign, so stopping when both
+    sit on one side of alpha loses nothing; for bounded data (pass counts) it is conservative.
     """
     d, m = len(done_values), remaining
     n = d + m
@@ -236,43 +374,12 @@ def sign_flip_p_range(done_values: Sequence[float], remaining: int, side: Side =
         p = sign_flip_p(done_values, side)
         return p, p
     if side == "two-sided":
-        c = min(_count_subsets_at_most_zero([float(v) for v in done_values]),
-                _count_subsets_at_most_zero([-float(v) for v in done_values]))
+        c = min(count_at_most_zero(tie_values(done_values, "greater")),
+                count_at_most_zero(tie_values(done_values, "less")))
         return min(Fraction(1), Fraction(2 * c, 2**n)), Fraction(1)
-    vals = [float(v) if side == "greater" else -float(v) for v in done_values]
-    c = _count_subsets_at_most_zero(vals)
-    return Fraction(c, 2**n), Fraction((2**m - 1) * 2**d + c, 2**n)
-
-
-def _count_subsets_at_most_zero(values: Sequence[float]) -> int:
-    """How many of the 2**n subsets (the empty one included) have sum <= 0 (within tolerance)."""
-    if is_integral(values):
-        return _count_integral(int(v) for v in values)
-    n = len(values)
-    if n > MAX_ENUMERATED_BLOCKS:
-        raise ValueError(f"exact enumeration of 2**{n} sign flips is too large (at most {MAX_ENUMERATED_BLOCKS} blocks)")
-    tol = 50 * _EPS * math.fsum(abs(v) for v in values)  # scipy's 100*eps relative tolerance, on the sum
-    half = n // 2
-    left, right = np.sort(_subset_sums(values[:half])), _subset_sums(values[half:])
-    return int(np.searchsorted(left, tol - right, side="right").sum())
-
-
-def _count_integral(values: object) -> int:
-    counts: Counter[int] = Counter({0: 1})
-    for v in values:  # type: ignore[attr-defined]
-        nxt: Counter[int] = Counter()
-        for s, c in counts.items():
-            nxt[s] += c
-            nxt[s + v] += c
-        counts = nxt
-    return sum(c for s, c in counts.items() if s <= 0)
-
-
-def _subset_sums(values: Sequence[float]) -> np.ndarray:
-    sums = np.zeros(1)
-    for v in values:
-        sums = np.concatenate([sums, sums + v])
-    return sums
+    c = count_at_most_zero(tie_values(done_values, side))
+    c_hi = max(c, count_at_most_zero(tie_values(done_values, side, force_real=True)))
+    return Fraction(c, 2**n), Fraction((2**m - 1) * 2**d + c_hi, 2**n)
 
 
 def _mean(x: np.ndarray, axis: int) -> np.ndarray:
