@@ -84,8 +84,6 @@ def test_the_hidden_suite_is_unreadable_from_a_wheel_install(wheel_venv: Path, t
     assert (got["status"], got["grader_rc"]) == ("submitted", 1)  # and the grader still ran
 
 
-@pytest.mark.xfail(strict=True, reason="package-data in pyproject.toml leaves out agent/suite/log-incident/"
-                   "workspace/.keep, so the wheel has no log-incident workspace (fix: add \"agent/suite/**/.keep\")")
 def test_every_shipped_task_is_in_the_wheel(wheel_venv: Path) -> None:
     code = "from frankenstein.agent import load_suite, shipped_suite; print(len(load_suite(shipped_suite())))"
     assert run(wheel_venv / "bin" / "python", "-c", code).stdout.strip() == "6"
