@@ -17,7 +17,7 @@ from pathlib import Path
 
 from frankenstein.config import ResolvedRecipe
 from frankenstein.engines import start_engine
-from frankenstein.engines.base import Engine
+from frankenstein.engines.http import TransportError, fetch_url
 from frankenstein.engines.llamacpp import LlamaCppEngine
 from frankenstein.shipped import data_path
 from frankenstein.workload.replay import ReplaySettings, replay
@@ -76,18 +76,15 @@ def throughput_null(n: int) -> float:
     p.start()
     try:
         recipe = ResolvedRecipe(name="null", engine="openai", model="", args=[], env={})
-        eng: Engine = LlamaCppEngine(recipe, Path(tempfile.gettempdir()), port=port)
-        import httpx
-
+        eng = LlamaCppEngine(recipe, Path(tempfile.gettempdir()), port=port)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:
-                httpx.get(f"http://127.0.0.1:{port}/health", timeout=1)
+                fetch_url(f"http://127.0.0.1:{port}/health", timeout_s=1)
                 break
-            except httpx.TransportError:
+            except TransportError:
                 time.sleep(0.01)
-        eng.client = httpx.Client(base_url=f"http://127.0.0.1:{port}", trust_env=False,
-                                  limits=httpx.Limits(max_keepalive_connections=0))
+        eng.running = True  # the null server is not a process of ours: mark it up by hand
         wl = workload_from_turns(turns(n, 1))
         t0 = time.perf_counter()
         res = replay(eng, wl, ReplaySettings(warmup_turns=0, stream=False))

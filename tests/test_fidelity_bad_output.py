@@ -183,7 +183,7 @@ top_k = 5
     assert "verdict: invalid (bad engine output at candidate positions (8 nonfinite); not averaged in)" in a.stdout
     assert "  noise floor: none" in a.stdout and "  candidate: 8 nonfinite" in a.stdout
     with open_campaign(root) as c:
-        summary = analyze(c, "fid-1").extra["summary"]
+        summary = analyze(c, "fid-1").fidelity
     assert summary["candidate"]["bad"]["nonfinite"] == 8 and summary["candidate"]["positions"] == 12
     assert summary["noise_floor"]["kl"]["max"] == 0.0
 

@@ -333,10 +333,10 @@ def test_stream_assembler_memory_stays_bounded_on_long_streams() -> None:
     for _ in range(20_000):
         asm.feed(chunk[:17])
         asm.feed(chunk[17:])
-        assert len(asm._buf) < len(chunk)
+        assert asm.buffered < len(chunk)
     asm.feed(b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}\n\ndata: [DONE]\n\n')
     assert asm.finished and asm.output().text == "x" * 20_000
-    assert len(asm._text) == 20_000 and not asm._buf  # the pieces, never the raw chunks
+    assert len(asm._text) == 20_000 and not asm.buffered  # the pieces, never the raw chunks
 
 
 def test_frank_record_command_records_until_interrupted(upstream: Any, tmp_path: Path) -> None:

@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from frankenstein.agent.sandbox import Sandbox, ToolRefused
 from frankenstein.agent.tasks import Limits
+from frankenstein.engines.http import Answer, TransportError, fetch, split_url
+from frankenstein.errors import EngineFailure
 from frankenstein.workload.record import output_from_response, server_timings
 from frankenstein.workload.trace import CHAT, RecordedTimings, Turn, append_turn, make_turn_id
 
@@ -65,24 +65,17 @@ FORMAT_NUDGE = "Your answer had no usable tool call. Answer with exactly one cal
 MAX_COMMANDS_KEPT = 200
 
 
-class EngineFailure(Exception):
-    """A request failed; ``status`` says how the episode ends (engine_error, context_limit, time_limit)."""
-
-    def __init__(self, status: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
 class ChatClient:
-    """The one place that talks HTTP to the engine."""
+    """The one place the agent talks HTTP to the engine, through the engines' stdlib client
+    (:mod:`frankenstein.engines.http`, a fresh connection per request)."""
 
     def __init__(self, base_url: str, *, api_key: str | None = None) -> None:
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.url = base_url.rstrip("/") + CHAT
-        self.http = httpx.Client(headers=headers, trust_env=False)
+        self.host, self.port, self.path = split_url(self.url)
 
     def close(self) -> None:
-        self.http.close()
+        """Nothing is held between requests."""
 
     def __enter__(self) -> ChatClient:
         return self
@@ -92,10 +85,11 @@ class ChatClient:
 
     def complete(self, body: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         try:
-            resp = self.http.post(self.url, json=body, timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)))
-        except httpx.TimeoutException as exc:
+            resp = fetch(self.host, self.port, "POST", self.path, json.dumps(body).encode(), timeout_s=timeout_s,
+                         headers=self.headers)
+        except TimeoutError as exc:
             raise EngineFailure(TIME_LIMIT, f"no answer within the {timeout_s:.0f} s left") from exc
-        except httpx.HTTPError as exc:
+        except TransportError as exc:
             raise EngineFailure(ENGINE_ERROR, f"request failed: {exc!r}") from exc
         if resp.status_code != 200:
             raise _http_failure(resp)
@@ -108,7 +102,7 @@ class ChatClient:
         return data
 
 
-def _http_failure(resp: httpx.Response) -> EngineFailure:
+def _http_failure(resp: Answer) -> EngineFailure:
     text = resp.text[:500]
     too_long = resp.status_code in (400, 413) and any(
         w in text.lower() for w in ("context", "too long", "exceed", "maximum"))

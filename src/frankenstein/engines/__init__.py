@@ -1,4 +1,9 @@
-"""Engines we drive as subprocesses: pick the adapter for a recipe and start it."""
+"""Engines we drive as subprocesses: pick the adapter for a recipe and start it.
+
+The contract is :class:`~frankenstein.engines.contract.Engine` (plus capability protocols);
+:data:`ADAPTERS` maps a recipe's ``engine`` to its adapter class — adding an engine is one module
+and one line here.
+"""
 
 from __future__ import annotations
 
@@ -7,32 +12,34 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from frankenstein.config import ResolvedRecipe
-from frankenstein.engines.base import Engine, Reply
+from frankenstein.engines.base import ProcessEngine
+from frankenstein.engines.contract import Engine, ForcedDecoder, Reply, TopLogprobs
+from frankenstein.engines.llamacpp import LlamaCppEngine
+from frankenstein.engines.openai import OpenAIEngine
+from frankenstein.engines.sglang import SglangEngine
+from frankenstein.engines.vllm import VllmEngine
 from frankenstein.errors import ConfigError
 
-__all__ = ["Engine", "Reply", "adapter_for", "start_engine"]
+__all__ = ["ADAPTERS", "Engine", "ForcedDecoder", "ProcessEngine", "Reply", "TopLogprobs", "adapter_for",
+           "start_engine"]
+
+ADAPTERS: dict[str, type[ProcessEngine]] = {
+    "llamacpp": LlamaCppEngine,
+    "vllm": VllmEngine,
+    "sglang": SglangEngine,
+    "openai": OpenAIEngine,
+}
 
 
-def adapter_for(recipe: ResolvedRecipe, log_dir: Path, *, port: int | None = None) -> Engine:
-    if recipe.engine == "llamacpp":
-        from frankenstein.engines.llamacpp import LlamaCppEngine
-
-        return LlamaCppEngine(recipe, log_dir, port=port)
-    if recipe.engine == "vllm":
-        from frankenstein.engines.vllm import VllmEngine  # type: ignore[import-not-found]
-
-        return VllmEngine(recipe, log_dir, port=port)  # type: ignore[no-any-return]
-    if recipe.engine == "sglang":
-        from frankenstein.engines.sglang import SglangEngine  # type: ignore[import-not-found]
-
-        return SglangEngine(recipe, log_dir, port=port)  # type: ignore[no-any-return]
-    if recipe.engine == "openai":
-        return Engine(recipe, log_dir, port=port)
-    raise ConfigError(f"unknown engine {recipe.engine!r}", field="engine")
+def adapter_for(recipe: ResolvedRecipe, log_dir: Path, *, port: int | None = None) -> ProcessEngine:
+    cls = ADAPTERS.get(recipe.engine)
+    if cls is None:
+        raise ConfigError(f"unknown engine {recipe.engine!r} (known: {', '.join(ADAPTERS)})", field="engine")
+    return cls(recipe, log_dir, port=port)
 
 
 @contextmanager
-def start_engine(recipe: ResolvedRecipe, log_dir: Path, *, port: int | None = None) -> Iterator[Engine]:
+def start_engine(recipe: ResolvedRecipe, log_dir: Path, *, port: int | None = None) -> Iterator[ProcessEngine]:
     """Start, yield when ready, and always stop (also on Ctrl-C and on errors)."""
     engine = adapter_for(recipe, log_dir, port=port)
     engine.start()

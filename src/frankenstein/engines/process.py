@@ -20,8 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import httpx
-
+from frankenstein.engines.http import Answer, TransportError, fetch_url
 from frankenstein.errors import EngineStartError
 
 PR_SET_PDEATHSIG = 1
@@ -131,30 +130,29 @@ class EngineProcess:
     def exited(self) -> int | None:
         return None if self.proc is None else self.proc.poll()
 
-    def wait_ready(self, url: str, timeout_s: float, ok: Callable[[httpx.Response], bool]) -> float:
-        """Poll ``url`` until ``ok(response)``; return seconds waited. Raises with the log tail if it dies."""
+    def wait_ready(self, url: str, timeout_s: float, ok: Callable[[Answer], bool]) -> float:
+        """Poll ``url`` until ``ok(answer)``; return seconds waited. Raises with the log tail if it dies."""
         t0 = time.monotonic()
         delay = 0.02
-        with httpx.Client(timeout=5.0, trust_env=False) as client:
-            while True:
-                code = self.exited()
-                if code is not None:
-                    raise EngineStartError(
-                        f"{self.name} exited with code {code} during start (log: {self.log_path})",
-                        log_tail=log_tail(self.log_path),
-                    )
-                try:
-                    if ok(client.get(url)):
-                        return time.monotonic() - t0
-                except httpx.TransportError:
-                    pass
-                if time.monotonic() - t0 > timeout_s:
-                    raise EngineStartError(
-                        f"{self.name} was not ready after {timeout_s:.0f} s (log: {self.log_path})",
-                        log_tail=log_tail(self.log_path),
-                    )
-                time.sleep(delay)
-                delay = min(delay * 1.5, 0.25)
+        while True:
+            code = self.exited()
+            if code is not None:
+                raise EngineStartError(
+                    f"{self.name} exited with code {code} during start (log: {self.log_path})",
+                    log_tail=log_tail(self.log_path),
+                )
+            try:
+                if ok(fetch_url(url, timeout_s=5.0)):
+                    return time.monotonic() - t0
+            except TransportError:
+                pass
+            if time.monotonic() - t0 > timeout_s:
+                raise EngineStartError(
+                    f"{self.name} was not ready after {timeout_s:.0f} s (log: {self.log_path})",
+                    log_tail=log_tail(self.log_path),
+                )
+            time.sleep(delay)
+            delay = min(delay * 1.5, 0.25)
 
     def stop(self, grace_s: float = 10.0) -> int | None:
         """SIGTERM to the whole group, SIGKILL after ``grace_s``; always waits for the child."""

@@ -35,16 +35,16 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import httpx
-
-from frankenstein.engines.vllm import ScrapedRequests, counter, speculative_config
+from frankenstein.engines.forcing import ForcedResult, ForcedTurn, forced_per_turn
+from frankenstein.engines.http import Answer, TransportError, fetch_url
+from frankenstein.engines.prometheus import counter
+from frankenstein.engines.scraped import ScrapedRequests
+from frankenstein.engines.vllm import speculative_config
 from frankenstein.errors import BinaryNotFoundError, ConfigError, EngineError, FidelityError
 from frankenstein.measure.timings import StepTiming
-
-if TYPE_CHECKING:
-    from frankenstein.fidelity.forced import ForcedResult, ForcedTurn
+from frankenstein.workload.trace import CHAT, Turn
 
 LAUNCH_MODULE = "sglang.launch_server"
 PYTHON_ENV = "FRANK_SGLANG_PYTHON"
@@ -165,7 +165,7 @@ class SglangEngine(ScrapedRequests):
 
     def command(self, port: int) -> list[str]:
         if self.recipe.command:
-            return super().command(port)
+            return self.user_command(port)
         metrics = [] if "--enable-metrics" in self.recipe.args else ["--enable-metrics"]
         return [self.python, "-m", LAUNCH_MODULE, "--model-path", self.recipe.model, "--host", self.host,
                 "--port", str(port), *metrics, *self.recipe.args]
@@ -177,10 +177,13 @@ class SglangEngine(ScrapedRequests):
         super().start()
         return self
 
-    def is_ready(self, response: httpx.Response) -> bool:
+    def is_ready(self, response: Answer) -> bool:
         if response.status_code == 404:  # a version without /ready: its /health says 503 until warmed up
-            health = str(response.request.url).rsplit("/ready", 1)[0] + "/health"
-            return httpx.get(health, timeout=5.0, trust_env=False).status_code == 200
+            health = response.url.rsplit("/ready", 1)[0] + "/health"
+            try:
+                return fetch_url(health, timeout_s=5.0).status_code == 200
+            except TransportError:
+                return False
         return response.status_code == 200
 
     @property
@@ -218,6 +221,26 @@ class SglangEngine(ScrapedRequests):
         return [int(t) for t in self.post("/tokenize", {"prompt": text, "add_special_tokens": False})["tokens"]]
 
     # -- logprobs and forced decode -------------------------------------------------------------
+    def prompt_ids(self, turn: Turn) -> list[int]:
+        """Token-id prompts as they are; text prompts through ``/tokenize``. Chat turns are refused:
+        this adapter has no route to SGLang's chat template as token ids."""
+        req = turn.request
+        prompt = req.get("input_ids", req.get("prompt", req.get("text")))
+        if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
+            return list(prompt)
+        if turn.endpoint != CHAT and isinstance(prompt, str):
+            return [int(t) for t in self.post("/tokenize", {"prompt": prompt, "add_special_tokens": True},
+                                              turn_id=turn.turn_id)["tokens"]]
+        raise FidelityError(f"turn {turn.turn_id}: the SGLang adapter forces only completion turns with a text or "
+                            "token-id prompt (no chat-template tokenization route)")
+
+    def generate(self, prompt: list[int], n: int, *, turn_id: str | None = None) -> tuple[list[int], str]:
+        """Greedy continuation of ``n`` tokens through ``/generate`` (end-of-text ignored)."""
+        body = {"input_ids": prompt, "sampling_params": {"max_new_tokens": n, "temperature": 0.0, "ignore_eos": True}}
+        answer = self.post("/generate", body, turn_id=turn_id)
+        ids = answer.get("output_ids") or (answer.get("meta_info") or {}).get("output_ids") or []
+        return [int(t) for t in ids], str(answer.get("text", ""))
+
     def forced_topk(self, prompt: list[int], continuation: list[int], k: int, *, turn_id: str | None = None,
                     ) -> list[tuple[list[int], list[float]]]:
         body = {"input_ids": prompt + continuation, "sampling_params": {"max_new_tokens": 1, "temperature": 0.0},
@@ -228,6 +251,4 @@ class SglangEngine(ScrapedRequests):
     def forced_decode(self, turns: Sequence[ForcedTurn], k: int, skipped: list[str] | None = None,
                       progress: Callable[[int, int], None] | None = None) -> ForcedResult:
         """Every position of every turn, one request per turn (see fidelity.forced.forced_per_turn)."""
-        from frankenstein.fidelity.forced import forced_per_turn
-
         return forced_per_turn(self.forced_topk, turns, k, FORCED_PATH, skipped, progress)

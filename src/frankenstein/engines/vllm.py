@@ -35,18 +35,18 @@ import json
 import os
 import re
 import subprocess
-import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from frankenstein.engines.base import Engine, Reply, parse_prometheus
+from frankenstein.engines.forcing import ForcedResult, ForcedTurn, forced_per_turn
+from frankenstein.engines.prometheus import counter, merge, metrics_delta
+from frankenstein.engines.scraped import ScrapedRequests
 from frankenstein.errors import BinaryNotFoundError, ConfigError, EngineError, EngineRequestError, FidelityError
 from frankenstein.measure.timings import StepTiming, target_steps
+from frankenstein.workload.trace import CHAT, Turn
 
-if TYPE_CHECKING:
-    from frankenstein.fidelity.forced import ForcedResult, ForcedTurn
-    from frankenstein.workload.trace import Turn
+__all__ = ["ScrapedRequests", "VllmEngine", "counter", "merge", "metrics_delta"]  # old import paths of tests
 
 API_MODULE = "vllm.entrypoints.openai.api_server"
 PYTHON_ENV = "FRANK_VLLM_PYTHON"
@@ -148,26 +148,6 @@ def speculative_config(args: Sequence[str]) -> dict[str, Any] | None:
 
 # ---------------------------------------------------------------- step timing (pure)
 
-def counter(m: dict[str, float], name: str) -> float | None:
-    """Sum of a metric over its label sets; counters are looked up with and without ``_total``."""
-    for n in (name, name + "_total") if not name.endswith(("_total", "_sum", "_count")) else (name,):
-        vals = [v for k, v in m.items() if k.split("{", 1)[0] == n]
-        if vals:
-            return float(sum(vals))
-    return None
-
-
-def metrics_delta(before: dict[str, float], after: dict[str, float], prefix: str = "vllm:") -> dict[str, float]:
-    """Per-name differences of an engine's counters and histogram sums/counts (labels summed)."""
-    names = {k.split("{", 1)[0] for k in after if k.startswith(prefix) and not k.split("{", 1)[0].endswith("_created")}
-    out = {}
-    for n in names:
-        a, b = counter(after, n), counter(before, n)
-        if a is not None:
-            out[n] = a - (b or 0.0)
-    return out
-
-
 def _int(x: Any) -> int | None:
     return None if x is None else int(x)
 
@@ -212,12 +192,6 @@ def timing_from_response(body: dict[str, Any], speculative: bool) -> StepTiming:
     )
 
 
-def merge(first: StepTiming, second: StepTiming) -> StepTiming:
-    """Field by field: ``first`` where it has a value, else ``second``."""
-    a, b = first.as_dict(), second.as_dict()
-    return StepTiming(**{k: a[k] if a[k] is not None else b[k] for k in a})  # type: ignore[arg-type]
-
-
 # ---------------------------------------------------------------- capabilities (pure)
 
 def capabilities_from_openapi(spec: dict[str, Any], flags: Sequence[str], speculative: dict[str, Any] | None) -> dict[str, Any]:
@@ -257,48 +231,6 @@ def prompt_topk(entry: dict[str, Any] | None, k: int) -> tuple[list[int], list[f
 
 # ---------------------------------------------------------------- the adapter
 
-class ScrapedRequests(Engine):
-    """An engine whose requests are sent between two ``/metrics`` scrapes. The deltas are the request's
-    own when it was the only one in flight (else only the response's own numbers are used); the reply
-    takes each timing field from the response first, then from the deltas, and both are kept in
-    :attr:`last_sources`."""
-
-    metrics_prefix = "vllm:"
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.last_sources: dict[str, StepTiming] = {}
-        self._lock = threading.Lock()
-        self._inflight = 0
-        self._sent = 0
-
-    def scraped_timing(self, delta: dict[str, float]) -> StepTiming:
-        return StepTiming()
-
-    def request(self, path: str, body: bytes, *, turn_id: str | None = None) -> Reply:
-        with self._lock:
-            self._inflight += 1
-            self._sent += 1
-            mine, alone = self._sent, self._inflight == 1
-        try:
-            before = self._scrape() if alone else {}
-            reply = super().request(path, body, turn_id=turn_id)
-            after = self._scrape() if alone else {}
-        finally:
-            with self._lock:
-                alone = alone and self._inflight == 1 and self._sent == mine  # none began meanwhile
-                self._inflight -= 1
-        own = self.step_timing(reply.body)
-        scraped = self.scraped_timing(metrics_delta(before, after, self.metrics_prefix)) if alone and after else StepTiming()
-        self.last_sources = {"per_request": own, "metrics": scraped}
-        reply.timing = merge(own, scraped)
-        return reply
-
-    def _scrape(self) -> dict[str, float]:
-        r = self.get("/metrics")
-        return parse_prometheus(r.text) if r.status_code == 200 else {}
-
-
 class VllmEngine(ScrapedRequests):
     kind = "vllm"
     ready_path = "/health"
@@ -326,7 +258,7 @@ class VllmEngine(ScrapedRequests):
 
     def command(self, port: int) -> list[str]:
         if self.recipe.command:
-            return super().command(port)
+            return self.user_command(port)
         return [self.python, "-m", API_MODULE, "--model", self.recipe.model, "--host", self.host, "--port", str(port),
                 *self.flags, *self.recipe.args]
 
@@ -366,8 +298,6 @@ class VllmEngine(ScrapedRequests):
     # -- fidelity: forced decode through prompt_logprobs --------------------------------------
     def prompt_ids(self, turn: Turn) -> list[int]:
         """The prompt as this server tokenizes it (chat: with its own template and a generation prompt)."""
-        from frankenstein.workload.trace import CHAT
-
         req = turn.request
         if turn.endpoint == CHAT:
             body = {k: v for k, v in req.items() if k in ("messages", "tools", "chat_template_kwargs")}
@@ -401,6 +331,4 @@ class VllmEngine(ScrapedRequests):
     def forced_decode(self, turns: Sequence[ForcedTurn], k: int, skipped: list[str] | None = None,
                       progress: Callable[[int, int], None] | None = None) -> ForcedResult:
         """Every position of every turn, one request per turn (see fidelity.forced.forced_per_turn)."""
-        from frankenstein.fidelity.forced import forced_per_turn
-
         return forced_per_turn(self.forced_topk, turns, k, FORCED_PATH, skipped, progress)

@@ -14,19 +14,21 @@ from pathlib import Path
 from typing import Any
 
 from frankenstein.campaign import open_campaign
+from frankenstein.design.kinds.fidelity import run_forced
 from frankenstein.design.model import FidelityRule
+from frankenstein.engines import start_engine
 from frankenstein.errors import FidelityError
 from frankenstein.fidelity.compare import compare, summarize_pairs
+from frankenstein.fidelity.forced import cut, generate_continuations, with_outputs, workload_problems
 from frankenstein.fidelity.gate import apply_rule, format_summary
+from frankenstein.served import served_parts
 from frankenstein.shipped import expand
-from frankenstein.workload.trace import load_trace
+from frankenstein.workload.trace import load_trace, write_trace
 
 
 def _recipes(campaign: Any, recipe: str, part: str | None) -> tuple[Any, Any]:
-    from frankenstein.design.registry import _served_parts
-
     if recipe == "served":
-        base, parts = campaign.config.served, _served_parts(campaign)
+        base, parts = campaign.config.served, served_parts(campaign)
     else:
         base, parts = recipe, []
     served = campaign.recipe(base, parts) if parts else campaign.recipe(base)
@@ -40,9 +42,6 @@ def _generated(served: Any, workload: Any, log_dir: Path, max_positions: int | N
     Its own life, so that A and A′ send the same request sequence: a start that generated first
     has a different cache history, and llama.cpp's numbers depend on it slightly (batched prefill
     vs one-token decode)."""
-    from frankenstein.engines import start_engine
-    from frankenstein.fidelity.forced import cut, generate_continuations, workload_problems
-
     if len(workload_problems(workload.turns)) < len(workload.turns):
         return None
     with start_engine(served, log_dir) as engine:
@@ -55,8 +54,6 @@ def check_fidelity(campaign_dir: str | Path, recipe: str, part: str, workload_pa
                    max_positions: int | None = None, threshold: float = 0.5, tolerance: float | None = None,
                    echo: Callable[[str], None] = print) -> dict[str, Any]:
     """Run A, B, A′ and return the summary (also printed through ``echo``)."""
-    from frankenstein.design.kind_fidelity import run_forced
-
     wl_path = Path(expand(str(workload_path)))
     workload = load_trace(wl_path)
     with open_campaign(campaign_dir) as campaign:
@@ -93,10 +90,6 @@ def fill_outputs(campaign_dir: str | Path, recipe: str, workload_path: str | Pat
     For workloads recorded without output (token ids and text), so that a fidelity design can force
     the same continuation on every start: generated once, stored, pinned by the new file's hash.
     The recorded length is kept where known, else ``tokens``. Returns the new workload hash."""
-    from frankenstein.engines import start_engine
-    from frankenstein.fidelity.forced import generate_continuations, with_outputs
-    from frankenstein.workload.trace import write_trace
-
     workload = load_trace(Path(expand(str(workload_path))))
     out_path = Path(out_path)
     if out_path.resolve() == Path(expand(str(workload_path))).resolve():

@@ -19,11 +19,15 @@ from pathlib import Path
 
 import httpx
 
+from frankenstein.campaign import open_campaign
+from frankenstein.engines import start_engine
 from frankenstein.errors import ConfigError, FrankError
 from frankenstein.regioncache.cache import DEFAULT_MAX_BYTES, RegionCache, load_tokenizer
 from frankenstein.regioncache.proxy import Front, start_front
 from frankenstein.regioncache.render import ChatTemplate, Renderer, engine_template, find_template
+from frankenstein.served import served_recipe
 from frankenstein.shipped import data_path
+from frankenstein.workload.record import serve_recorder
 
 PROBES = (
     "Hello world\n",
@@ -115,10 +119,6 @@ def _engine_props_template(url: str) -> ChatTemplate | None:
 def _upstream(opts: ServeOptions, stack: ExitStack) -> tuple[str, str | None]:
     if opts.upstream:
         return opts.upstream.rstrip("/"), None
-    from frankenstein.campaign import open_campaign
-    from frankenstein.engines import start_engine
-    from frankenstein.ledger import served_recipe
-
     campaign = stack.enter_context(open_campaign(opts.campaign))
     recipe = served_recipe(campaign)
     engine = stack.enter_context(start_engine(recipe, campaign.logs))
@@ -126,8 +126,6 @@ def _upstream(opts: ServeOptions, stack: ExitStack) -> tuple[str, str | None]:
 
 
 def _recorder(upstream: str, out: Path, stack: ExitStack) -> str:
-    from frankenstein.workload.record import serve_recorder
-
     rec = serve_recorder(upstream, "127.0.0.1", 0, out)
     stack.callback(rec.shutdown)
     return rec.url

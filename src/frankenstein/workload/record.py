@@ -54,6 +54,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from frankenstein.engines.sse import SseParser
 from frankenstein.errors import FrankError
 from frankenstein.workload.trace import (
     CHAT, RecordedOutput, RecordedTimings, ToolCall, Turn, append_turn, derive_session_id, load_trace,
@@ -140,7 +141,7 @@ class StreamAssembler:
     """
 
     endpoint: str
-    _buf: bytearray = field(default_factory=bytearray)
+    _parser: SseParser = field(default_factory=SseParser)
     _text: list[str] = field(default_factory=list)
     _reasoning: list[str] = field(default_factory=list)
     _ids: list[int] = field(default_factory=list)
@@ -152,27 +153,19 @@ class StreamAssembler:
     error: str | None = None
     has_output: bool = False
 
-    def feed(self, data: bytes) -> None:
-        self._buf += data
-        while (nl := self._buf.find(b"\n")) >= 0:
-            line = bytes(self._buf[:nl]).rstrip(b"\r")
-            del self._buf[: nl + 1]
-            self._line(line)
+    @property
+    def buffered(self) -> int:
+        """Bytes of the stream held (the partial last line)."""
+        return self._parser.pending
 
-    def _line(self, line: bytes) -> None:
-        if not line.startswith(b"data:"):
-            return
-        payload = line[5:].strip()
-        if payload == b"[DONE]":
-            self.done = True
-            return
-        try:
-            chunk = json.loads(payload)
-        except json.JSONDecodeError:
-            self.error = f"malformed stream chunk: {payload[:80]!r}"
-            return
-        if isinstance(chunk, dict):
-            self._chunk(chunk)
+    def feed(self, data: bytes) -> None:
+        for event in self._parser.feed(data):
+            if event.done:
+                self.done = True
+            elif event.malformed is not None:
+                self.error = f"malformed stream chunk: {event.malformed!r}"
+            elif event.data is not None:
+                self._chunk(event.data)
 
     def _chunk(self, chunk: dict[str, Any]) -> None:
         if "error" in chunk:

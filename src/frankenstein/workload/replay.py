@@ -6,6 +6,12 @@ turn's request already holds it), never from the live engine. The output length 
 recorded length (``max_tokens``/``n_predict`` + ``ignore_eos``) at temperature 0 with a fixed seed
 unless the settings say otherwise. Time comes from the server; client TTFT and end-to-end are kept
 beside it.
+
+Nothing hangs: each request has a bound derived from its turn, ``prefill_timeout_s +
+timeout_per_token_s × recorded output length`` (:func:`request_timeout`), or the design's fixed
+``request_timeout_s``. An engine that is up but sends nothing within the bound fails the request with
+an :class:`~frankenstein.errors.EngineRequestError` naming the bound (the start fails with that
+reason; the runner's failure policy decides what follows).
 """
 
 from __future__ import annotations
@@ -16,12 +22,18 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
-from frankenstein.engines.base import Engine, Reply
+from frankenstein.engines.contract import Engine, Reply
 from frankenstein.errors import EngineRequestError
 from frankenstein.measure.timings import aggregate
 from frankenstein.workload.trace import Turn, Workload, request_bytes
+
+
+DEFAULT_PREFILL_TIMEOUT_S = 120.0
+DEFAULT_PER_TOKEN_TIMEOUT_S = 2.0
+UNKNOWN_LENGTH_TOKENS = 4096
+TIMEOUT_FIELDS = ("prefill_timeout_s", "timeout_per_token_s", "request_timeout_s")
 
 
 class ReplaySettings(BaseModel):
@@ -36,6 +48,29 @@ class ReplaySettings(BaseModel):
     stream: bool = True
     warmup_turns: int = Field(default=1, ge=0)
     max_turns: int | None = Field(default=None, ge=1)
+    # Per-request bound (see the module docstring); generous: a healthy engine never comes near it.
+    prefill_timeout_s: float = Field(default=DEFAULT_PREFILL_TIMEOUT_S, gt=0, allow_inf_nan=False)
+    timeout_per_token_s: float = Field(default=DEFAULT_PER_TOKEN_TIMEOUT_S, gt=0, allow_inf_nan=False)
+    request_timeout_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Timeout fields at their defaults are left out, so designs registered before they existed
+        keep their canonical text (and hash)."""
+        out: dict[str, Any] = handler(self)
+        for name in TIMEOUT_FIELDS:
+            if name in out and out[name] == type(self).model_fields[name].default:
+                del out[name]
+        return out
+
+
+def request_timeout(turn: Turn, settings: ReplaySettings) -> float:
+    """Seconds one request of ``turn`` may take: the fixed bound, else prefill + per token × recorded
+    length (an unknown length counts as :data:`UNKNOWN_LENGTH_TOKENS`)."""
+    if settings.request_timeout_s is not None:
+        return settings.request_timeout_s
+    n = recorded_length(turn)
+    return settings.prefill_timeout_s + settings.timeout_per_token_s * (UNKNOWN_LENGTH_TOKENS if n is None else n)
 
 
 def recorded_length(turn: Turn) -> int | None:
@@ -117,7 +152,8 @@ def replay(
         nonlocal done
         t = turns[i]
         try:
-            reply: Reply | None = engine.request(t.endpoint, bodies[i], turn_id=t.turn_id)
+            reply: Reply | None = engine.request(t.endpoint, bodies[i], turn_id=t.turn_id,
+                                                 timeout_s=request_timeout(t, settings))
             error = None
         except EngineRequestError as exc:
             if exc.status is None or exc.status >= 500:

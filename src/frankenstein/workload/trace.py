@@ -22,16 +22,16 @@ import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from frankenstein.errors import TraceError
 
-TRACE_VERSION = 1
+TRACE_VERSION: Final = 1
 Endpoint = Literal["/v1/chat/completions", "/v1/completions", "/completion"]
 ENDPOINTS: tuple[str, ...] = ("/v1/chat/completions", "/v1/completions", "/completion")
-CHAT = "/v1/chat/completions"
+CHAT: Final = "/v1/chat/completions"
 
 
 class _Strict(BaseModel):

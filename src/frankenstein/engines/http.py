@@ -1,0 +1,76 @@
+"""The one HTTP client path to engines: the standard library's ``http.client``, a fresh loopback
+connection per request (no keep-alive).
+
+Why not a pooled client: a fresh loopback connection costs a fraction of a millisecond, so the
+driver measures the engine and not itself, and there is no race where the server closes an idle
+connection just as the client reuses it. Adapters (:mod:`.base`), the streamed request
+(:mod:`.stream`), readiness polling (:mod:`.process`) and the agent loop all go through here.
+Transport failures surface as ``OSError`` / ``http.client.HTTPException``; callers translate them.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+TransportError = (OSError, http.client.HTTPException)
+
+
+@dataclass
+class Answer:
+    """A finished, fully read HTTP answer."""
+
+    status_code: int
+    content: bytes
+    url: str
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", errors="replace")
+
+    def json(self) -> Any:
+        return json.loads(self.content)
+
+
+def split_url(url: str) -> tuple[str, int, str]:
+    """``http://host:port/path`` → (host, port, path)."""
+    parts = urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname:
+        raise ValueError(f"{url!r}: expected an http://HOST:PORT URL")
+    path = parts.path or "/"
+    return parts.hostname, parts.port or 80, path + (f"?{parts.query}" if parts.query else "")
+
+
+def open_request(host: str, port: int, method: str, path: str, body: bytes | None = None, *,
+                 timeout_s: float, headers: dict[str, str] | None = None,
+                 ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+    """Send a request and return the connection and its response, unread (for streams).
+    The caller closes the connection."""
+    conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
+    try:
+        hdrs = {"Connection": "close", **({"Content-Type": "application/json"} if body is not None else {}),
+                **(headers or {})}
+        conn.request(method, path, body=body, headers=hdrs)
+        return conn, conn.getresponse()
+    except BaseException:
+        conn.close()
+        raise
+
+
+def fetch(host: str, port: int, method: str, path: str, body: bytes | None = None, *,
+          timeout_s: float, headers: dict[str, str] | None = None) -> Answer:
+    """One request, answer read to its end."""
+    conn, resp = open_request(host, port, method, path, body, timeout_s=timeout_s, headers=headers)
+    try:
+        return Answer(resp.status, resp.read(), f"http://{host}:{port}{path}")
+    finally:
+        conn.close()
+
+
+def fetch_url(url: str, method: str = "GET", body: bytes | None = None, *, timeout_s: float,
+              headers: dict[str, str] | None = None) -> Answer:
+    host, port, path = split_url(url)
+    return fetch(host, port, method, path, body, timeout_s=timeout_s, headers=headers)
