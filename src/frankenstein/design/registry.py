@@ -31,9 +31,6 @@ from frankenstein.workload.trace import load_trace
 
 GENESIS = "0" * 64
 
-# fidelity/check.py (another room) still imports this name; new code uses frankenstein.served.served_parts.
-_served_parts = served_parts
-
 
 def canonical(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
