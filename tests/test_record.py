@@ -189,8 +189,9 @@ def test_non_streamed_chat_is_relayed_and_recorded_without_credentials(upstream:
     assert headers["Authorization"] == f"Bearer {SECRET}"
     # ...the trace keeps neither.
     text = proxy.recorder.out.read_text()
-    assert SECRET not in text and "Authorization" not in text and "api_key" not in text
+    assert SECRET not in text and "Authorization" not in text
     (turn,) = load_trace(proxy.recorder.out).turns
+    assert turn.redacted == ["api_key", "extra_body.openai_api_key"]  # which paths, never the values
     assert turn.request == {k: v for k, v in body.items() if k != "api_key"} | {"extra_body": {"top_k": 1}}
     assert list(turn.request) == ["model", "messages", "max_tokens", "extra_body"]  # key order as sent
     assert turn.output.text == "Hello world!" and turn.output.finish_reason == "stop"
@@ -390,3 +391,103 @@ def test_recording_in_front_of_the_real_llama_server(tiny_recipe: Any, tmp_path:
     assert t_stream.output.finish_reason == t_plain.output.finish_reason
     assert 0 < t_stream.timings.ttft_ms <= t_stream.timings.e2e_ms
     assert (t_plain.session_id, t_stream.turn_index) == (t_stream.session_id, 1)
+
+
+# ---------------------------------------------------------------- bad input, load, credentials (issue 16)
+
+def raw_exchange(url: str, data: bytes) -> bytes:
+    """Send raw bytes, read the answer until the server closes."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=20) as s:
+        s.sendall(data)
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+    return out
+
+
+NESTED = b'{"a":' * 100_000 + b"1" + b"}" * 100_000
+
+
+@pytest.mark.parametrize("length", [b"-5", b"abc", b"1.5", b"+3", b"99999999999999"])
+def test_malformed_content_length_gets_400_not_a_traceback(proxy: Any, capfd: pytest.CaptureFixture[str],
+                                                           length: bytes) -> None:
+    answer = raw_exchange(proxy.url, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + length
+                          + b"\r\n\r\n{}")
+    assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
+    assert b"Content-Length" in answer
+    assert "Traceback" not in capfd.readouterr().err
+    assert httpx.post(proxy.url + "/v1/chat/completions", json=chat("still up")).status_code == 200
+
+
+def test_deeply_nested_json_gets_400_not_a_traceback(proxy: Any, capfd: pytest.CaptureFixture[str]) -> None:
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(NESTED)
+    answer = raw_exchange(proxy.url, head + NESTED)
+    assert answer.startswith(b"HTTP/1.1 400") and b"nested too deeply" in answer, answer[:200]
+    assert "Traceback" not in capfd.readouterr().err
+    assert load_trace(proxy.recorder.out).turns == () if proxy.recorder.out.exists() else True
+
+
+class _DeepUpstream(ThreadingHTTPServer):
+    request_queue_size = 4096  # the stand-in must not be the bottleneck
+    daemon_threads = True
+
+
+def test_many_simultaneous_clients_are_all_answered(tmp_path: Path) -> None:
+    """300 clients connect at once (a burst far above the standard library's backlog of 5): every
+    one is accepted and answered, none reset, and every turn is recorded."""
+    up = _DeepUpstream(("127.0.0.1", 0), FakeOpenAI)
+    up.received, up.release = [], threading.Event()  # type: ignore[attr-defined]
+    threading.Thread(target=up.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    n = 300
+    srv = serve_recorder(f"http://127.0.0.1:{up.server_address[1]}", "127.0.0.1", 0, tmp_path / "t.jsonl")
+    assert srv._httpd.request_queue_size >= 1024
+    barrier = threading.Barrier(n)
+    results: list[Any] = [None] * n
+    body = json.dumps({"model": "m", "prompt": "x", "max_tokens": 3}).encode()
+    request = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n"
+               b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+
+    def client(i: int) -> None:
+        barrier.wait()
+        try:
+            results[i] = raw_exchange(srv.url, request)[:12]
+        except OSError as exc:
+            results[i] = exc
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(n)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert [r for r in results if r != b"HTTP/1.1 200"] == []
+        assert srv.recorder.recorded == n and not srv.errors
+    finally:
+        srv.shutdown()
+        up.shutdown()
+        up.server_close()
+
+
+def test_credentials_outside_what_the_model_sees_are_removed_and_listed(upstream: Any, proxy: Any) -> None:
+    tools = [{"type": "function", "function": {"name": "login", "parameters": {"type": "object", "properties": {
+        "password": {"type": "string"}, "api_key": {"type": "string"}, "token": {"type": "string"}}}}}]
+    messages = [{"role": "user", "content": "my password is hunter2", "token": "kept: part of the prompt"}]
+    body = {"model": "m", "messages": messages, "tools": tools, "max_tokens": 3, "token": SECRET,
+            "refresh_token": SECRET, "private_key": SECRET, "password": SECRET, "secret": SECRET,
+            "metadata": {"user": "u1", "api_keys": [SECRET, SECRET], "github_token": SECRET, "db_secret": SECRET,
+                         "session_key": SECRET},
+            "prompt_cache_key": "c1"}
+    headers = {"Authorization": f"Bearer {SECRET}", "X-Api-Key": SECRET, "Cookie": f"sid={SECRET}"}
+    r = httpx.post(proxy.url + "/v1/chat/completions", json=body, headers=headers)
+    assert r.status_code == 200
+    _, _, up_headers, raw = upstream.received[-1]
+    assert json.loads(raw) == body and up_headers["X-Api-Key"] == SECRET  # the upstream got everything
+    text = proxy.recorder.out.read_text()
+    assert SECRET not in text and "hunter2" in text
+    (turn,) = load_trace(proxy.recorder.out).turns
+    assert turn.request["messages"] == messages and turn.request["tools"] == tools  # the prompt, byte for byte
+    assert turn.request["metadata"] == {"user": "u1"} and turn.request["prompt_cache_key"] == "c1"
+    assert sorted(turn.redacted or []) == sorted([
+        "token", "refresh_token", "private_key", "password", "secret", "metadata.api_keys", "metadata.github_token",
+        "metadata.db_secret", "metadata.session_key"])

@@ -13,15 +13,16 @@ Answered here (JSON in, JSON out):
 Everything else — generation, streaming included, ``/health``, ``/metrics``, ... — is relayed to the
 upstream engine byte for byte; response bodies are relayed chunk by chunk as they arrive, so SSE
 events reach the client when the engine sends them. Only the stdlib ``http.server``
-(``ThreadingHTTPServer``, one thread per connection) and httpx are used.
+(``ThreadingHTTPServer``, one thread per connection, a deep backlog: see
+:mod:`frankenstein.workload.listener` for the concurrency it is built for) and httpx are used.
+Malformed ``Content-Length`` and too deeply nested JSON get a 400.
 """
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -30,20 +31,14 @@ import httpx
 from frankenstein.errors import FrankError
 from frankenstein.regioncache.cache import RegionCache
 from frankenstein.regioncache.render import Renderer, Unrenderable
+from frankenstein.workload.listener import BadRequest, ProxyHTTPServer, bad_request, loads, read_body, send_json
 
 _HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
         "transfer-encoding", "upgrade", "host", "content-length", "accept-encoding", "content-encoding"}
 _NO_BODY = {204, 304}
 
 
-class _BadRequest(Exception):
-    pass
-
-
-class FrontServer(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
+class FrontServer(ProxyHTTPServer):
     def __init__(self, addr: tuple[str, int], upstream: str, cache: RegionCache, renderer: Renderer,
                  timeout_s: float) -> None:
         super().__init__(addr, _Handler)
@@ -51,7 +46,7 @@ class FrontServer(ThreadingHTTPServer):
         self.cache = cache
         self.renderer = renderer
         self.client = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=10.0),
-                                   limits=httpx.Limits(max_connections=64, max_keepalive_connections=16))
+                                   limits=httpx.Limits(max_connections=256, max_keepalive_connections=16))
         self.local_answers = 0
         self.passed_through = 0
         self._lock = threading.Lock()
@@ -73,14 +68,18 @@ class _Handler(BaseHTTPRequestHandler):
 
     # ------------------------------------------------------------------ routing
     def do_POST(self) -> None:
-        raw = self._read_body()
+        try:
+            raw = self._read_body()
+        except BadRequest as exc:
+            bad_request(self, exc)
+            return
         path = urlsplit(self.path).path.rstrip("/")
         local = {"/tokenize": self._tokenize, "/count": self._count,
                  "/v1/messages/count_tokens": self._count_messages}.get(path)
         if local is not None:
             try:
                 answer = local(_json_object(raw))
-            except _BadRequest as exc:
+            except BadRequest as exc:
                 self._json(400, {"error": {"message": str(exc), "type": "invalid_request_error"}})
                 return
             if answer is not None:
@@ -99,19 +98,27 @@ class _Handler(BaseHTTPRequestHandler):
         self._pass_through(b"")
 
     def do_PUT(self) -> None:
-        self._pass_through(self._read_body())
+        self._pass_with_body()
 
     def do_DELETE(self) -> None:
-        self._pass_through(self._read_body())
+        self._pass_with_body()
 
     def do_OPTIONS(self) -> None:
-        self._pass_through(self._read_body())
+        self._pass_with_body()
 
     def do_PATCH(self) -> None:
-        self._pass_through(self._read_body())
+        self._pass_with_body()
 
     def do_HEAD(self) -> None:
         self._pass_through(b"")
+
+    def _pass_with_body(self) -> None:
+        try:
+            raw = self._read_body()
+        except BadRequest as exc:
+            bad_request(self, exc)
+            return
+        self._pass_through(raw)
 
     # ------------------------------------------------------------------ local answers
     def _tokenize(self, body: dict[str, Any]) -> dict[str, Any] | None:
@@ -170,39 +177,33 @@ class _Handler(BaseHTTPRequestHandler):
 
     # ------------------------------------------------------------------ plumbing
     def _read_body(self) -> bytes:
-        n = int(self.headers.get("Content-Length") or 0)
-        return self.rfile.read(n) if n else b""
+        return read_body(self)
 
     def _json(self, status: int, obj: Mapping[str, Any]) -> None:
-        data = json.dumps(obj).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_json(self, status, obj)
 
 
 def _json_object(raw: bytes) -> dict[str, Any]:
     try:
-        obj = json.loads(raw or b"null")
+        obj = loads(raw or b"null")
     except (ValueError, UnicodeDecodeError) as exc:
-        raise _BadRequest(f"body is not JSON: {exc}") from exc
+        raise BadRequest(f"body is not JSON: {exc}") from exc
     if not isinstance(obj, dict):
-        raise _BadRequest("body must be a JSON object")
+        raise BadRequest("body must be a JSON object")
     return obj
 
 
 def _content(body: dict[str, Any]) -> str:
     content = body.get("content")
     if not isinstance(content, str):
-        raise _BadRequest("'content' must be a string")
+        raise BadRequest("'content' must be a string")
     return content
 
 
 def _flag(body: dict[str, Any], name: str) -> bool:
     value = body.get(name, False)
     if not isinstance(value, bool):
-        raise _BadRequest(f"'{name}' must be true or false")
+        raise BadRequest(f"'{name}' must be true or false")
     return value
 
 

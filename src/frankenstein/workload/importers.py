@@ -28,7 +28,7 @@ from pydantic import ValidationError
 from frankenstein.errors import TraceError
 from frankenstein.workload.record import output_from_response, server_timings
 from frankenstein.workload.trace import (
-    CHAT, RecordedOutput, RecordedTimings, Turn, derive_session_id, make_turn_id, strip_secrets,
+    CHAT, RecordedOutput, RecordedTimings, Turn, derive_session_id, make_turn_id, redact_request,
 )
 
 Source = Literal["openai", "vllm", "sharegpt"]
@@ -71,10 +71,11 @@ class _Numberer:
     def turn(self, where: tuple[Path, str], session_id: str, endpoint: str, request: dict[str, Any],
              output: RecordedOutput, source: str, timings: RecordedTimings | None = None) -> Turn:
         index = self._next.get(session_id, 0)
+        clean, redacted = redact_request(request)
         try:
             turn = Turn(turn_id=make_turn_id(session_id, index), session_id=session_id, turn_index=index,
-                        endpoint=endpoint, request=strip_secrets(request), output=output,  # type: ignore[arg-type]
-                        timings=timings or RecordedTimings(), source=source)
+                        endpoint=endpoint, request=clean, output=output,  # type: ignore[arg-type]
+                        timings=timings or RecordedTimings(), source=source, redacted=redacted or None)
         except ValidationError as exc:
             err = exc.errors()[0]
             field = ".".join(str(p) for p in err["loc"])

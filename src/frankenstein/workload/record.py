@@ -19,9 +19,11 @@ A proxy with its own HTTP front can use the recording core without this server:
 :class:`StreamAssembler` does the same for an SSE stream fed chunk by chunk.
 
 What is recorded, and when:
-- the request body as the client sent it, minus credential-like string fields (``api_key``,
-  ``authorization``, ...: :func:`strip_secrets`); headers are never stored (``Authorization`` is
-  forwarded to the upstream, not written);
+- the request body as the client sent it, minus credential-like fields outside what the model sees
+  (``api_key``, ``token``, ``metadata.api_keys``, ``*_secret``, ...: :func:`redact_request`; never
+  ``messages``/``prompt``/``tools`` and their schemas), the removed paths listed in the turn's
+  ``redacted``; headers are never stored (``Authorization``, ``X-Api-Key``, cookies are forwarded to
+  the upstream, not written);
 - the session id from the ``X-Frank-Session`` header, else derived from the first user message
   (:func:`derive_session_id`); turn index = the session's next index in this file (resumed when
   appending to an existing trace);
@@ -47,7 +49,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -56,9 +58,10 @@ import httpx
 
 from frankenstein.engines.sse import SseParser
 from frankenstein.errors import FrankError
+from frankenstein.workload.listener import BadRequest, ProxyHTTPServer, bad_request, loads, read_body
 from frankenstein.workload.trace import (
     CHAT, RecordedOutput, RecordedTimings, ToolCall, Turn, append_turn, derive_session_id, load_trace,
-    make_turn_id, strip_secrets,
+    make_turn_id, redact_request,
 )
 
 SESSION_HEADER = "X-Frank-Session"
@@ -255,13 +258,14 @@ class TurnRecorder:
 
     def record(self, endpoint: str, body: Mapping[str, Any], session: str | None, output: RecordedOutput,
                timings: RecordedTimings, *, client_disconnected: bool = False) -> Turn:
-        request = strip_secrets(dict(body))
+        request, redacted = redact_request(body)
         session_id = session or derive_session_id(endpoint, request)
         with self._lock:
             index = self._next.get(session_id, 0)
             turn = Turn(turn_id=make_turn_id(session_id, index), session_id=session_id, turn_index=index,
                         endpoint=endpoint, request=request, output=output, timings=timings,  # type: ignore[arg-type]
-                        client_disconnected=client_disconnected, recorded_at=round(time.time(), 3))
+                        client_disconnected=client_disconnected, recorded_at=round(time.time(), 3),
+                        redacted=redacted or None)
             append_turn(self.out, turn)
             self._next[session_id] = index + 1
             self.recorded += 1
@@ -288,9 +292,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _handle(self) -> None:
         self.client_gone = False
-        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         endpoint = canonical_endpoint(self.path) if self.command == "POST" else None
-        body = _json_object(raw) if endpoint else None
+        try:
+            raw = read_body(self)
+            body = _json_object(raw) if endpoint else None
+        except BadRequest as exc:
+            bad_request(self, exc)
+            return
         try:
             if endpoint and body is not None:
                 self._exchange(endpoint, raw, body)
@@ -371,7 +379,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _relay_json(self, endpoint: str, body: dict[str, Any], resp: httpx.Response, t0: float) -> None:
         data = resp.read()
-        answer = _json_object(data)
+        try:
+            answer = _json_object(data)
+        except BadRequest:
+            answer = None
         if answer is not None:
             self._record(endpoint, body, output_from_response(endpoint, answer), server_timings(answer), t0, None)
         self._reply(200, resp.headers, data)
@@ -408,16 +419,16 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def _json_object(raw: bytes) -> dict[str, Any] | None:
+    """The body as a JSON object, None for anything else (passed through, not recorded); too deep
+    nesting is a :class:`BadRequest`."""
     try:
-        value = json.loads(raw)
+        value = loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError):
         return None
     return value if isinstance(value, dict) else None
 
 
-class _ProxyServer(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
+class _ProxyServer(ProxyHTTPServer):
 
     def __init__(self, addr: tuple[str, int], upstream: str, recorder: TurnRecorder, timeout_s: float,
                  on_turn: Callable[[Turn], None] | None) -> None:

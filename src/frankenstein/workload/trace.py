@@ -82,6 +82,7 @@ class Turn(_Strict):
     client_disconnected: bool = False
     recorded_at: float | None = None
     source: str = "record"
+    redacted: list[str] | None = None  # dotted paths of credential fields removed from the request
 
     @field_validator("request")
     @classmethod
@@ -300,19 +301,57 @@ def workload_from_turns(turns: Sequence[Turn], path: Path | None = None) -> Work
 
 # ---------------------------------------------------------------- sessions and credentials
 
-_SECRET_KEY = re.compile(r"(api[_-]?key|secret|password|passwd|authorization|access[_-]?token|bearer)", re.I)
+# What the model sees: never touched by redaction (a tool parameter named ``password`` is part of the prompt).
+MODEL_VISIBLE = frozenset({"messages", "prompt", "tools", "functions", "tool_choice", "function_call",
+                           "response_format", "grammar", "json_schema", "input_ids", "input", "text", "system",
+                           "chat_template", "chat_template_kwargs", "stop", "logit_bias"})
+_SECRET_NAMES = frozenset({"token", "refresh_token", "access_token", "id_token", "private_key", "secret", "password",
+                           "passwd", "api_key", "api_keys", "apikey", "authorization", "cookie", "cookies",
+                           "set_cookie", "client_secret", "bearer", "credentials"})
+_SECRET_SUFFIXES = ("_key", "_token", "_secret", "_password")
+_NOT_SECRET = frozenset({"prompt_cache_key", "cache_key", "idempotency_key"})
+
+
+def is_secret_key(key: str) -> bool:
+    """Credential-like field names: known names (``token``, ``api_keys``, ``password``, ...) and names
+    ending in ``_key``/``_token``/``_secret`` (``-`` counts as ``_``, case ignored)."""
+    k = key.lower().replace("-", "_")
+    if k in _NOT_SECRET:
+        return False
+    return k in _SECRET_NAMES or k.endswith(_SECRET_SUFFIXES) or ("api_key" in k)
+
+
+def redact_request(body: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """A copy of a request without credential-like fields, and the dotted paths removed.
+
+    Every field outside what the model sees (:data:`MODEL_VISIBLE`, left byte for byte as sent) is
+    searched at any depth (top level, ``metadata``, ``extra_body``, ...); a credential-like key is
+    removed whatever its value (a string, a list of keys, an object). Removed rather than masked, so a
+    replayed request never carries a placeholder to the engine; the trace lists the paths instead."""
+    paths: list[str] = []
+    out = {k: (v if k in MODEL_VISIBLE else _redact(v, k, paths)) for k, v in body.items()
+           if k in MODEL_VISIBLE or not _drop(k, k, paths)}
+    return out, paths
+
+
+def _drop(key: Any, path: str, paths: list[str]) -> bool:
+    if isinstance(key, str) and is_secret_key(key):
+        paths.append(path)
+        return True
+    return False
+
+
+def _redact(obj: Any, path: str, paths: list[str]) -> Any:
+    if isinstance(obj, dict):
+        return {k: _redact(v, f"{path}.{k}", paths) for k, v in obj.items() if not _drop(k, f"{path}.{k}", paths)}
+    if isinstance(obj, list):
+        return [_redact(v, f"{path}[{i}]", paths) for i, v in enumerate(obj)]
+    return obj
 
 
 def strip_secrets(obj: Any) -> Any:
-    """A copy of ``obj`` without credential-like string values (keys such as ``api_key``,
-    ``authorization``, ``access_token``, ``client_secret``), at any depth. Only *string* values
-    are dropped, so a tool's JSON schema with a property named ``password`` (a dict) survives."""
-    if isinstance(obj, dict):
-        return {k: strip_secrets(v) for k, v in obj.items()
-                if not (isinstance(v, str) and _SECRET_KEY.search(str(k)))}
-    if isinstance(obj, list):
-        return [strip_secrets(v) for v in obj]
-    return obj
+    """:func:`redact_request` without the paths (kept for importers and older callers)."""
+    return redact_request(obj)[0] if isinstance(obj, dict) else obj
 
 
 def derive_session_id(endpoint: str, body: Mapping[str, Any]) -> str:

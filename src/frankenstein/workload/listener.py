@@ -1,0 +1,75 @@
+"""The HTTP server both proxies are built on (``frank record``'s recording proxy and ``frank serve``'s
+region-cache front): the standard library's ``ThreadingHTTPServer`` with a deep accept backlog, and
+request-body reading that answers 400 to bad input instead of dropping the connection.
+
+Concurrency they are built for: one thread per client connection, a listen backlog of
+:data:`BACKLOG` (the kernel caps it at ``net.core.somaxconn``, 4096 on current Linux), so bursts of
+a thousand simultaneous clients on loopback are accepted, queued and answered, none reset
+(``benchmarks/proxy_load.py``). The engine behind them still runs what it runs (llama-server:
+``--parallel`` slots); the proxies add threads, not capacity. Bodies are limited to
+:data:`MAX_BODY_BYTES`.
+"""
+
+from __future__ import annotations
+
+import json
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+BACKLOG = 4096
+MAX_BODY_BYTES = 256 * 1024 * 1024
+
+
+class BadRequest(Exception):
+    """The client's request is malformed; answered with 400 and this message."""
+
+
+class ProxyHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = BACKLOG
+
+
+def read_body(handler: BaseHTTPRequestHandler) -> bytes:
+    """The request body by its ``Content-Length``; a missing length is an empty body."""
+    value = handler.headers.get("Content-Length")
+    if value is None or value.strip() == "":
+        return b""
+    text = value.strip()
+    if not text.isdigit():  # negative, a sign, a fraction, words: all refused
+        raise BadRequest(f"Content-Length {value!r} is not a non-negative integer")
+    n = int(text)
+    if n > MAX_BODY_BYTES:
+        raise BadRequest(f"Content-Length {n} is above the limit of {MAX_BODY_BYTES} bytes")
+    data = handler.rfile.read(n) if n else b""
+    if len(data) != n:
+        raise BadRequest(f"body ended after {len(data)} of {n} bytes")
+    return data
+
+
+def loads(raw: bytes) -> Any:
+    """``json.loads`` whose too-deep nesting is a :class:`BadRequest`, not a ``RecursionError``;
+    other malformed JSON raises ``ValueError`` as usual."""
+    try:
+        return json.loads(raw)
+    except RecursionError as exc:
+        raise BadRequest("request body is JSON nested too deeply") from exc
+
+
+def send_json(handler: BaseHTTPRequestHandler, status: int, obj: Any) -> None:
+    data = json.dumps(obj).encode()
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    try:
+        handler.wfile.write(data)
+        handler.wfile.flush()
+    except OSError:
+        handler.close_connection = True
+
+
+def bad_request(handler: BaseHTTPRequestHandler, exc: BadRequest) -> None:
+    """Answer 400 with the reason and close: the rest of the connection's bytes cannot be trusted."""
+    handler.close_connection = True
+    send_json(handler, 400, {"error": {"message": str(exc), "type": "invalid_request_error"}})
