@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from fractions import Fraction
 
 from frankenstein.design.plan import UPPER_BOUND_LEVEL, Plan, PlanRow
-from frankenstein.design.rules import AllBlocksBetter, HarmRule, PermutationRule, Rule, Verdict
+from frankenstein.design.rules import AllBlocksBetter, HarmRule, PermutationRule, Rule, SignRule, Verdict
 from frankenstein.design.stats import MAX_ENUMERATED_BLOCKS
 
 
@@ -52,8 +52,10 @@ def describe_rule(rule: Rule) -> str:
     elif isinstance(rule, HarmRule):
         test = "sign test" if rule.test == "sign" else "paired sign-flip permutation test"
         text = f"harm: {test}, one-sided, candidate worse"
-    else:
+    elif isinstance(rule, SignRule):
         text = "sign test, one-sided, candidate better, ties count against"
+    else:  # a rule registered elsewhere describes itself
+        text = type(rule).summary or rule.kind
     text += f"; alpha = {rule.alpha:g}"
     if rule.min_effect is not None:
         text += f"; practical threshold min_effect = {rule.min_effect:g}"
