@@ -27,7 +27,7 @@ from frankenstein.design.analysis import Analysis, analyze
 from frankenstein.design.facts import DesignFacts, design_facts
 from frankenstein.design.kinds import kind_of
 from frankenstein.design.model import Registered
-from frankenstein.design.registry import get
+from frankenstein.design.registry import get, verified
 from frankenstein.errors import FrankError, LedgerError
 from frankenstein.gates import fidelity_gate, memory_gate_of
 from frankenstein.served import describe_parts, served_parts, served_recipe
@@ -59,6 +59,7 @@ def adopt(campaign: Campaign, part: str, design_id: str, *, force: bool = False,
     before = last[0] if last else None
     current = list(before.parts) if before else []
     _check_request(campaign, part, current, force, why)
+    verified(campaign, "adopt", force=force, why=why)  # a forced adopt also overrides a failed verification, recorded
     reg = _registered(campaign, design_id)
     _check_design_shape(reg, part)
     ev = gather_evidence(campaign, reg, part, current)

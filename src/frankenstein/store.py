@@ -5,12 +5,21 @@ The format version is checked on open so an older Frankenstein never writes into
 Every write goes through :meth:`Store.transaction`, so a start (its row and all its turns) is
 committed whole or not at all: a ``kill -9`` mid-start leaves nothing half-counted.
 
-Writes (the only ones; a tamper-evident chain over them hooks in here):
+Writes (the only ones; each appends its record to the evidence chain in the same transaction, see
+:mod:`frankenstein.chain`, and its head line to ``frank.head`` beside the database):
 
-    insert_start(...) -> int                       a start with its turns, artifacts and episodes
+    insert_start(...) -> int                       a start with its turns, artifacts and episodes; only a slot
+                                                   its design registered (block, position, rep, arm)
     append_registry(build) -> RegistryRow          build(last row or None) -> the row to append, in one transaction
     append_ledger(build) -> LedgerEntry            build(last step or None) -> the step to append, in one transaction
     insert_refusal(...) -> int
+    insert_override(...) -> int                    a forced action on a campaign that failed verification
+
+Integrity:
+
+    verify() -> int                                every chain link, every record against its digest, the head
+                                                   file, records outside the chain, starts outside their design's
+                                                   slots; raises RegistryError naming the first broken record
 
 Typed reads:
 
@@ -19,7 +28,7 @@ Typed reads:
     turns_of(start_id) -> list[dict]               per-turn metrics are a JSON column: a new metric needs no migration
     artifacts_of(design_id, name) -> {start_id: bytes}
     episodes_of(design_id) -> list[EpisodeRow]
-    ledger_steps(), last_steps(n), refusals(since)
+    ledger_steps(), last_steps(n), refusals(since), overrides(), chain_links()
 """
 
 from __future__ import annotations
@@ -33,9 +42,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from frankenstein.errors import StoreError
+from frankenstein import chain
+from frankenstein.chain import Link
+from frankenstein.errors import RegistryError, StoreError
 
-FORMAT_VERSION = 2  # 2: per-turn metrics in turns.metrics (JSON); version-1 stores are migrated on open
+# 2: per-turn metrics in turns.metrics (JSON); version-1 stores are migrated on open.
+# 3: the evidence chain (0004); records written before it are sealed into the chain when it is created.
+FORMAT_VERSION = 3
 
 # (name, SQL). Append only: a migration, once released, never changes.
 MIGRATIONS: list[tuple[str, str]] = [
@@ -144,7 +157,37 @@ MIGRATIONS: list[tuple[str, str]] = [
         "0003_turn_metrics",
         "ALTER TABLE turns ADD COLUMN metrics TEXT NOT NULL DEFAULT '{}'",
     ),
+    (
+        # The evidence chain over every appended record (frankenstein.chain), and forced overrides of a
+        # failed verification (themselves records in the chain).
+        "0004_chain",
+        """
+        CREATE TABLE chain (
+            seq        INTEGER PRIMARY KEY,
+            kind       TEXT NOT NULL,
+            ref        INTEGER NOT NULL,
+            label      TEXT NOT NULL,
+            digest     TEXT NOT NULL,
+            prev_hash  TEXT NOT NULL,
+            row_hash   TEXT NOT NULL
+        );
+        CREATE TABLE overrides (
+            seq        INTEGER PRIMARY KEY,
+            command    TEXT NOT NULL,
+            why        TEXT NOT NULL,
+            problem    TEXT NOT NULL,
+            at         TEXT NOT NULL
+        );
+        """,
+    ),
 ]
+
+# Each record kind: its table, its key column, and its child tables (rows keyed by the record's id).
+RECORD_TABLES: dict[str, tuple[str, str]] = {
+    "registry": ("registry", "seq"), "start": ("starts", "id"), "ledger": ("ledger", "seq"),
+    "refusal": ("refusals", "seq"), "override": ("overrides", "seq"),
+}
+START_CHILDREN = (("turns", "idx"), ("artifacts", "name"), ("episodes", "task_id, draw"))
 
 TURN_KEYS = ("idx", "turn_id", "warmup", "error")  # columns; every other key of a turn row is a metric
 LEGACY_TURN_METRICS = ("prompt_tokens", "cached_tokens", "generated_tokens", "prompt_ms", "decode_ms", "target_steps",
@@ -162,6 +205,8 @@ class Store:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        self.head_path = chain.head_path(self.path)
+        self._links: list[Link] = []  # appended in the open transaction; their head lines go out before COMMIT
         try:
             self.conn = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
             self.conn.row_factory = sqlite3.Row
@@ -185,13 +230,17 @@ class Store:
     def transaction(self) -> Iterator[sqlite3.Connection]:
         """The one way to write: BEGIN IMMEDIATE … COMMIT, rolled back on any exception."""
         self.conn.execute("BEGIN IMMEDIATE")
+        self._links = []
         try:
             yield self.conn
+            chain.append_head(self.head_path, self._links)
         except BaseException:
             self.conn.execute("ROLLBACK")
             raise
         else:
             self.conn.execute("COMMIT")
+        finally:
+            self._links = []
 
     def _migrate(self) -> None:
         with self.transaction() as c:
@@ -215,6 +264,8 @@ class Store:
                     if statement.strip():
                         c.execute(statement)
                 c.execute("INSERT INTO migrations (name, applied_at) VALUES (?, ?)", (name, now_iso()))
+                if name == "0004_chain":
+                    self._seal_existing(c)
             c.execute("UPDATE meta SET value=? WHERE key='format_version'", (str(max(FORMAT_VERSION, int(row[0]) if row else 0)),))
 
     def query(self, sql: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> list[sqlite3.Row]:
@@ -269,6 +320,12 @@ class Store:
                     (start_id, e["task_id"], e["draw"], e["task_hash"], e["status"], int(e["passed"]),
                      e.get("grader_rc"), e["turns"], _dumps(e.get("detail", {}))),
                 )
+            if design_id is not None:
+                problem = _slot_problem(c, design_id, block, position, rep, arm)
+                if problem:  # raising rolls the whole start back
+                    raise StoreError(f"start refused: design {design_id}, block {_one(block)}, position "
+                                     f"{_one(position)}, rep {rep}, arm {arm}: {problem}")
+            self._chain(c, "start", start_id)
         return start_id
 
     def append_registry(self, build: Callable[[RegistryRow | None], RegistryRow]) -> RegistryRow:
@@ -282,6 +339,7 @@ class Store:
                 (row.seq, row.design_id, row.kind, row.name, row.canonical, row.design_hash, row.seed, row.schedule,
                  row.registered_at, row.tool_version, row.prev_hash, row.row_hash),
             )
+            self._chain(c, "registry", row.seq)
         return row
 
     def append_ledger(self, build: Callable[[LedgerEntry | None], LedgerEntry]) -> LedgerEntry:
@@ -295,6 +353,7 @@ class Store:
                 "INSERT INTO ledger (action, part, design_id, scope, forced, why, parts, at) VALUES (?,?,?,?,?,?,?,?)",
                 (e.action, e.part, e.design_id, _dumps(e.scope), int(e.forced), e.why, json.dumps(e.parts), at),
             )
+            self._chain(c, "ledger", int(cur.lastrowid or 0))
         return LedgerEntry(seq=int(cur.lastrowid or 0), action=e.action, part=e.part, design_id=e.design_id,
                            scope=e.scope, forced=e.forced, why=e.why, parts=list(e.parts), at=at)
 
@@ -304,7 +363,101 @@ class Store:
         with self.transaction() as c:
             cur = c.execute("INSERT INTO refusals (what, name, part, path, reason, at) VALUES (?,?,?,?,?,?)",
                             (what, name, part, path, reason, now_iso()))
+            self._chain(c, "refusal", int(cur.lastrowid or 0))
         return int(cur.lastrowid or 0)
+
+    def insert_override(self, *, command: str, why: str, problem: str) -> int:
+        """Record that ``command`` was forced on a campaign that failed verification (``problem``), and why."""
+        with self.transaction() as c:
+            cur = c.execute("INSERT INTO overrides (command, why, problem, at) VALUES (?,?,?,?)",
+                            (command, why, problem, now_iso()))
+            self._chain(c, "override", int(cur.lastrowid or 0))
+        return int(cur.lastrowid or 0)
+
+    # ------------------------------------------------------------ the evidence chain
+
+    def _chain(self, c: sqlite3.Connection, kind: str, ref: int) -> Link:
+        """Append record (kind, ref), as it now reads in this transaction, to the chain."""
+        found = _record(c, kind, ref)
+        assert found is not None, (kind, ref)
+        label, tables = found
+        last = c.execute("SELECT * FROM chain ORDER BY seq DESC LIMIT 1").fetchone()
+        link = chain.make_link(_link(last) if last else None, kind, ref, label, chain.digest(tables))
+        c.execute("INSERT INTO chain VALUES (?,?,?,?,?,?,?)",
+                  (link.seq, link.kind, link.ref, link.label, link.digest, link.prev_hash, link.row_hash))
+        self._links.append(link)
+        return link
+
+    def _seal_existing(self, c: sqlite3.Connection) -> None:
+        """Chain the records of a store written before the chain existed (in table order), so they are
+        protected from now on; what was changed before this point cannot be told."""
+        for kind, (table, key) in RECORD_TABLES.items():
+            for (ref,) in c.execute(f"SELECT {key} FROM {table} ORDER BY {key}").fetchall():
+                self._chain(c, kind, int(ref))
+
+    def verify(self) -> int:
+        """Check the evidence chain end to end; return the number of records. Raises :class:`RegistryError`
+        naming the first broken record: a chain row changed or removed, a record changed or deleted, the head
+        file disagreeing (the chain rewritten, the last records deleted), a record written outside frank, a
+        start outside its design's registered slots, rows of a start that is not recorded."""
+        links = self.chain_links()
+        prev: Link | None = None
+        for link in links:
+            problem = chain.check_link(prev, link)
+            if problem is None:
+                found = _record(self.conn, link.kind, link.ref)
+                if found is None:
+                    problem = f"{link.label}: deleted after it was recorded (chain record {link.seq})"
+                elif chain.digest(found[1]) != link.digest:
+                    problem = f"{found[0]}: changed after it was recorded (chain record {link.seq})"
+            if problem:
+                raise RegistryError(problem)
+            prev = link
+        problem = chain.check_head(links, chain.read_head(self.head_path), self.head_path)
+        if problem:
+            raise RegistryError(problem)
+        problem = self._outside_chain(links) or self._outside_slots() or self._orphans()
+        if problem:
+            raise RegistryError(problem)
+        return len(links)
+
+    def _outside_chain(self, links: list[Link]) -> str | None:
+        chained = {(x.kind, x.ref) for x in links}
+        for kind, (table, key) in RECORD_TABLES.items():
+            for (ref,) in self.conn.execute(f"SELECT {key} FROM {table} ORDER BY {key}").fetchall():
+                if (kind, ref) not in chained:
+                    found = _record(self.conn, kind, int(ref))
+                    label = found[0] if found else f"{kind} {ref}"
+                    why = ""
+                    if kind == "start":
+                        r = self.conn.execute("SELECT * FROM starts WHERE id = ?", (ref,)).fetchone()
+                        slot = r["design_id"] and _slot_problem(self.conn, r["design_id"], r["block"], r["position"],
+                                                                r["rep"], r["arm"])
+                        why = f"; {slot}" if slot else ""
+                    return f"{label}: not in the chain (written outside frank){why}"
+        return None
+
+    def _outside_slots(self) -> str | None:
+        for r in self.conn.execute("SELECT * FROM starts WHERE design_id IS NOT NULL ORDER BY id").fetchall():
+            problem = _slot_problem(self.conn, r["design_id"], r["block"], r["position"], r["rep"], r["arm"])
+            if problem:
+                return f"{chain.label_of('start', r)}: {problem}"
+        return None
+
+    def _orphans(self) -> str | None:
+        for table, _ in START_CHILDREN:
+            r = self.conn.execute(f"SELECT start_id FROM {table} WHERE start_id NOT IN (SELECT id FROM starts) LIMIT 1"
+                                  ).fetchone()
+            if r is not None:
+                return f"{table} of start {r[0]}: that start is not recorded (deleted, or the rows were written outside frank)"
+        return None
+
+    def chain_links(self) -> list[Link]:
+        return [_link(r) for r in self.query("SELECT * FROM chain ORDER BY seq")]
+
+    def chain_head(self) -> Link | None:
+        rows = self.query("SELECT * FROM chain ORDER BY seq DESC LIMIT 1")
+        return _link(rows[0]) if rows else None
 
     # ------------------------------------------------------------ reads
 
@@ -367,6 +520,11 @@ class Store:
         """Stored refusals, oldest first; ``since`` is an ISO date or timestamp prefix (inclusive)."""
         rows = self.query("SELECT * FROM refusals WHERE at >= ? ORDER BY seq", (since or "",))
         return [Refusal(r["seq"], r["what"], r["name"], r["part"], r["path"], r["reason"], r["at"]) for r in rows]
+
+    def overrides(self) -> list[Override]:
+        """Every forced override of a failed verification, oldest first."""
+        return [Override(r["seq"], r["command"], r["why"], r["problem"], r["at"])
+                for r in self.query("SELECT * FROM overrides ORDER BY seq")]
 
 
 # ---------------------------------------------------------------- rows
@@ -452,6 +610,69 @@ class Refusal:
     path: str | None
     reason: str
     at: str
+
+
+@dataclass(frozen=True)
+class Override:
+    seq: int
+    command: str
+    why: str
+    problem: str
+    at: str
+
+
+def registered_slots(schedule: list[list[str]]) -> dict[tuple[int, int], tuple[str, int]]:
+    """(block, position) -> (arm, rep) for every start a schedule registered (the same walk as ``Registered.slots``)."""
+    out = {}
+    for b, order in enumerate(schedule):
+        seen: dict[str, int] = {}
+        for pos, arm in enumerate(order):
+            out[(b, pos)] = (arm, seen.get(arm, 0))
+            seen[arm] = seen.get(arm, 0) + 1
+    return out
+
+
+def _slot_problem(c: sqlite3.Connection, design_id: str, block: int | None, position: int | None, rep: int,
+                  arm: str) -> str | None:
+    """Why a start is not one the registration of ``design_id`` created (None when it is; an unregistered
+    design is left to the caller: a start may be stored before its design is read back)."""
+    row = c.execute("SELECT schedule FROM registry WHERE design_id = ?", (design_id,)).fetchone()
+    if row is None:
+        return None
+    try:
+        slots = registered_slots(json.loads(row[0]))
+    except (ValueError, TypeError):
+        return "its design's stored schedule does not read"
+    blocks = len(json.loads(row[0]))
+    if (block, position) not in slots:
+        return (f"block {_one(block)}, position {_one(position)} is not a slot the registration created "
+                f"({blocks} blocks of {len(slots) // max(blocks, 1)} starts)")
+    want_arm, want_rep = slots[(block, position)]  # type: ignore[index]
+    if (arm, rep) != (want_arm, want_rep):
+        return f"the registration put arm {want_arm} rep {want_rep} in this slot, not arm {arm} rep {rep}"
+    return None
+
+
+def _one(v: int | None) -> int | None:
+    return v + 1 if v is not None else None
+
+
+def _record(c: sqlite3.Connection, kind: str, ref: int) -> tuple[str, dict[str, list[sqlite3.Row]]] | None:
+    """A record's label and its rows by table, as stored now (None when its main row is gone)."""
+    table, key = RECORD_TABLES[kind]
+    main = c.execute(f"SELECT * FROM {table} WHERE {key} = ?", (ref,)).fetchall()
+    if not main:
+        return None
+    tables = {table: main}
+    if kind == "start":
+        for child, order in START_CHILDREN:
+            tables[child] = c.execute(f"SELECT * FROM {child} WHERE start_id = ? ORDER BY {order}", (ref,)).fetchall()
+    return chain.label_of(kind, main[0]), tables
+
+
+def _link(r: sqlite3.Row) -> Link:
+    return Link(seq=r["seq"], kind=r["kind"], ref=r["ref"], label=r["label"], digest=r["digest"],
+                prev_hash=r["prev_hash"], row_hash=r["row_hash"])
 
 
 def _dumps(obj: Any) -> str:

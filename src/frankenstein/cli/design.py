@@ -50,6 +50,8 @@ def analyze(
     test: Optional[HarmTest] = typer.Option(None, "--test", help="harm rule: permutation (default) or sign."),
     min_effect: Optional[float] = typer.Option(None, "--min-effect", help="Practical threshold (0.05 = 5%)."),
     campaign: Path = typer.Option(Path("."), "--campaign", "-c", help="Campaign folder (with DESIGN_ID)."),
+    force: bool = typer.Option(False, "--force", help="Analyze although the campaign fails verification (needs --why)."),
+    why: Optional[str] = typer.Option(None, "--why", help="Why it is forced; recorded in the evidence chain."),
 ) -> None:
     """Per-block table, exact p and verdict of a registered design, or of block values measured elsewhere.
 
@@ -61,9 +63,15 @@ def analyze(
         if any(v is not None for v in (rule, direction, alpha, side, test, min_effect)):
             raise typer.BadParameter("a registered design is analysed under its registered rule; "
                                      "--rule, --direction, --alpha, --side, --test and --min-effect go with --blocks")
-        from frankenstein.design.analysis import analyze_registered
+        from frankenstein.campaign import open_campaign
+        from frankenstein.design.analysis import analyze as do_analyze
+        from frankenstein.design.analysis import format_analysis
+        from frankenstein.design.registry import verified
 
-        _echo_lines(analyze_registered(campaign, design_id))
+        with open_campaign(campaign) as c:
+            verified(c, "analyze", force=force, why=why)
+            lines = format_analysis(do_analyze(c, design_id))
+        _echo_lines(lines)
         return
     if blocks is None or rule is None or direction is None:
         raise typer.BadParameter("without a DESIGN_ID, --blocks, --rule and --direction are required")

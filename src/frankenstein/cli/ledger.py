@@ -77,15 +77,19 @@ def report(
     since: Optional[datetime] = typer.Option(None, "--since", formats=["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S"],
                                              help="Only designs, steps and refusals from this UTC date on."),
     campaign: Path = CAMPAIGN,
+    force: bool = typer.Option(False, "--force", help="Write the note although the campaign fails verification (needs --why)."),
+    why: Optional[str] = typer.Option(None, "--why", help="Why it is forced; recorded in the evidence chain."),
 ) -> None:
     """Write the progress note: summary, one section per design, what didn't work, credits; with PNG plots.
 
     Example: frank report --out reports/week-49 --since 2025-12-01 -c my-campaign
     """
     from frankenstein.campaign import open_campaign
+    from frankenstein.design.registry import verified
     from frankenstein.report import write_report
 
     day = since.date() if since is not None and since.time() == datetime.min.time() else since
     with open_campaign(campaign) as c:
+        verified(c, "report", force=force, why=why)
         path = write_report(c, out, since=day)
     typer.echo(str(path))

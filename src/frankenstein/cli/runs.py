@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -66,7 +67,8 @@ def register(
 
 @app.command()
 def verify(campaign: Path = typer.Option(Path("."), "--campaign", "-c", help="Campaign folder.")) -> None:
-    """Check the registry's hash chain, every stored design against its hash, and every registered design file.
+    """Check the registry, every stored design and design file, the evidence chain over every start, turn, ledger
+    step and refusal (with its head file, frank.head), the registered slots and every pinned workload.
 
     Example: frank verify -c my-campaign
     """
@@ -75,9 +77,12 @@ def verify(campaign: Path = typer.Option(Path("."), "--campaign", "-c", help="Ca
 
     with open_campaign(campaign) as c:
         lines = do_verify(c)
+        head = c.store.chain_head()
     for line in lines:
         typer.echo(line)
     typer.echo(f"registry verified: {len(lines)} designs")
+    if head is not None:
+        typer.echo(f"evidence chain verified: {head.seq} records, head {head.row_hash} (keep a copy elsewhere)")
 
 
 @app.command()
@@ -85,15 +90,19 @@ def run(
     design_id: str = typer.Argument(..., help="A registered design id."),
     campaign: Path = typer.Option(Path("."), "--campaign", "-c", help="Campaign folder."),
     resume: bool = typer.Option(False, "--resume", help="Continue at the first unfinished start."),
+    force: bool = typer.Option(False, "--force", help="Resume although the campaign fails verification (needs --why)."),
+    why: Optional[str] = typer.Option(None, "--why", help="Why it is forced; recorded in the evidence chain."),
 ) -> None:
     """Run a registered design: each block, each arm in its registered order, one fresh engine start each.
 
     Example: frank run draft-vs-base-1 -c my-campaign --resume
     """
     from frankenstein.campaign import open_campaign
+    from frankenstein.design.registry import verified
     from frankenstein.design.runner import run_design
     from frankenstein.progress import bar
 
     with open_campaign(campaign) as c:
+        verified(c, "run --resume" if resume else "run", force=force, why=why)
         summary = run_design(c, design_id, resume=resume, echo=typer.echo, progress_factory=bar)
     typer.echo(summary)

@@ -22,7 +22,7 @@ from frankenstein.campaign import Campaign
 from frankenstein.config import ResolvedRecipe
 from frankenstein.design.kinds import kind_of
 from frankenstein.design.model import ARMS, DesignFile, FrozenDesign, Registered, load_design
-from frankenstein.errors import DesignError, RegistryError
+from frankenstein.errors import DesignError, FrankError, RegistryError
 from frankenstein.measure.timings import METRICS
 from frankenstein.served import served_parts
 from frankenstein.shipped import expand
@@ -162,8 +162,10 @@ def _from_row(row: RegistryRow) -> Registered:
 
 
 def verify(campaign: Campaign) -> list[str]:
-    """Check the whole chain, every design against its hash, and every registered file copy.
-    Returns one line per design checked; raises :class:`RegistryError` at the first problem.
+    """Check the registry chain, every design against its hash, every registered file copy, the evidence
+    chain over every record (``Store.verify``: starts, turns, ledger steps, refusals, the head file, registered
+    slots) and every workload a design pinned. Returns one line per design checked; raises
+    :class:`RegistryError` at the first problem, naming the record.
     A campaign remembers that it was verified, so :func:`get` verifies once per command."""
     prev = GENESIS
     lines = []
@@ -183,8 +185,41 @@ def verify(campaign: Campaign) -> list[str]:
             raise RegistryError(f"{copy}: the registered design file was changed or removed after registration")
         prev = row.row_hash
         lines.append(f"ok  {did}  {row.design_hash[:16]}  {row.registered_at}")
+    campaign.store.verify()
+    for row in campaign.store.registry_rows():
+        _check_pinned_workload(_from_row(row))
     campaign.verified_through = prev
     return lines
+
+
+def _check_pinned_workload(reg: Registered) -> None:
+    """The workload file a design pinned at registration must still hash to the pinned value."""
+    path, pinned = reg.frozen.workload_path, reg.frozen.workload_hash
+    if not path or not pinned:
+        return
+    try:
+        h = load_trace(path).hash
+    except FrankError as exc:
+        raise RegistryError(f"design {reg.design_id}: its workload {path} no longer reads ({exc})") from exc
+    if h != pinned:
+        raise RegistryError(f"design {reg.design_id}: workload {path} changed since registration "
+                            f"(pinned {pinned[:12]}…, file has {h[:12]}…)")
+
+
+def verified(campaign: Campaign, command: str, *, force: bool = False, why: str | None = None) -> None:
+    """Verify before ``command`` works from the campaign. A failure refuses, naming the first broken record,
+    unless ``force`` with a reason: the override (command, reason, what failed) is then itself recorded in the
+    chain, and the command goes on."""
+    if force and not (why or "").strip():
+        raise RegistryError(f"--force needs --why TEXT: a forced {command} is recorded with its reason")
+    try:
+        verify(campaign)
+    except RegistryError as exc:
+        if not force:
+            raise RegistryError(f"{exc}; {command} refuses to work from a campaign that fails verification "
+                                "(`frank verify` shows it; --force --why TEXT overrides, and is recorded)") from exc
+        campaign.store.insert_override(command=command, why=str(why), problem=str(exc))
+        campaign.verified_through = campaign.store.registry_head() or GENESIS
 
 
 def get(campaign: Campaign, design_id: str) -> Registered:

@@ -1,0 +1,144 @@
+"""The evidence chain: every record a verdict or the ledger rests on, hashed into one chain whose head
+is also kept outside the database. Pure: hashing, labels, the head file and the checks on plain data;
+the store does the SQL (``store.py`` is the only module that imports this one).
+
+A *record* is one appended thing, by kind: a registry row, a start (its row with all its turns,
+artifacts and episodes), a ledger step, a refusal, an override (a forced action on a campaign that
+failed verification). Each chain row holds::
+
+    seq, kind, ref (the record's id), label (what to call it in a message), digest, prev_hash, row_hash
+    digest   = sha256 of the record's canonical JSON as stored (artifact bytes by their sha256)
+    row_hash = sha256(prev_hash, seq, kind, ref, label, digest)
+
+So editing a record breaks its digest, deleting or inserting a chain row breaks the links, and a record
+written outside frank (raw SQL) has no chain row. Rewriting the whole chain with recomputed hashes is
+caught by the head file beside the database (``frank.head``): append-only, one line ``seq row_hash``
+per record, written in the same write lock as the record. Keep a copy of its last line elsewhere (the
+note prints it) and nothing in the campaign folder can be rewritten quietly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+GENESIS = "0" * 64
+KINDS = ("registry", "start", "ledger", "refusal", "override")
+
+
+@dataclass(frozen=True)
+class Link:
+    seq: int
+    kind: str
+    ref: int
+    label: str
+    digest: str
+    prev_hash: str
+    row_hash: str
+
+
+def sha256(data: str | bytes) -> str:
+    return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
+
+
+def digest(tables: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
+    """The hash of a record's rows (table name -> rows, as the store reads them back)."""
+    def value(v: Any) -> Any:
+        return {"sha256": sha256(bytes(v))} if isinstance(v, (bytes, memoryview)) else v
+
+    body = {t: [{k: value(v) for k, v in dict(r).items()} for r in rows] for t, rows in tables.items()}
+    return sha256(json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False))
+
+
+def link_hash(prev: str, seq: int, kind: str, ref: int, label: str, record_digest: str) -> str:
+    return sha256("\n".join([prev, str(seq), kind, str(ref), label, record_digest]))
+
+
+def make_link(last: Link | None, kind: str, ref: int, label: str, record_digest: str) -> Link:
+    seq = (last.seq if last else 0) + 1
+    prev = last.row_hash if last else GENESIS
+    return Link(seq, kind, ref, label, record_digest, prev, link_hash(prev, seq, kind, ref, label, record_digest))
+
+
+def label_of(kind: str, row: Mapping[str, Any]) -> str:
+    """What a message calls a record: enough to find it (and, for a start, its slot) after it is gone."""
+    if kind == "registry":
+        return f"registry row {row['seq']} ({row['design_id']})"
+    if kind == "start":
+        if row["design_id"] is None:
+            return f"start {row['id']} (no design, arm {row['arm']})"
+        return (f"start {row['id']} (design {row['design_id']}, block {_one(row['block'])}, "
+                f"position {_one(row['position'])}, rep {row['rep']}, arm {row['arm']})")
+    if kind == "ledger":
+        return f"ledger step {row['seq']} ({row['action']} {row['part']})"
+    if kind == "refusal":
+        return f"refusal {row['seq']} ({row['what']} {row['name']})"
+    return f"override {row['seq']} ({row['command']}: {row['why']})"
+
+
+def _one(v: Any) -> Any:
+    return v + 1 if isinstance(v, int) else v
+
+
+def check_link(prev: Link | None, link: Link) -> str | None:
+    """Why ``link`` does not follow ``prev`` (None when it does)."""
+    expect_seq = (prev.seq if prev else 0) + 1
+    if link.seq != expect_seq or link.prev_hash != (prev.row_hash if prev else GENESIS):
+        return (f"chain record {link.seq} ({link.label}): the chain is broken before it "
+                f"(chain record {expect_seq} was removed or changed)")
+    if link.row_hash != link_hash(link.prev_hash, link.seq, link.kind, link.ref, link.label, link.digest):
+        return f"chain record {link.seq} ({link.label}): the chain row was changed"
+    return None
+
+
+# ---------------------------------------------------------------- the head file
+
+
+def head_path(db_path: Path) -> Path:
+    return db_path.with_suffix(".head")
+
+
+def append_head(path: Path, links: Sequence[Link]) -> None:
+    """Append one line per link; O_APPEND, flushed before the database commits."""
+    if not links:
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, "".join(f"{x.seq} {x.row_hash}\n" for x in links).encode())
+    finally:
+        os.close(fd)
+
+
+def read_head(path: Path) -> list[tuple[int, str]] | None:
+    """The head file's lines as (seq, row_hash); None when there is no file. A malformed line reads as (-1, text)."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    out = []
+    for line in text.splitlines():
+        seq, _, h = line.partition(" ")
+        out.append((int(seq), h) if seq.isdigit() and len(h) == 64 else (-1, line))
+    return out
+
+
+def check_head(links: Sequence[Link], head: list[tuple[int, str]] | None, path: Path) -> str | None:
+    """Why the chain in the store is not the chain the head file saw appended (None when it is)."""
+    if head is None:
+        return f"{path.name} is missing: the chain has {len(links)} records and no head outside the database" if links else None
+    for i, (seq, h) in enumerate(head):
+        if i >= len(links):
+            return (f"{path.name}: chain record {seq} was appended but is not in the store "
+                    f"(the last {len(head) - len(links)} record(s) were deleted)")
+        x = links[i]
+        if (seq, h) != (x.seq, x.row_hash):
+            return f"chain record {x.seq} ({x.label}): does not match {path.name} (the chain was rewritten)"
+    if len(links) > len(head):
+        x = links[len(head)]
+        return f"chain record {x.seq} ({x.label}): not in {path.name} (appended outside frank, or {path.name} was cut)"
+    return None
