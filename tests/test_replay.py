@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -13,7 +15,7 @@ from frankenstein.design.start import measure_start
 from frankenstein.engines import start_engine
 from frankenstein.errors import EngineRequestError
 from frankenstein.workload.record import serve_recorder
-from frankenstein.workload.replay import ReplaySettings, overrides, replay
+from frankenstein.workload.replay import ReplaySettings, overrides, replay, request_timeout
 from frankenstein.workload.trace import Turn, load_trace, workload_from_turns
 
 from helpers_campaign import make_workload
@@ -112,3 +114,45 @@ def test_prompt_longer_than_context_marks_start_invalid(tiny_recipe: ResolvedRec
     out = measure_start(small, wl, ReplaySettings(warmup_turns=0), tmp_path)
     assert out.status == "invalid"
     assert out.reason is not None and out.reason.startswith("turn long-1: llama-server answered 400 to /completion")
+
+
+# ---------------------------------------------------------------- nothing hangs (issue 16)
+
+FROZEN = Path(__file__).parent / "data" / "frozen_engine.py"
+
+
+def _frozen_recipe() -> ResolvedRecipe:
+    return ResolvedRecipe(name="frozen", engine="openai", model="", args=[], env={},
+                          command=[sys.executable, str(FROZEN), "--port", "{port}"], start_timeout_s=30)
+
+
+def _turns(n: int, length: int) -> list[Turn]:
+    return [Turn(turn_id=f"t{i}", session_id="s", turn_index=i, endpoint="/v1/completions",
+                 request={"model": "m", "prompt": f"p{i}"}, output={"completion_tokens": length}, source="test")
+            for i in range(n)]
+
+
+def test_request_timeout_is_derived_from_the_turn() -> None:
+    s = ReplaySettings(prefill_timeout_s=10, timeout_per_token_s=0.5)
+    (short, long_) = _turns(1, 4)[0], _turns(1, 400)[0]
+    assert request_timeout(short, s) == 12 and request_timeout(long_, s) == 210
+    assert request_timeout(long_, ReplaySettings(request_timeout_s=3)) == 3
+    # defaults are generous, and leave a registered design's canonical text unchanged
+    assert request_timeout(long_, ReplaySettings()) == 120 + 2 * 400
+    assert "request_timeout_s" not in ReplaySettings().model_dump()
+    for bad in ({"request_timeout_s": 0}, {"timeout_per_token_s": -1}, {"prefill_timeout_s": float("inf")}):
+        with pytest.raises(ValueError):
+            ReplaySettings(**bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_ready_engine_that_never_answers_fails_the_start_with_the_reason(tmp_path: Path, stream: bool) -> None:
+    """A real stand-in process answers /health and then never a completion: the start fails
+    after the derived bound (0.5 s + 0.1 s x 5 tokens), naming it, and the process is reaped."""
+    settings = ReplaySettings(warmup_turns=0, stream=stream, prefill_timeout_s=0.5, timeout_per_token_s=0.1)
+    t0 = time.monotonic()
+    out = measure_start(_frozen_recipe(), workload_from_turns(_turns(3, 5)), settings, tmp_path)
+    took = time.monotonic() - t0
+    assert out.status == "failed" and "sent nothing for 1.0 s (request timeout)" in (out.reason or ""), out.reason
+    assert "turn t0" in (out.reason or "")
+    assert took < 20, took  # start + one bound + stop, not 600 s

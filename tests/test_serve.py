@@ -5,6 +5,7 @@ recipe's real llama-server, records turns, and reaps the engine on SIGTERM."""
 from __future__ import annotations
 
 import json
+import socket
 import os
 import signal
 import subprocess
@@ -158,6 +159,34 @@ def test_bad_requests_say_what_is_wrong(front: Front) -> None:
         assert r.status_code == 400 and r.json()["error"]["message"].startswith("body is not JSON: ")
         r = c.post("/tokenize", json={"content": "x", "add_special": "yes"})
         assert r.json()["error"]["message"] == "'add_special' must be true or false"
+
+
+def _raw(url: str, data: bytes) -> bytes:
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=20) as sock:
+        sock.sendall(data)
+        out = b""
+        while chunk := sock.recv(65536):
+            out += chunk
+    return out
+
+
+@pytest.mark.parametrize("path", ["/count", "/v1/chat/completions", "/anything"])
+@pytest.mark.parametrize("length", [b"-1", b"twelve", b"1e3"])
+def test_malformed_content_length_gets_400(front: Front, capfd: pytest.CaptureFixture[str], path: str,
+                                           length: bytes) -> None:
+    answer = _raw(front.url, b"POST " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Length: " + length
+                  + b"\r\n\r\n{}")
+    assert answer.startswith(b"HTTP/1.1 400") and b"Content-Length" in answer, answer[:200]
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_deeply_nested_json_gets_400(front: Front, capfd: pytest.CaptureFixture[str]) -> None:
+    nested = b'{"content":' * 100_000 + b'"x"' + b"}" * 100_000
+    answer = _raw(front.url, b"POST /count HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(nested), nested))
+    assert answer.startswith(b"HTTP/1.1 400") and b"nested too deeply" in answer, answer[:200]
+    assert "Traceback" not in capfd.readouterr().err
+    assert front.server.request_queue_size >= 1024  # a deep accept backlog (see workload/listener.py)
 
 
 def test_anthropic_count_tokens_renders_with_the_chat_template(front: Front, double: EngineTestDouble) -> None:
