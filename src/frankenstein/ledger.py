@@ -55,11 +55,13 @@ class Evidence:
 
 def adopt(campaign: Campaign, part: str, design_id: str, *, force: bool = False, why: str | None = None) -> LedgerEntry:
     """Add ``part`` to the served recipe on the evidence of ``design_id``; one step, recorded with its scope."""
+    if force and not (why or "").strip():
+        raise LedgerError("--force needs --why TEXT: a forced adoption is recorded with its reason")
+    verified(campaign, "adopt", force=force, why=why)  # first: a forced adopt also overrides a failed verification, recorded
     last = campaign.store.last_steps(1)
     before = last[0] if last else None
     current = list(before.parts) if before else []
-    _check_request(campaign, part, current, force, why)
-    verified(campaign, "adopt", force=force, why=why)  # a forced adopt also overrides a failed verification, recorded
+    _check_request(campaign, part, current)
     reg = _registered(campaign, design_id)
     _check_design_shape(reg, part)
     ev = gather_evidence(campaign, reg, part, current)
@@ -73,9 +75,7 @@ def adopt(campaign: Campaign, part: str, design_id: str, *, force: bool = False,
                    forced=force, why=why, parts=[*current, part])
 
 
-def _check_request(campaign: Campaign, part: str, current: list[str], force: bool, why: str | None) -> None:
-    if force and not (why or "").strip():
-        raise LedgerError("--force needs --why TEXT: a forced adoption is recorded with its reason")
+def _check_request(campaign: Campaign, part: str, current: list[str]) -> None:
     if part not in campaign.config.parts:
         known = ", ".join(sorted(campaign.config.parts)) or "none"
         raise LedgerError(f"unknown part {part!r} (parts in frank.toml: {known})")

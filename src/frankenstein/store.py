@@ -295,8 +295,13 @@ class Store:
         artifacts: dict[str, bytes] | None = None,
         episodes: Sequence[dict[str, Any]] = (),
     ) -> int:
-        """Write one start with its turns, artifacts and episodes in one transaction; return its id."""
+        """Write one start with its turns, artifacts and episodes in one transaction; return its id.
+        A start of a registered design must be a slot its registration created (block, position, rep, arm)."""
         with self.transaction() as c:
+            problem = _slot_problem(c, design_id, block, position, rep, arm) if design_id is not None else None
+            if problem:
+                raise StoreError(f"start refused: design {design_id}, block {_one(block)}, position {_one(position)}, "
+                                 f"rep {rep}, arm {arm}: {problem}")
             cur = c.execute(
                 """INSERT INTO starts (design_id, block, position, arm, rep, status, reason, started_at, finished_at,
                    engine, engine_version, recipe, metrics, resources, capabilities)
@@ -320,11 +325,6 @@ class Store:
                     (start_id, e["task_id"], e["draw"], e["task_hash"], e["status"], int(e["passed"]),
                      e.get("grader_rc"), e["turns"], _dumps(e.get("detail", {}))),
                 )
-            if design_id is not None:
-                problem = _slot_problem(c, design_id, block, position, rep, arm)
-                if problem:  # raising rolls the whole start back
-                    raise StoreError(f"start refused: design {design_id}, block {_one(block)}, position "
-                                     f"{_one(position)}, rep {rep}, arm {arm}: {problem}")
             self._chain(c, "start", start_id)
         return start_id
 
