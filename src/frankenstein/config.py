@@ -6,16 +6,33 @@ parts. ``served`` names the base recipe; the ledger (``frank adopt``) appends pa
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import AfterValidator, Field, ValidationError, field_validator
 
 from frankenstein.errors import ConfigError
 from frankenstein.shipped import expand
 from frankenstein.validation import FrozenUserFile, field_error, read_toml
 
 EngineKind = Literal["llamacpp", "vllm", "sglang", "openai"]
+
+# Design, recipe, part and campaign names: a slug, so a name is never a path (no '/', no '..', no leading
+# '.' or '-', no spaces) and every file frank names after one stays inside the campaign folder.
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+_NAME = re.compile(NAME_PATTERN)
+
+
+def check_name(value: str) -> str:
+    if not _NAME.fullmatch(value):
+        shown = value if len(value) <= 40 else value[:40] + "…"
+        raise ValueError(f"{shown!r} is not a name: a name is 1-64 letters, digits, '.', '_' or '-', "
+                         "starting with a letter or digit")
+    return value
+
+
+Name = Annotated[str, AfterValidator(check_name)]
 
 
 class Provenance(FrozenUserFile):
@@ -44,14 +61,21 @@ class Recipe(FrozenUserFile):
     python: str | None = None
     command: list[str] | None = None
     parts: list[str] = Field(default_factory=list)
-    start_timeout_s: float = 300.0
+    start_timeout_s: float = Field(default=300.0, gt=0, allow_inf_nan=False)
 
 
 class CampaignConfig(FrozenUserFile):
-    name: str = "campaign"
-    served: str = "base"
+    name: Name = "campaign"
+    served: Name = "base"
     recipes: dict[str, Recipe] = Field(default_factory=dict)
     parts: dict[str, Part] = Field(default_factory=dict)
+
+    @field_validator("recipes", "parts")
+    @classmethod
+    def _names(cls, table: dict[str, object]) -> dict[str, object]:
+        for key in table:
+            check_name(key)
+        return table
 
 
 class ResolvedRecipe(FrozenUserFile):
@@ -75,6 +99,19 @@ class ResolvedRecipe(FrozenUserFile):
 
 
 LAUNCH_FIELDS = ("engine", "model", "args", "env", "binary", "python", "command")
+
+
+def launch_problem(recipe: ResolvedRecipe) -> str | None:
+    """Why a start of ``recipe`` cannot succeed before anything is launched, or None: a llama.cpp
+    model file that does not exist (every start of such a design would fail at the same slot)."""
+    if recipe.engine != "llamacpp" or recipe.command is not None:
+        return None
+    if not recipe.model:
+        return "the recipe names no model file"
+    model = Path(recipe.model)
+    if not model.is_file():
+        return f"model file {model} {'is a directory' if model.is_dir() else 'does not exist'}"
+    return None
 
 
 def load_config(path: str | Path) -> CampaignConfig:

@@ -9,13 +9,15 @@ what was registered even if ``frank.toml`` changes later.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
 
-from frankenstein.config import ResolvedRecipe
+from frankenstein.config import Name, ResolvedRecipe, launch_problem
 from frankenstein.design.rules import BlockRule, RuleField
 from frankenstein.errors import DesignError
 from frankenstein.validation import UserFile, field_error, read_toml
@@ -23,6 +25,10 @@ from frankenstein.workload.replay import ReplaySettings
 
 Kind = Literal["speed", "fidelity", "agent", "screen", "aa"]
 ARMS = ("served", "candidate")
+# Documented bounds (docs/designs.md): a design beyond them would take years of engine starts, and
+# building its schedule alone would exhaust memory at registration.
+MAX_BLOCKS = 1000
+MAX_STARTS_PER_ARM = 100
 
 
 class ArmSpec(UserFile):
@@ -72,12 +78,12 @@ class Gates(UserFile):
 
 
 class DesignFile(UserFile):
-    name: str = Field(min_length=1)
+    name: Name
     kind: Kind = "speed"
     hypothesis: str = ""
     arms: dict[str, ArmSpec]
-    blocks: int = Field(ge=1, le=1000)
-    starts_per_arm: int = Field(default=1, ge=1)
+    blocks: int = Field(ge=1, le=MAX_BLOCKS)
+    starts_per_arm: int = Field(default=1, ge=1, le=MAX_STARTS_PER_ARM)
     workload: str | None = None
     workload_hash: str | None = None
     replay: ReplaySettings = ReplaySettings()
@@ -96,6 +102,39 @@ class DesignFile(UserFile):
         if sorted(self.arms) != sorted(ARMS):
             raise ValueError(f"arms must be exactly `served` and `candidate` (got {', '.join(sorted(self.arms)) or 'none'})")
         return self
+
+    @model_validator(mode="after")
+    def _can_finish(self) -> DesignFile:
+        """Refuse settings with which no start could measure anything (each would fail the same way)."""
+        problem = finish_problem(self)
+        if problem:
+            raise PydanticCustomError("cannot_finish", "{field}: {why}", {"field": problem[0], "why": problem[1]})
+        return self
+
+
+def finish_problem(design: DesignFile) -> tuple[str, str] | None:
+    """(field, why) for a setting that makes every start fail or measure nothing, else None."""
+    r = design.replay
+    if not math.isfinite(r.temperature) or r.temperature < 0:
+        return "replay.temperature", f"must be a finite number >= 0, got {r.temperature}"
+    if r.max_turns is not None and r.warmup_turns >= r.max_turns:
+        return "replay.warmup_turns", (f"{r.warmup_turns} warm-up turns of at most {r.max_turns} leave no "
+                                       "measured turn; lower warmup_turns or raise max_turns")
+    if not math.isfinite(design.agent.temperature) or design.agent.temperature < 0:
+        return "agent.temperature", f"must be a finite number >= 0, got {design.agent.temperature}"
+    for name, value in design.agent.limits.items():
+        if not math.isfinite(value) or value <= 0:
+            return f"agent.limits.{name}", f"must be a finite number > 0, got {value}"
+    return None
+
+
+def check_launchable(recipes: dict[str, ResolvedRecipe | None], path: Path) -> None:
+    """Registration refuses an arm whose recipe cannot start (e.g. its model file is missing):
+    every run would stop at that slot, recording nothing."""
+    for arm, recipe in recipes.items():
+        problem = launch_problem(recipe) if recipe is not None else None
+        if problem:
+            raise DesignError(f"{problem} (recipe {recipe.name})", path=path, field=f"arms.{arm}")  # type: ignore[union-attr]
 
 
 class FrozenDesign(UserFile):

@@ -21,7 +21,7 @@ from frankenstein import __version__
 from frankenstein.campaign import Campaign
 from frankenstein.config import ResolvedRecipe
 from frankenstein.design.kinds import kind_of
-from frankenstein.design.model import ARMS, DesignFile, FrozenDesign, Registered, load_design
+from frankenstein.design.model import ARMS, DesignFile, FrozenDesign, Registered, check_launchable, load_design
 from frankenstein.errors import DesignError, FrankError, RegistryError
 from frankenstein.measure.timings import METRICS
 from frankenstein.served import served_parts
@@ -63,6 +63,7 @@ def check_design(campaign: Campaign, design: DesignFile, path: Path) -> FrozenDe
     direction: Literal["lower", "higher"] = design.direction or (
         "higher" if METRICS.get(design.primary_metric) == "higher" else "lower")
     recipes = {arm: resolve_arm(campaign, design, arm) for arm in ARMS}
+    check_launchable(recipes, path)
     same = _same(recipes["served"], recipes["candidate"], design)
     if same and not kind.same_arms:
         raise DesignError("the two arms are identical; only an A/A design (kind = \"aa\") may compare a recipe with itself",
@@ -134,13 +135,22 @@ def register(campaign: Campaign, design_path: str | Path) -> Registered:
         prev = last.row_hash if last else GENESIS
         design_id = f"{design.name}-{seq}"
         row_hash = _row_hash(prev, design_id, design_hash, seed, sched, at, __version__, text)
-        (campaign.root / "designs" / f"{design_id}.toml").write_bytes(source)
+        inside(campaign, campaign.root / "designs" / f"{design_id}.toml").write_bytes(source)
         return RegistryRow(seq=seq, design_id=design_id, kind=design.kind, name=design.name, canonical=text,
                            design_hash=design_hash, seed=seed, schedule=sched, registered_at=at,
                            tool_version=__version__, prev_hash=prev, row_hash=row_hash)
 
     row = campaign.store.append_registry(build)
     return Registered(row.seq, row.design_id, frozen, design_hash, seed, schedule, at, sha256(source))
+
+
+def inside(campaign: Campaign, path: Path) -> Path:
+    """A path frank is about to write, resolved and checked to stay inside the campaign folder (names are
+    slugs already; this also holds against a symlinked subfolder)."""
+    resolved, root = path.resolve(), campaign.root.resolve()
+    if not resolved.is_relative_to(root):
+        raise DesignError(f"refusing to write {resolved}: it is outside the campaign folder {root}")
+    return resolved
 
 
 def _design_name(path: Path) -> str:
