@@ -14,7 +14,8 @@ Everything else — generation, streaming included, ``/health``, ``/metrics``, .
 upstream engine byte for byte; response bodies are relayed chunk by chunk as they arrive, so SSE
 events reach the client when the engine sends them. Only the stdlib ``http.server``
 (``ThreadingHTTPServer``, one thread per connection, a deep backlog: see
-:mod:`frankenstein.workload.listener` for the concurrency it is built for) and httpx are used.
+:mod:`frankenstein.workload.listener` for the concurrency it is built for) and the engines' stdlib
+client (:mod:`frankenstein.engines.http`) are used.
 Malformed ``Content-Length`` and too deeply nested JSON get a 400.
 """
 
@@ -26,12 +27,11 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
-
+from frankenstein.engines.http import Streamed, TransportError, open_stream
 from frankenstein.errors import FrankError
 from frankenstein.regioncache.cache import RegionCache
 from frankenstein.regioncache.render import Renderer, Unrenderable
-from frankenstein.workload.listener import BadRequest, ProxyHTTPServer, bad_request, loads, read_body, send_json
+from frankenstein.workload.listener import CONNECT_RETRIES, BadRequest, ProxyHTTPServer, bad_request, loads, read_body, send_json
 
 _HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
         "transfer-encoding", "upgrade", "host", "content-length", "accept-encoding", "content-encoding"}
@@ -45,8 +45,10 @@ class FrontServer(ProxyHTTPServer):
         self.upstream = upstream.rstrip("/")
         self.cache = cache
         self.renderer = renderer
-        self.client = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=10.0),
-                                   limits=httpx.Limits(max_connections=256, max_keepalive_connections=16))
+        # One upstream connection per request (the engines' stdlib client), as the recording proxy
+        # does: llama-server may close a kept-alive connection just as it is reused, and that request
+        # would fail with a 502. Connect failures (nothing sent yet) are retried.
+        self.timeout_s = timeout_s
         self.local_answers = 0
         self.passed_through = 0
         self._lock = threading.Lock()
@@ -142,9 +144,9 @@ class _Handler(BaseHTTPRequestHandler):
         url = self.server.upstream + self.path
         headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
         try:
-            req = self.server.client.build_request(self.command, url, headers=headers, content=raw or None)
-            resp = self.server.client.send(req, stream=True)
-        except httpx.HTTPError as exc:
+            resp = open_stream(url, self.command, raw or None, headers, timeout_s=self.server.timeout_s,
+                               connect_retries=CONNECT_RETRIES, slots=self.server.upstream_slots)
+        except TransportError as exc:
             self._json(502, {"error": {"message": f"upstream {self.server.upstream}: {exc}", "type": "bad_gateway"}})
             return
         try:
@@ -152,9 +154,9 @@ class _Handler(BaseHTTPRequestHandler):
         finally:
             resp.close()
 
-    def _relay(self, resp: httpx.Response) -> None:
+    def _relay(self, resp: Streamed) -> None:
         self.send_response(resp.status_code)
-        for k, v in resp.headers.multi_items():
+        for k, v in resp.headers.items():
             if k.lower() not in _HOP:
                 self.send_header(k, v)
         if self.command == "HEAD" or resp.status_code in _NO_BODY:
@@ -172,7 +174,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True  # the client left; closing the upstream response ends the stream
-        except httpx.HTTPError:
+        except TransportError:
             self.close_connection = True  # the upstream died mid-body: end without the final chunk
 
     # ------------------------------------------------------------------ plumbing
@@ -223,7 +225,6 @@ class Front:
     def shutdown(self) -> None:
         self.server.shutdown()
         self.server.server_close()
-        self.server.client.close()
         self._thread.join(timeout=5)
 
     def __enter__(self) -> Front:

@@ -5,18 +5,25 @@ request-body reading that answers 400 to bad input instead of dropping the conne
 Concurrency they are built for: one thread per client connection, a listen backlog of
 :data:`BACKLOG` (the kernel caps it at ``net.core.somaxconn``, 4096 on current Linux), so bursts of
 a thousand simultaneous clients on loopback are accepted, queued and answered, none reset
-(``benchmarks/proxy_load.py``). The engine behind them still runs what it runs (llama-server:
-``--parallel`` slots); the proxies add threads, not capacity. Bodies are limited to
+(``benchmarks/proxy_load.py``). At most :data:`UPSTREAM_SLOTS` requests are open to the engine at
+once; the rest wait in the proxy. The engine behind them still runs what it runs (llama-server:
+``--parallel`` slots); the proxies add threads and a queue, not capacity. Bodies are limited to
 :data:`MAX_BODY_BYTES`.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 BACKLOG = 4096
+CONNECT_RETRIES = 3  # upstream connects retried by the proxies (safe: nothing was sent yet)
+# Requests a proxy has open to its upstream at once; more wait in the proxy. An engine's own accept
+# backlog is small (llama-server's HTTP library listens with a backlog of 5), so a burst of a
+# thousand forwarded connects would overflow it and be dropped; queued here they are all answered.
+UPSTREAM_SLOTS = 64
 MAX_BODY_BYTES = 256 * 1024 * 1024
 
 
@@ -28,6 +35,10 @@ class ProxyHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = BACKLOG
+
+    def server_activate(self) -> None:
+        super().server_activate()
+        self.upstream_slots = threading.BoundedSemaphore(UPSTREAM_SLOTS)
 
 
 def read_body(handler: BaseHTTPRequestHandler) -> bytes:

@@ -54,11 +54,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
-
+from frankenstein.engines.http import Streamed, TransportError, open_stream
 from frankenstein.engines.sse import SseParser
 from frankenstein.errors import FrankError
-from frankenstein.workload.listener import BadRequest, ProxyHTTPServer, bad_request, loads, read_body
+from frankenstein.workload.listener import CONNECT_RETRIES, BadRequest, ProxyHTTPServer, bad_request, loads, read_body
 from frankenstein.workload.trace import (
     CHAT, RecordedOutput, RecordedTimings, ToolCall, Turn, append_turn, derive_session_id, load_trace,
     make_turn_id, redact_request,
@@ -304,7 +303,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._exchange(endpoint, raw, body)
             else:
                 self._pass_through(raw)
-        except httpx.HTTPError as exc:
+        except TransportError as exc:
             self.server.note_error(f"upstream: {exc!r}")
             if not self.client_gone:
                 self._reply(502, {"content-type": "application/json"},
@@ -348,21 +347,21 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
 
     def _pass_through(self, raw: bytes) -> None:
-        resp = self.server.client.request(self.command, self.server.upstream + self.path, content=raw,
-                                          headers=self._upstream_headers())
-        self._reply(resp.status_code, resp.headers, resp.content)
+        resp = self.server.open(self.command, self.path, raw, self._upstream_headers())
+        try:
+            self._reply(resp.status_code, resp.headers, resp.read())
+        finally:
+            resp.close()
 
     # -- recorded turns: each is appended before the client sees the end of its response
     def _exchange(self, endpoint: str, raw: bytes, body: dict[str, Any]) -> None:
         t0 = time.perf_counter()
-        req = self.server.client.build_request("POST", self.server.upstream + self.path, content=raw,
-                                               headers=self._upstream_headers())
-        resp = self.server.client.send(req, stream=True)
+        resp = self.server.open("POST", self.path, raw, self._upstream_headers())
         try:
             if resp.status_code != 200:
-                resp.read()
+                data = resp.read()
                 self.server.note_error(f"upstream answered {resp.status_code} on {endpoint}")
-                self._reply(resp.status_code, resp.headers, resp.content)
+                self._reply(resp.status_code, resp.headers, data)
             elif "text/event-stream" in resp.headers.get("content-type", ""):
                 self._relay_stream(endpoint, body, resp, t0)
             else:
@@ -377,7 +376,7 @@ class _Handler(BaseHTTPRequestHandler):
         timings = RecordedTimings(server=server, ttft_ms=ttft, e2e_ms=round((time.perf_counter() - t0) * 1e3, 3))
         self.server.record(endpoint, body, self.headers.get(SESSION_HEADER), output, timings, self._peer_closed())
 
-    def _relay_json(self, endpoint: str, body: dict[str, Any], resp: httpx.Response, t0: float) -> None:
+    def _relay_json(self, endpoint: str, body: dict[str, Any], resp: Streamed, t0: float) -> None:
         data = resp.read()
         try:
             answer = _json_object(data)
@@ -389,7 +388,7 @@ class _Handler(BaseHTTPRequestHandler):
         if answer is None:
             raise _UpstreamFailed(f"upstream answered non-JSON on {endpoint}")
 
-    def _relay_stream(self, endpoint: str, body: dict[str, Any], resp: httpx.Response, t0: float) -> None:
+    def _relay_stream(self, endpoint: str, body: dict[str, Any], resp: Streamed, t0: float) -> None:
         self.send_response(200)
         for k, v in resp.headers.items():
             if k.lower() not in _HOP:
@@ -403,7 +402,7 @@ class _Handler(BaseHTTPRequestHandler):
                 if ttft is None and asm.has_output:
                     ttft = round((time.perf_counter() - t0) * 1e3, 3)
                 self._write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-        except httpx.HTTPError as exc:
+        except TransportError as exc:
             self._fail_stream(f"upstream died mid-stream on {endpoint}: {exc!r}")
         if not asm.finished:
             self._fail_stream(f"upstream stream on {endpoint} ended without finishing"
@@ -436,12 +435,17 @@ class _ProxyServer(ProxyHTTPServer):
         self.upstream = upstream.rstrip("/")
         self.recorder = recorder
         self.on_turn = on_turn
-        # One upstream connection per request: llama-server may close a kept-alive connection right
-        # after a stream, and a request racing that close fails with no response at all.
-        self.client = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=10.0),
-                                   limits=httpx.Limits(max_keepalive_connections=0))
+        self.timeout_s = timeout_s
         self.errors: list[str] = []
         self._err_lock = threading.Lock()
+
+    def open(self, method: str, path: str, raw: bytes, headers: dict[str, str]) -> Streamed:
+        """One upstream request on a fresh connection (the engines' stdlib client): llama-server may
+        close a kept-alive connection right after a stream, and a request racing that close fails
+        with no response at all. Connect failures (nothing sent yet) are retried: a burst can
+        overflow the engine's own accept backlog."""
+        return open_stream(self.upstream + path, method, raw or None, headers, timeout_s=self.timeout_s,
+                           connect_retries=CONNECT_RETRIES, slots=self.upstream_slots)
 
     def note_error(self, message: str) -> None:
         with self._err_lock:
@@ -481,7 +485,6 @@ class RecorderServer:
     def shutdown(self) -> None:
         self._httpd.shutdown()
         self._httpd.server_close()
-        self._httpd.client.close()
         self._thread.join(timeout=5)
 
     def __enter__(self) -> RecorderServer:
