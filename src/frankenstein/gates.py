@@ -65,6 +65,8 @@ def memory_gate(res: Resources, limit_mib: float) -> tuple[bool | None, str]:
     """(passed, sentence); passed is None when the gate could not be checked (absent is not zero)."""
     if res.starts == 0:
         return None, "memory gate not checked: no ok starts"
+    if res.absent and res.not_sampled:
+        return None, f"memory gate not checked: GPU not sampled in {len(res.not_sampled)} of {res.starts} ok starts"
     if res.absent:
         return None, f"memory gate not checked: no GPU (resources absent in all {res.starts} ok starts)"
     if res.with_gpu < res.starts:

@@ -16,6 +16,7 @@ from frankenstein.campaign import Campaign, open_campaign
 from frankenstein.design import registry
 from frankenstein.design.kinds import kind_of
 from frankenstein.design.kinds.base import Analysis, arm_values, block_values, can_still_change
+from frankenstein.design.start import load_warnings
 from frankenstein.design.table import format_verdict
 
 __all__ = ["Analysis", "analyze", "analyze_registered", "arm_values", "block_values", "can_still_change",
@@ -24,7 +25,9 @@ __all__ = ["Analysis", "analyze", "analyze_registered", "arm_values", "block_val
 
 def analyze(campaign: Campaign, design_id: str) -> Analysis:
     reg = registry.get(campaign, design_id)
-    return kind_of(reg.design.kind).analyze(campaign, reg)
+    a = kind_of(reg.design.kind).analyze(campaign, reg)
+    a.warnings = load_warnings(campaign.store.starts_of(design_id))
+    return a
 
 
 def format_analysis(a: Analysis) -> list[str]:
@@ -42,6 +45,8 @@ def format_analysis(a: Analysis) -> list[str]:
         lines.append(f"verdict under the registered stopping and failure rules: invalid ({a.invalidated})")
     for note in a.dropped:
         lines.append(f"note: {note}")
+    for warning in a.warnings:
+        lines.append(f"warning: {warning}")
     if a.secondary:
         lines += ["", "secondary metrics (reported, not tested):"]
         for m, s in a.secondary.items():

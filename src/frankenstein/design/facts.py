@@ -17,8 +17,10 @@ from typing import Any
 
 from frankenstein.campaign import Campaign
 from frankenstein.design.kinds import kind_of
-from frankenstein.design.kinds.base import block_values, can_still_change
+from frankenstein.design import rules
+from frankenstein.design.kinds.base import arm_values, block_values, can_still_change, dropped_blocks
 from frankenstein.design.model import Registered
+from frankenstein.design.start import load_warnings, machine_cells, machine_differences, machine_of, start_label
 from frankenstein.store import StartRow
 
 
@@ -37,6 +39,7 @@ class Resources:
     with_gpu: int  # of those, starts that carried GPU figures
     per_arm: dict[str, dict[int, GpuArm]] = field(default_factory=dict)
     sources: tuple[str, ...] = ()
+    not_sampled: tuple[str, ...] = ()  # why, per ok start that could not look at a GPU (never "no GPU")
 
     @property
     def absent(self) -> bool:
@@ -73,6 +76,9 @@ class DesignFacts:
     memory_gate_mib: float | None
     top_k: int
     fidelity_paths: tuple[str, ...] = ()  # the forced-decode path(s) of this fidelity design, or of its gate
+    machines: tuple[tuple[str, dict[str, str]], ...] = ()  # (start label, metadata cells) per start
+    machine_flags: tuple[str, ...] = ()  # starts whose machine differs from the rest
+    load_warnings: tuple[str, ...] = ()  # starts run while the machine was busier than its cores
 
 
 def _gpu_entries(data: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, str | None]:
@@ -85,13 +91,15 @@ def _gpu_entries(data: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, str
 def read_resources(rows: list[StartRow]) -> Resources:
     """Per arm and GPU, from the ok start rows of one design."""
     acc: dict[str, dict[int, list[dict[str, Any]]]] = {}
-    ok, with_gpu, sources = 0, 0, set()
+    ok, with_gpu, sources, why = 0, 0, set(), []
     for row in rows:
         if not row.ok:
             continue
         ok += 1
         gpus, source = _gpu_entries(row.resources)
         if gpus is None:
+            if row.resources.get("status") == "not sampled" or not row.resources:
+                why.append(str(row.resources.get("note") or "not sampled: nothing recorded"))
             continue
         with_gpu += 1
         if source:
@@ -99,7 +107,7 @@ def read_resources(rows: list[StartRow]) -> Resources:
         for g in gpus:
             acc.setdefault(row.arm, {}).setdefault(int(g["index"]), []).append(g)
     per_arm = {arm: {i: _fold(gs) for i, gs in sorted(by_gpu.items())} for arm, by_gpu in acc.items()}
-    return Resources(starts=ok, with_gpu=with_gpu, per_arm=per_arm, sources=tuple(sorted(sources)))
+    return Resources(starts=ok, with_gpu=with_gpu, per_arm=per_arm, sources=tuple(sorted(sources)), not_sampled=tuple(why))
 
 
 def _fold(gs: list[dict[str, Any]]) -> GpuArm:
@@ -128,6 +136,8 @@ def design_facts(campaign: Campaign, reg: Registered) -> DesignFacts:
         resources=read_resources(rows), fidelity_gate=d.gates.fidelity, memory_gate_mib=d.gates.memory_mib,
         top_k=d.fidelity.top_k,
         fidelity_paths=fidelity_paths(campaign, reg.design_id if kind_of(d.kind).measures_fidelity else d.gates.fidelity),
+        machines=tuple((start_label(r), machine_cells(machine_of(r), r)) for r in rows),
+        machine_flags=tuple(machine_differences(rows)), load_warnings=tuple(load_warnings(rows)),
     )
 
 
@@ -151,7 +161,9 @@ def _stopped(campaign: Campaign, reg: Registered, blocks_run: int) -> str | None
     if reg.design.stopping == "curtail" and kind_of(reg.design.kind).can_curtail:
         served, candidate, _ = block_values(campaign, reg)
         done = sorted(b for b in served if b in candidate)
-        if not can_still_change(reg, [served[b] for b in done], [candidate[b] for b in done], reg.design.blocks - len(done)):
+        dropped = dropped_blocks(reg, arm_values(campaign, reg, reg.design.primary_metric)[1])
+        remaining = rules.remaining_blocks(reg.design.blocks, len(done), len(dropped))
+        if not can_still_change(reg, [served[b] for b in done], [candidate[b] for b in done], remaining):
             return "curtailed"
     return "incomplete"
 

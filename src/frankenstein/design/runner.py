@@ -13,15 +13,17 @@ import os
 import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from functools import partial
 from pathlib import Path
 
 from frankenstein.campaign import Campaign
 from frankenstein.config import ResolvedRecipe
 from frankenstein.design import registry
 from frankenstein.design.kinds import kind_of
-from frankenstein.design.kinds.base import Progress, block_values, can_still_change
+from frankenstein.design.kinds.base import Progress
+from frankenstein.design.kinds.base import settled as kind_settled
 from frankenstein.design.model import Registered, Slot
-from frankenstein.design.start import StartOutcome, record_start
+from frankenstein.design.start import StartOutcome, record_start, watched
 from frankenstein.errors import DesignError, RunLockedError
 from frankenstein.store import now_iso
 from frankenstein.workload.trace import Workload, load_trace
@@ -107,7 +109,7 @@ def run_design(
             label = f"block {slot.block + 1}/{reg.design.blocks} · {slot.arm}"
             ctx = progress_factory(label) if progress_factory else _null()
             with ctx as progress:
-                out = _run_slot(campaign, reg, slot, workload, progress)
+                out = watched(partial(_run_slot, campaign, reg, slot, workload, progress))
             record_start(campaign.store, out, design_id=design_id, block=slot.block, position=slot.position,
                          rep=slot.rep, arm=slot.arm)
             ran += 1
@@ -121,10 +123,5 @@ def _null() -> Iterator[None]:
 
 
 def settled(campaign: Campaign, reg: Registered, next_block: int) -> bool:
-    """Whether the verdict can no longer change, given the complete blocks before ``next_block`` (curtailment)."""
-    served, candidate, _ = block_values(campaign, reg)
-    complete = [b for b in range(next_block) if b in served and b in candidate]
-    if len(complete) < next_block:
-        return False
-    remaining = reg.design.blocks - next_block
-    return not can_still_change(reg, [served[b] for b in complete], [candidate[b] for b in complete], remaining)
+    """Whether the verdict can no longer change, given the blocks before ``next_block`` (curtailment)."""
+    return kind_settled(campaign, reg, next_block)

@@ -2,6 +2,11 @@
 
 A failed start is an outcome, not an exception: it is returned with its reason so the caller records
 it (every start is recorded, failures included) and applies the design's failure policy.
+
+``watched(run)`` wraps every start of every kind (speed, fidelity, agent, screen, command arms): the
+machine snapshot before it (``resources["machine"]``), the load through it (``resources["load"]``) and
+the NVML sampler (device-wide where the kind did not sample its engine itself), so a start that could
+not look at a GPU says "not sampled", never "no GPU".
 """
 
 from __future__ import annotations
@@ -15,8 +20,10 @@ from typing import Any
 from frankenstein.config import ResolvedRecipe
 from frankenstein.engines import adapter_for
 from frankenstein.errors import EngineError
-from frankenstein.measure.resources import ResourceSampler
-from frankenstein.store import Store, now_iso
+from frankenstein.measure.machine import MachineSnapshot, differences, snapshot
+from frankenstein.measure.noise import LoadRecord, LoadSampler, judge_load
+from frankenstein.measure.resources import ResourceSampler, not_sampled
+from frankenstein.store import StartRow, Store, now_iso
 from frankenstein.workload.replay import ReplayResult, ReplaySettings, replay
 from frankenstein.workload.trace import Workload
 
@@ -69,6 +76,20 @@ def measure_start(
     return out
 
 
+def watched(run: Callable[[], StartOutcome]) -> StartOutcome:
+    """Run one start with the machine recorded beside it: snapshot before, load and NVML through it."""
+    machine = snapshot()
+    with LoadSampler() as load, ResourceSampler() as sampler:
+        sampler.attach(None)
+        out = run()
+    if out.resources.get("status") != "sampled":
+        out.resources = dict(sampler.result or not_sampled("the sampler gave no result"))
+    out.resources["machine"] = machine.as_dict()
+    if load.record is not None:
+        out.resources["load"] = load.record.model_dump(mode="json")
+    return out
+
+
 def _metrics_or_empty(engine: Any) -> dict[str, float]:
     try:
         return dict(engine.metrics())
@@ -88,3 +109,62 @@ def record_start(store: Store, out: StartOutcome, *, design_id: str | None = Non
         engine=out.engine, engine_version=out.engine_version, recipe=out.recipe.model_dump(),
         resources=out.resources, capabilities=out.capabilities, artifacts=arts, episodes=list(out.episodes),
     )
+
+
+# ---------------------------------------------------------------- the machine, read back from start rows
+
+
+def start_label(row: StartRow) -> str:
+    return f"start {row.id} (block {row.block + 1}, {row.arm})"
+
+
+def load_warnings(rows: list[StartRow]) -> list[str]:
+    """One warning per start during which the machine was busier than its cores (the noise guard)."""
+    out = []
+    for row in rows:
+        load = row.resources.get("load")
+        if isinstance(load, dict):
+            warning = judge_load(start_label(row), LoadRecord.model_validate(load))
+            if warning:
+                out.append(warning)
+    return out
+
+
+def machine_of(row: StartRow) -> MachineSnapshot | None:
+    data = row.resources.get("machine")
+    return MachineSnapshot.model_validate(data) if isinstance(data, dict) else None
+
+
+def machine_cells(snap: MachineSnapshot | None, row: StartRow) -> dict[str, str]:
+    """The metadata table's cells for one start (what should not move between starts)."""
+    if snap is None:
+        return {"host": "not recorded"}
+    gpus = ", ".join(g.name for g in snap.gpus) if snap.gpus else f"{snap.gpu_status} ({snap.gpu_note})".strip()
+    return {"host": snap.host, "CPU": f"{snap.cpu_model or '?'} × {snap.cpu_cores or '?'}",
+            "governor": snap.cpu_governor or "not readable", "GPU": gpus,
+            "driver / CUDA": f"{snap.driver_version or '-'} / {snap.cuda_version or '-'}",
+            "engine": f"{row.engine or '-'} {row.engine_version or ''}".strip()}
+
+
+def machine_differences(rows: list[StartRow]) -> list[str]:
+    """Starts whose machine differs from the design's most common one, named with what differs."""
+    cells = {row.id: tuple(sorted(machine_cells(machine_of(row), row).items())) for row in rows}
+    recorded = [row for row in rows if machine_of(row) is not None]
+    if not recorded:
+        return []
+    keys = [cells[r.id] for r in recorded]
+    common = max(set(keys), key=keys.count)
+    ref = next(r for r in recorded if cells[r.id] == common)
+    ref_snap = machine_of(ref)
+    assert ref_snap is not None
+    out = []
+    for row in rows:
+        snap = machine_of(row)
+        if snap is None:
+            out.append(f"{start_label(row)}: no machine recorded")
+        elif cells[row.id] != common:
+            diffs = differences(ref_snap, snap)
+            if (ref.engine, ref.engine_version) != (row.engine, row.engine_version):
+                diffs.append(f"engine: {ref.engine} {ref.engine_version} → {row.engine} {row.engine_version}")
+            out.append(f"{start_label(row)} ran on a different machine: " + "; ".join(diffs or ["see the table"]))
+    return out

@@ -14,13 +14,18 @@ from frankenstein.gates import memory_gate
 
 def resource_lines(res: Resources) -> list[str]:
     """Memory and power seen, per GPU, or a plain statement that they are absent."""
+    if res.starts and res.absent and res.not_sampled:
+        why = "; ".join(sorted(set(res.not_sampled)))
+        return [f"GPU memory and power: not sampled in {len(res.not_sampled)} of the {res.starts} ok starts ({why}); "
+                "absent, not zero, and not a statement that there was no GPU."]
     if res.starts and res.absent:
-        return [f"GPU memory and power: absent (no GPU or NVML where the {res.starts} ok starts ran), not zero."]
+        return [f"GPU memory and power: absent (no GPU where the {res.starts} ok starts ran), not zero."]
     if not res.starts:
         return ["GPU memory and power: no ok starts."]
     lines = []
     if res.with_gpu < res.starts:
-        lines.append(f"GPU figures absent in {res.starts - res.with_gpu} of {res.starts} ok starts.")
+        why = f" (not sampled in {len(res.not_sampled)})" if res.not_sampled else ""
+        lines.append(f"GPU figures absent in {res.starts - res.with_gpu} of {res.starts} ok starts{why}.")
     gpus = sorted({i for arm in res.per_arm.values() for i in arm})
     src = f" ({', '.join(res.sources)} memory)" if res.sources else ""
     for i in gpus:

@@ -148,6 +148,27 @@ def format_design(d: DesignReport, base: str, plots: dict[str, str]) -> list[str
     if kind_of(design.kind).measures_fidelity and "kl" not in plots:
         lines += ["", "No KL plot: the fidelity module gave no per-position KL for this design."]
     lines += ["", "### What this does and does not show", "", *(f"- {s}" for s in what_it_shows(d.facts, d.description.measures, d.description.concurrency))]
+    lines += format_machines(d)
+    return lines
+
+
+MACHINE_COLUMNS = ("host", "CPU", "governor", "GPU", "driver / CUDA", "engine")
+
+
+def format_machines(d: DesignReport) -> list[str]:
+    """The metadata table (one row per distinct machine, with the starts it ran), the starts whose
+    machine differs, and the starts run on a busy machine."""
+    if not d.facts.machines:
+        return []
+    if all(cells.get("host") == "not recorded" for _, cells in d.facts.machines):
+        return ["", "### Machine", "", f"- Not recorded for any of the {len(d.facts.machines)} starts."]
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for label, cells in d.facts.machines:
+        groups.setdefault(tuple(cells.get(c, "—") for c in MACHINE_COLUMNS), []).append(label)
+    rows = [[*key, str(len(labels))] for key, labels in groups.items()]
+    lines = ["", "### Machine", "", *md_table([*MACHINE_COLUMNS, "starts"], rows, "llllll" + "r")]
+    lines += [f"- Differs: {flag}" for flag in d.facts.machine_flags]
+    lines += [f"- Warning: {w}" for w in d.facts.load_warnings]
     return lines
 
 

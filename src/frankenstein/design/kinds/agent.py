@@ -16,7 +16,7 @@ from frankenstein.agent.tasks import load_suite
 from frankenstein.campaign import Campaign
 from frankenstein.config import ResolvedRecipe
 from frankenstein.design import rules
-from frankenstein.design.kinds.base import Analysis, Description, Progress, arm_values, metric_scope
+from frankenstein.design.kinds.base import Analysis, Description, Progress, arm_values, check_stopping, metric_scope
 from frankenstein.design.kinds.speed import check_block_rule
 from frankenstein.design.model import ARMS, DesignFile, Registered, Slot
 from frankenstein.design.start import StartOutcome
@@ -106,6 +106,7 @@ class AgentKind:
         if design.rule.kind != "harm":
             raise DesignError("an agent design uses rule \"harm\"", path=path, field="rule.kind")
         check_block_rule(design, path)
+        check_stopping(self.name, design, path)
 
     def check_workload(self, turns: list[Turn], workload: Path, path: Path) -> None:
         return None

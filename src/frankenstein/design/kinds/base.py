@@ -11,6 +11,9 @@ attributes and :class:`Description`.
     Failure              one failed or invalid start
     arm_values(...)      {block: {arm: mean over ok starts}} of one metric, and the failures
     block_values(...)    the primary metric per complete block, after the failure policy
+    dropped_blocks(...)  blocks the failure policy dropped (neither analysed nor remaining)
+    check_stopping(...)  refuse stopping = "curtail" for a kind that never stops early
+    settled(...)         whether a curtailing runner may stop before a block
     can_still_change(...)  whether blocks still to run could change a block-rule verdict (curtailment)
     metric_scope(metric) what a metric measures, in words
 """
@@ -27,6 +30,7 @@ from frankenstein.config import ResolvedRecipe
 from frankenstein.design import rules, stats
 from frankenstein.design.model import ARMS, DesignFile, FidelityRule, Registered, Slot
 from frankenstein.design.start import StartOutcome
+from frankenstein.errors import DesignError
 from frankenstein.workload.trace import Turn, Workload
 
 Progress = Callable[[int, int], None]
@@ -70,6 +74,7 @@ class Analysis:
     fidelity: dict[str, Any] | None = None  # fidelity summary (candidate and noise floor), JSON-ready
     kl: dict[str, Any] | None = None  # per-position KL of the candidate and the noise floor, for the plot
     matrix: dict[str, dict[str, dict[str, int]]] | None = None  # agent: {arm: {task: {"b<block>d<draw>": passed}}}
+    warnings: list[str] = field(default_factory=list)  # noise guard: starts run on a busy machine, named
 
     @property
     def word(self) -> str:
@@ -149,6 +154,11 @@ def arm_values(campaign: Campaign, reg: Registered, metric: str) -> tuple[dict[i
     return {b: {a: sum(v) / len(v) for a, v in arms.items()} for b, arms in acc.items()}, failures
 
 
+def dropped_blocks(reg: Registered, failures: list[Failure]) -> set[int]:
+    """Blocks the failure policy ``drop_block`` leaves out: they never come back, so they are not remaining."""
+    return {f.block for f in failures} if reg.design.failure_policy == "drop_block" else set()
+
+
 def block_values(campaign: Campaign, reg: Registered) -> tuple[dict[int, float], dict[int, float], list[str]]:
     """Primary-metric value per complete block and arm, after the failure policy; and notes on dropped blocks."""
     values, failures = arm_values(campaign, reg, reg.design.primary_metric)
@@ -162,6 +172,14 @@ def block_values(campaign: Campaign, reg: Registered) -> tuple[dict[int, float],
     return served, candidate, [f.dropped_note() for f in failures]
 
 
+def check_stopping(kind: str, design: DesignFile, path: Path) -> None:
+    """Refuse ``stopping = "curtail"`` for a kind whose runner never stops early (agent, fidelity):
+    registering it would promise a stopping rule that is not implemented."""
+    if design.stopping == "curtail":
+        raise DesignError(f"stopping = \"curtail\" is not implemented for {kind} designs (they run every block); "
+                          "use stopping = \"none\"", path=path, field="stopping")
+
+
 def can_still_change(reg: Registered, served: list[float], candidate: list[float], remaining: int) -> bool:
     """Whether ``remaining`` more blocks could change the verdict of the registered block rule."""
     rule = reg.design.rule
@@ -169,6 +187,18 @@ def can_still_change(reg: Registered, served: list[float], candidate: list[float
         return True
     g = rules.gains(stats.log_ratios(served, candidate), reg.frozen.direction)
     return rules.can_change(rule, g, remaining)
+
+
+def settled(campaign: Campaign, reg: Registered, next_block: int) -> bool:
+    """Whether the verdict can no longer change before ``next_block`` runs (curtailment): every earlier
+    block is analysed or dropped, and the blocks still to run (registered − analysed − dropped) cannot move it."""
+    served, candidate, _ = block_values(campaign, reg)
+    dropped = {b for b in dropped_blocks(reg, arm_values(campaign, reg, reg.design.primary_metric)[1]) if b < next_block}
+    complete = [b for b in range(next_block) if b in served and b in candidate and b not in dropped]
+    if len(complete) + len(dropped) < next_block:
+        return False
+    remaining = rules.remaining_blocks(reg.design.blocks, len(complete), len(dropped))
+    return not can_still_change(reg, [served[b] for b in complete], [candidate[b] for b in complete], remaining)
 
 
 def metric_scope(metric: str) -> str:

@@ -22,7 +22,7 @@ import numpy as np
 
 from frankenstein.campaign import Campaign
 from frankenstein.config import ResolvedRecipe
-from frankenstein.design.kinds.base import Analysis, Description, Failure, Progress
+from frankenstein.design.kinds.base import Analysis, Description, Failure, Progress, check_stopping
 from frankenstein.design.model import DesignFile, FidelityRule, Registered, Slot
 from frankenstein.design.start import StartOutcome
 from frankenstein.engines import adapter_for
@@ -218,6 +218,7 @@ class FidelityKind:
         if not isinstance(design.rule, FidelityRule):
             raise DesignError("a fidelity design needs rule.kind = \"fidelity\" with a tolerance", path=path,
                               field="rule.kind")
+        check_stopping(self.name, design, path)
 
     def check_workload(self, turns: list[Turn], workload: Path, path: Path) -> None:
         problems = workload_problems(turns)

@@ -21,7 +21,7 @@ from frankenstein.campaign import Campaign
 from frankenstein.config import ResolvedRecipe
 from frankenstein.design import rules, stats
 from frankenstein.design.kinds.base import (
-    Analysis, Description, Progress, arm_values, block_values, can_still_change, metric_scope,
+    Analysis, Description, Progress, arm_values, block_values, can_still_change, dropped_blocks, metric_scope,
 )
 from frankenstein.design.model import DesignFile, FidelityRule, Registered, Slot
 from frankenstein.design.start import StartOutcome, measure_start
@@ -109,19 +109,24 @@ def analyze_blocks(campaign: Campaign, reg: Registered) -> Analysis:
 
 
 def _curtailed(out: Analysis, served: list[float], candidate: list[float]) -> None:
-    """A curtailed run stopped because no remaining blocks could change the verdict: any completion
-    of the remaining blocks gives the same word, so it is decided on a completion with no effect."""
+    """A curtailed run stopped because no remaining blocks could change the verdict: every completion
+    of the remaining blocks gives the same word (the rule's :func:`~frankenstein.design.rules.curtailed`).
+    Remaining = registered − analysed − dropped: a block the failure policy dropped never comes back."""
     d = out.reg.design
-    remaining = d.blocks - len(served)
+    dropped = dropped_blocks(out.reg, out.failures)
+    remaining = rules.remaining_blocks(d.blocks, len(served), len(dropped))
     if d.stopping != "curtail" or remaining <= 0 or not served or out.invalidated:
         return
     if can_still_change(out.reg, served, candidate, remaining):
         return
-    g = rules.gains(stats.log_ratios(served, candidate), out.reg.frozen.direction) + [0.0] * remaining
-    dec = rules.decide(d.rule, g, out.reg.frozen.direction)  # type: ignore[arg-type]
-    reason = f"curtailed after {len(served)} of {d.blocks} blocks: no remaining blocks could change the verdict"
-    if out.verdict is not None:
-        out.verdict = out.verdict.model_copy(update={"word": dec.word, "reason": reason})
+    g = rules.gains(stats.log_ratios(served, candidate), out.reg.frozen.direction)
+    dec = rules.curtailed(d.rule, g, remaining, out.reg.frozen.direction)  # type: ignore[arg-type]
+    if dec is None or out.verdict is None:
+        return
+    also = f", {len(dropped)} dropped" if dropped else ""
+    reason = (f"curtailed after {len(served)} of {d.blocks} blocks{also}, {remaining} not run: "
+              "no remaining blocks could change the verdict")
+    out.verdict = out.verdict.model_copy(update={"word": dec.word, "reason": reason})
 
 
 def _secondary(vals: dict[int, dict[str, float]]) -> dict[str, Any]:
