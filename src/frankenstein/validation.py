@@ -4,6 +4,7 @@
     FrozenUserFile    the same, immutable (recipes and parts are hashed into designs)
     field_error(path, exc, error_cls)   the one formatter: the file, the first bad field, what is wrong
     read_toml(path, error_cls)          a TOML file as a dict, or one error naming the file
+    read_text(path, error_cls)          a UTF-8 file's text; missing, a directory or not UTF-8 is one error
 
 Every loader validates with these, so bad input reads the same everywhere:
 ``frank.toml: recipes.base.engine: Input should be 'llamacpp', ...``.
@@ -36,17 +37,40 @@ def field_error(path: object, exc: ValidationError, error_cls: type[ConfigError]
                 prefix: str = "") -> ConfigError:
     """One message naming the file and the first bad field (``prefix`` is prepended to the field, e.g. a line)."""
     err = exc.errors()[0]
-    field = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    ctx = err.get("ctx") or {}
+    field = ".".join(str(p) for p in err["loc"]) or str(ctx.get("field", "")) or "(top level)"
     msg = "unknown field" if err["type"] == "extra_forbidden" else str(err["msg"]).removeprefix("Value error, ")
+    if "why" in ctx:  # a whole-file check names its own field: PydanticCustomError(..., {"field", "why"})
+        msg = str(ctx["why"])
     return error_cls(msg, path=path, field=prefix + field)
 
 
 def read_toml(path: str | Path, error_cls: type[ConfigError] = ConfigError) -> dict[str, Any]:
     """The parsed TOML of ``path``; a missing or malformed file is one ``error_cls`` naming it."""
     path = Path(path)
+    text = read_text(path, error_cls)
     try:
-        return tomllib.loads(path.read_text())
-    except FileNotFoundError as exc:
-        raise error_cls("file not found", path=path) from exc
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise error_cls(f"not valid TOML: {exc}", path=path) from exc
+    except RecursionError as exc:
+        raise error_cls("nested too deeply to read", path=path) from exc
+
+
+def read_text(path: str | Path, error_cls: type[ConfigError] = ConfigError) -> str:
+    """The UTF-8 text of a file the user named; missing, a directory, unreadable or not UTF-8 is one
+    ``error_cls`` naming the file (with the line of the first bad byte)."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError as exc:
+        raise error_cls("file not found", path=path) from exc
+    except IsADirectoryError as exc:
+        raise error_cls("is a directory, not a file", path=path) from exc
+    except OSError as exc:
+        raise error_cls(f"cannot read: {exc.strerror or exc}", path=path) from exc
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise error_cls(f"not UTF-8 text (byte 0x{data[exc.start]:02x} at line {line})", path=path) from exc

@@ -37,6 +37,17 @@ def _exit_interrupted() -> None:
     os._exit(130)
 
 
+def foreign_message(exc: BaseException) -> str:
+    """One line for an exception our rooms did not translate (the file where the OS names one)."""
+    if isinstance(exc, OSError) and exc.filename is not None:
+        return f"{exc.filename}: {exc.strerror or exc}"
+    if isinstance(exc, UnicodeDecodeError):
+        return f"not UTF-8 text ({exc.reason} at byte {exc.start})"
+    if isinstance(exc, RecursionError):
+        return "input nested too deeply to read"
+    return f"{type(exc).__name__}: {exc} (unexpected; FRANK_DEBUG=1 shows the traceback, please report it)"
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _interrupt)
@@ -54,6 +65,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         _exit_interrupted()
     except FrankError as exc:
         print(f"frank: error: {exc}", file=sys.stderr)
+        sys.exit(1)
+    except Exception as exc:  # a foreign error that escaped translation: still one line, never a traceback
+        if os.environ.get("FRANK_DEBUG"):
+            raise
+        print(f"frank: error: {foreign_message(exc)}", file=sys.stderr)
         sys.exit(1)
     if _interrupted:  # typer turns KeyboardInterrupt into a return value of 130
         _exit_interrupted()

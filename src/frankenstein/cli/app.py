@@ -16,3 +16,11 @@ app = typer.Typer(
 @app.callback()
 def _root() -> None:
     """Frankenstein: let an engine part in only through a registered, randomized, exact test."""
+
+
+def check_listen(value: str) -> str:
+    """Typer callback for ``--listen``: ``HOST:PORT`` (or ``PORT``) with a port 0-65535, else a usage error (exit 2)."""
+    _, _, port = value.rpartition(":")
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise typer.BadParameter(f"{value!r}: expected HOST:PORT with a port from 0 to 65535", param_hint="--listen")
+    return value

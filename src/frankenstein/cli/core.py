@@ -7,8 +7,9 @@ from typing import Optional
 
 import typer
 
-from frankenstein.campaign import init_campaign, open_campaign
+from frankenstein.campaign import CONFIG_NAME, init_campaign, open_campaign
 from frankenstein.cli.app import app
+from frankenstein.errors import FrankError
 
 engine_app = typer.Typer(help="Start and check engines.", no_args_is_help=True)
 app.add_typer(engine_app, name="engine")
@@ -20,6 +21,10 @@ def init(directory: Path = typer.Argument(..., help="Campaign folder to create."
 
     Example: frank init my-campaign
     """
+    if directory.exists() and not directory.is_dir():
+        raise FrankError(f"{directory}: exists and is not a folder; refusing to overwrite it")
+    if (directory / CONFIG_NAME).is_dir():
+        raise FrankError(f"{directory / CONFIG_NAME}: is a directory, not a file")
     with init_campaign(directory) as c:
         typer.echo(f"campaign ready: {c.root} (frank.toml, frank.db)")
 

@@ -7,13 +7,14 @@ from typing import Optional
 
 import typer
 
-from frankenstein.cli.app import app
+from frankenstein.cli.app import app, check_listen
 
 
 @app.command()
 def serve(
     campaign: Path = typer.Option(Path("."), "--campaign", "-c", help="Campaign whose served recipe to start."),
-    listen: str = typer.Option("127.0.0.1:8088", "--listen", help="HOST:PORT of the front (127.0.0.1 by default)."),
+    listen: str = typer.Option("127.0.0.1:8088", "--listen", help="HOST:PORT of the front (127.0.0.1 by default).",
+                               callback=check_listen),
     tokenizer: Optional[Path] = typer.Option(
         None, "--tokenizer", help="The model's tokenizer.json (default: beside the model file)."),
     record: Optional[Path] = typer.Option(

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from frankenstein.cli.app import app
+from frankenstein.cli.app import app, check_listen
 from frankenstein.errors import FrankError
 from frankenstein.shipped import expand
 
@@ -22,7 +22,7 @@ app.add_typer(workload_app, name="workload")
 @app.command()
 def record(
     upstream: str = typer.Option(..., "--upstream", help="Base URL of the OpenAI-compatible server to record."),
-    listen: str = typer.Option("127.0.0.1:8081", "--listen", help="HOST:PORT to listen on."),
+    listen: str = typer.Option("127.0.0.1:8081", "--listen", help="HOST:PORT to listen on.", callback=check_listen),
     out: Path = typer.Option(..., "--out", help="Trace file (JSONL); turns are appended."),
 ) -> None:
     """Record turns through an OpenAI-compatible proxy until Ctrl-C.
