@@ -12,6 +12,7 @@ import pytest
 
 from frankenstein.errors import TraceError
 from frankenstein.workload.trace import (
+    redact_request,
     RecordedOutput, Turn, append_turn, derive_session_id, load_trace, request_bytes, strip_secrets, turn_line,
     workload_hash, write_trace,
 )
@@ -216,3 +217,42 @@ def test_shipped_demo_workload_is_agent_shaped_and_fits_the_tiny_context() -> No
     first, second = wl.turns[0], wl.turns[1]
     assert second.request["messages"][: len(first.request["messages"])] == first.request["messages"]
     assert second.request["messages"][len(first.request["messages"])] == {"role": "assistant", "content": first.output.text}
+
+
+# ---------------------------------------------------------------- bad input and credentials (issue 16)
+
+def test_pkg_workloads_load_like_designs_name_them() -> None:
+    wl = load_trace("pkg:demo-workload.jsonl")
+    assert wl.turns and wl.path is not None and wl.path.name == "demo-workload.jsonl"
+
+
+def test_unreadable_traces_get_one_clear_message(tmp_path: Path) -> None:
+    with pytest.raises(TraceError, match="is a directory"):
+        load_trace(tmp_path)
+    line = json.loads(turn_line(Turn(turn_id="t", session_id="s", turn_index=0, endpoint="/v1/completions",
+                                     request={"prompt": "p"}, source="test")))
+    nan = tmp_path / "nan.jsonl"
+    nan.write_bytes(json.dumps(line).replace('"prompt": "p"', '"prompt": "p", "temperature": NaN').encode() + b"\n")
+    with pytest.raises(TraceError, match=r"nan.jsonl: line 1: NaN is not a JSON number"):
+        load_trace(nan)
+    deep = tmp_path / "deep.jsonl"
+    deep.write_bytes(b"[" * 100_000 + b"]" * 100_000 + b"\n")
+    with pytest.raises(TraceError, match=r"deep.jsonl: line 1: JSON nested too deeply"):
+        load_trace(deep)
+
+
+def test_redaction_leaves_what_the_model_sees_and_lists_the_paths() -> None:
+    tools = [{"type": "function", "function": {"name": "login", "parameters": {"type": "object", "properties": {
+        "password": {"type": "string"}, "session_token": {"type": "string"}}}}}]
+    body = {"messages": [{"role": "user", "content": "x", "api_key": "part of the prompt"}], "tools": tools,
+            "max_tokens": 4, "prompt_cache_key": "k", "X-Api-Key": "s", "metadata": {"refresh_token": "s", "n": 1,
+            "nested": {"aws_secret": "s", "keys": [{"deploy_key": "s"}]}}, "api_keys": ["s", "s"]}
+    out, paths = redact_request(body)
+    assert out == {"messages": body["messages"], "tools": tools, "max_tokens": 4, "prompt_cache_key": "k",
+                   "metadata": {"n": 1, "nested": {"keys": [{}]}}}
+    assert paths == ["X-Api-Key", "metadata.refresh_token", "metadata.nested.aws_secret",
+                     "metadata.nested.keys[0].deploy_key", "api_keys"]
+    # the model-visible part of the replayed bytes is the recorded one, byte for byte
+    turn = Turn(turn_id="t", session_id="s", turn_index=0, endpoint="/v1/chat/completions", request=out, source="test")
+    sent = json.loads(request_bytes(turn))
+    assert json.dumps(sent["messages"]) == json.dumps(body["messages"]) and sent["tools"] == tools

@@ -27,6 +27,7 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from frankenstein.errors import TraceError
+from frankenstein.shipped import expand
 
 TRACE_VERSION: Final = 1
 Endpoint = Literal["/v1/chat/completions", "/v1/completions", "/completion"]
@@ -220,12 +221,17 @@ def write_trace(path: str | Path, turns: Iterable[Turn]) -> str:
 # ---------------------------------------------------------------- reading
 
 def iter_turns(path: str | Path) -> Iterator[tuple[int, Turn]]:
-    """(line number, turn) for every line; :class:`TraceError` on the first bad line."""
-    path = Path(path)
+    """(line number, turn) for every line; :class:`TraceError` on the first bad line.
+    ``pkg:NAME`` is a workload shipped with frank (as designs name them)."""
+    path = Path(expand(str(path)))
     try:
         f = open(path, "rb")
     except FileNotFoundError as exc:
         raise TraceError("file not found", path=path) from exc
+    except IsADirectoryError as exc:
+        raise TraceError("is a directory, not a trace file", path=path) from exc
+    except OSError as exc:
+        raise TraceError(f"cannot be read ({exc.strerror or exc})", path=path) from exc
     with f:
         lineno = 0
         for lineno, raw in enumerate(f, start=1):
@@ -238,10 +244,14 @@ def parse_line(raw: bytes, path: str | Path, lineno: int) -> Turn:
     """Parse one JSONL line into a :class:`Turn`, with errors naming file, line and field."""
     where = f"line {lineno}"
     try:
-        data = json.loads(raw)
+        data = json.loads(raw, parse_constant=_no_constant)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         reason = "empty line" if not raw.strip() else f"not valid JSON ({exc})"
         raise TraceError(reason, path=path, field=where) from exc
+    except RecursionError as exc:
+        raise TraceError("JSON nested too deeply", path=path, field=where) from exc
+    except ValueError as exc:  # NaN / Infinity: not JSON, and no engine takes them
+        raise TraceError(str(exc), path=path, field=where) from exc
     if not isinstance(data, dict):
         raise TraceError(f"expected a JSON object, got {type(data).__name__}", path=path, field=where)
     version = data.get("frank_trace")
@@ -254,6 +264,10 @@ def parse_line(raw: bytes, path: str | Path, lineno: int) -> Turn:
         return Turn.model_validate(data)
     except ValidationError as exc:
         raise _field_error(exc, path, where) from exc
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number (NaN and Infinity are not allowed in a trace)")
 
 
 def _field_error(exc: ValidationError, path: str | Path, where: str) -> TraceError:
@@ -277,7 +291,7 @@ def load_trace(path: str | Path) -> Workload:
         h.update(_turn_digest_line(turn))
     if not turns:
         raise TraceError("no turns", path=path)
-    return Workload(turns=tuple(turns), hash=h.hexdigest(), path=Path(path))
+    return Workload(turns=tuple(turns), hash=h.hexdigest(), path=Path(expand(str(path))))
 
 
 def _check_unique(turn: Turn, lineno: int, ids: dict[str, int], pos: dict[tuple[str, int], int],
