@@ -77,3 +77,7 @@ def no_leftover_engines(tmp_path: Path) -> Iterator[None]:
     """Asserts after the test that no llama-server started for this test's tmp_path is alive."""
     yield
     assert pids_of(str(tmp_path)) == [], "an engine outlived its test"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "real: runs on the real model fetched by `make real-model` (SmolLM2-135M)")
