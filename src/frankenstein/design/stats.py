@@ -30,6 +30,7 @@ Sides follow scipy: ``"greater"`` means the values tend to be positive, ``"less"
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -98,7 +99,12 @@ def geomean_ratio(logs: Sequence[float]) -> float:
 
 def exact_fraction(x: float | Fraction) -> Fraction:
     """The decimal a float prints as, exactly: 0.05 -> 1/20, so ``p <= alpha`` has no rounding."""
-    return x if isinstance(x, Fraction) else Fraction(repr(float(x)))
+    return x if isinstance(x, Fraction) else _decimal_fraction(float(x))
+
+
+@functools.lru_cache(maxsize=256)
+def _decimal_fraction(x: float) -> Fraction:
+    return Fraction(repr(x))
 
 
 def sign_test(in_favour: int, n: int, *, cross_check: bool = True) -> SignTest:
@@ -202,6 +208,8 @@ def count_at_most_zero(ints: Sequence[int]) -> int:
     else meet in the middle for n <= MAX_ENUMERATED_BLOCKS (2 * 2**20 sums at most), else ValueError.
     """
     n = len(ints)
+    if n <= 10:  # 2**10 sums: plain integers are quicker than arrays
+        return sum(1 for s in _py_subset_sums(ints) if s <= 0)
     neg, pos = -sum(v for v in ints if v < 0), sum(v for v in ints if v > 0)
     if n * (neg + pos + 1) <= CONVOLUTION_CELLS:
         return _convolve(ints, neg, pos)
@@ -342,6 +350,7 @@ def _kth_mean(values: Sequence[float], side: Side, k: int, tail: Fraction) -> fl
     return kth
 
 
+@functools.lru_cache(maxsize=1024)
 def smallest_p(test: TestName, n: int, side: Side = "greater") -> Fraction:
     """The smallest p the test can reach with n blocks (all blocks strongly one way): 1/2**n,
     or 2/2**n two-sided. A design whose smallest p exceeds its alpha can never confirm."""
