@@ -3,12 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -16,9 +10,7 @@ import pytest
 from frankenstein.config import ResolvedRecipe
 from frankenstein.engines import start_engine
 from frankenstein.engines.process import runtime_dir
-from frankenstein.errors import BinaryNotFoundError, ConfigError, EngineStartError
 
-from conftest import frank, pids_of
 
 pytestmark = pytest.mark.engine
 
@@ -41,7 +33,7 @@ def test_start_request_stop(tiny_recipe: ResolvedRecipe, tmp_path: Path, no_left
         assert reply.text
         ids = eng.tokenize("def main():\n")
         assert ids and all(isinstance(i, int) for i in ids)
-        pid = eng.process.proc.pid  # type: ignore[union-attr]
+        pid = eng.pid
         log = eng.log_path
     assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1][:3]
     assert log is not None and log.exists() and log.parent == tmp_path

@@ -16,6 +16,8 @@ import pytest
 
 from frankenstein.config import ResolvedRecipe
 from frankenstein.engines import adapter_for, start_engine
+from frankenstein.engines.forcing import ForcedTurn
+from frankenstein.engines.prometheus import metrics_delta
 from frankenstein.engines.sglang import (
     SglangEngine, input_topk, meta_of, timing_from_delta, timing_from_meta,
 )
@@ -85,8 +87,6 @@ def test_metrics_delta_timing() -> None:
     after = {'sglang:num_requests_total{is_streaming="true"}': 4.0, "sglang:generation_tokens_total": 122.0,
              "sglang:prompt_tokens_total": 45.0, "sglang:e2e_request_latency_seconds_sum": 2.75,
              "sglang:time_to_first_token_seconds_sum": 0.25}
-    from frankenstein.engines.vllm import metrics_delta
-
     t = timing_from_delta(metrics_delta(before, after, "sglang:"), speculative=False)
     assert (t.generated_tokens, t.prompt_tokens, t.target_steps) == (32, 15, 31)
     assert t.decode_ms == pytest.approx(700.0)
@@ -140,11 +140,9 @@ def test_process_life_against_a_double_of_recorded_answers(tmp_path: Path) -> No
         assert (reply.timing.generated_tokens, reply.timing.target_steps, reply.timing.accepted) == (14, 4, 9)
         assert eng.last_sources["metrics"] == StepTiming()  # the double has no /metrics
 
-        from frankenstein.fidelity.forced import ForcedTurn
-
         result = eng.forced_decode([ForcedTurn("t1", [1, 6722], [315, 9625, 374], "recorded token ids")], 3)
         assert result.positions == 3 and not result.error.any()
         assert result.ids[0].tolist() == [315, 3283, 374] and result.ids[1].tolist() == [279, 9625, 5616]
-        pid = eng.process.proc.pid  # type: ignore[union-attr]
+        pid = eng.pid
     assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1][:3]
     assert pids_of(str(double)) == []

@@ -25,8 +25,9 @@ from frankenstein.config import ResolvedRecipe
 from frankenstein.engines import start_engine
 from frankenstein.engines.process import group_members
 from frankenstein.engines.vllm import VllmEngine
+from frankenstein.fidelity.compare import compare, summarize_pairs
+from frankenstein.fidelity.forced import ForcedTurn, forced_decode, prompt_ids
 from frankenstein.errors import EngineStartError
-from frankenstein.shipped import data_path
 from frankenstein.workload.replay import ReplaySettings, replay
 from frankenstein.workload.trace import Turn, Workload, load_trace, write_trace
 
@@ -87,7 +88,7 @@ def server(tiny_hf: Path, vllm_python: str, tmp_path_factory: pytest.TempPathFac
         TIMINGS["start_s"] = time.monotonic() - t0
         print(f"\nvLLM {eng.version} ready in {eng.ready_s:.1f} s")
         assert isinstance(eng, VllmEngine)
-        pgid = eng.process.proc.pid  # type: ignore[union-attr]
+        pgid = eng.pid
         assert len(group_members(pgid)) >= 3, "expected the API server, engine core and worker in one group"
         yield eng
     assert group_members(pgid) == [], "a vLLM process outlived its start"
@@ -160,9 +161,6 @@ class TestRunningServer:
         """Fidelity end to end on one vLLM start: prompts tokenized and forced through the fidelity API on
         llama.cpp (decode path), the same ids through this adapter's prompt_logprobs path, compared by the
         fidelity API. Same weights, so the KL is numerical noise only."""
-        from frankenstein.fidelity.compare import compare, summarize_pairs
-        from frankenstein.fidelity.forced import ForcedTurn, forced_decode, prompt_ids
-
         turns = [_turn(f"s1-{i:04d}", p, 12, i) for i, p in enumerate(["def main():\n", "The server answered"])]
         with start_engine(tiny_recipe, tmp_path) as llama:
             prompts = [prompt_ids(llama, t) for t in turns]
