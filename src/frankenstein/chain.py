@@ -13,8 +13,8 @@ failed verification). Each chain row holds::
 So editing a record breaks its digest, deleting or inserting a chain row breaks the links, and a record
 written outside frank (raw SQL) has no chain row. Rewriting the whole chain with recomputed hashes is
 caught by the head file beside the database (``frank.head``): append-only, one line ``seq row_hash``
-per record, written in the same write lock as the record. Keep a copy of its last line elsewhere (the
-note prints it) and nothing in the campaign folder can be rewritten quietly.
+per record, written in the same write lock as the record, just before the commit. Keep a copy of its last
+line elsewhere (``frank verify`` prints it) and nothing in the campaign folder can be rewritten quietly.
 """
 
 from __future__ import annotations
