@@ -46,8 +46,8 @@ def sha256(data: str | bytes) -> str:
     return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
 
 
-def digest(tables: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
-    """The hash of a record's rows (table name -> rows, as the store reads them back)."""
+def digest(tables: Mapping[str, Sequence[Any]]) -> str:
+    """The hash of a record's rows (table name -> rows as the store reads them back: mappings, e.g. sqlite3.Row)."""
     def value(v: Any) -> Any:
         return {"sha256": sha256(bytes(v))} if isinstance(v, (bytes, memoryview)) else v
 
