@@ -66,7 +66,7 @@ def check_fidelity(campaign_dir: str | Path, recipe: str, part: str, workload_pa
                 raise FidelityError(f"start {label} ({r.name}) {out.status}: {out.reason}")
             results[label], versions[label] = res, out.engine_version
             echo(f"start {label} ({r.name}): {res.positions} positions in {res.seconds:.1f} s, k used {res.k_used}")
-    summary = {
+    summary: dict[str, Any] = {
         "path": results["A"].path, "k": {"requested": top_k, "used": {"served": results["A"].k_used, "candidate": results["B"].k_used}},
         "noise_floor": summarize_pairs([compare(results["A"], results["A′"], "A vs A′")], threshold),
         "candidate": summarize_pairs([compare(results["A"], results["B"], "A vs B")], threshold),

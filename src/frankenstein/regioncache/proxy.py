@@ -220,7 +220,7 @@ class Front:
     @property
     def url(self) -> str:
         host, port = self.server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host!s}:{port}"
 
     def shutdown(self) -> None:
         self.server.shutdown()

@@ -136,7 +136,8 @@ def concatenate(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | No
     """The documented fallback (module docstring, step 3)."""
     lines = [f"tools: {json.dumps(tools, ensure_ascii=False)}\n"] if tools else []
     for m in messages:
-        text = m.get("content") if isinstance(m.get("content"), str) else _joined(m.get("content") or [])
+        content = m.get("content")
+        text: str = content if isinstance(content, str) else _joined(content or [])
         if m.get("tool_calls"):
             text += json.dumps(m["tool_calls"], ensure_ascii=False)
         lines.append(f"{m.get('role')}: {text}\n")

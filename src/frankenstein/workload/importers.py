@@ -141,7 +141,8 @@ def _sort_openai_line(obj: dict[str, Any], where: tuple[Path, str], pairs: list[
 def _openai_turn(numberer: _Numberer, where: tuple[Path, str], request: dict[str, Any], response: dict[str, Any],
                  url: str | None) -> Turn:
     endpoint = _endpoint_for(request, url)
-    metadata = request.get("metadata") if isinstance(request.get("metadata"), dict) else {}
+    meta = request.get("metadata")
+    metadata: dict[str, Any] = meta if isinstance(meta, dict) else {}
     session = str(metadata.get("session_id") or derive_session_id(endpoint, request))
     output = output_from_response(endpoint, response)
     timings = RecordedTimings(server=server_timings(response))
@@ -209,7 +210,9 @@ def _sharegpt_records(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
 def import_sharegpt(path: str | Path, *, model: str | None = None) -> ImportResult:
     """One session per conversation (its ``id``, else its position); turns are the assistant replies
     that follow at least one non-assistant message."""
-    path, numberer, turns, skipped = Path(path), _Numberer(), [], []
+    path, numberer = Path(path), _Numberer()
+    turns: list[Turn] = []
+    skipped: list[str] = []
     for i, (where_s, rec) in enumerate(_sharegpt_records(path)):
         where = (path, where_s)
         messages = _sharegpt_messages(rec, where)
@@ -241,7 +244,7 @@ def _sharegpt_messages(rec: dict[str, Any], where: tuple[Path, str]) -> list[dic
         if who.lower() not in _ROLES:
             raise TraceError(f"unknown speaker {who!r} (known: {', '.join(sorted(_ROLES))})",
                              path=where[0], field=f"{field}.from")
-        out.append({"role": _ROLES[who.lower()], "content": m.get("value", m.get("content"))})
+        out.append({"role": _ROLES[who.lower()], "content": str(m.get("value", m.get("content")))})
     return out
 
 

@@ -49,6 +49,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from email.message import Message
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
@@ -120,7 +121,7 @@ def output_from_response(endpoint: str, resp: Mapping[str, Any]) -> RecordedOutp
     if endpoint == "/completion":
         stop = resp.get("stop_type")
         return RecordedOutput(text=resp.get("content") or "", token_ids=resp.get("tokens") or None,
-                              finish_reason=_LLAMA_STOP.get(stop, stop), prompt_tokens=prompt,
+                              finish_reason=_LLAMA_STOP.get(str(stop), stop), prompt_tokens=prompt,
                               completion_tokens=completion)
     choice = (resp.get("choices") or [{}])[0]
     ids = choice.get("token_ids") or None
@@ -190,7 +191,7 @@ class StreamAssembler:
         self._ids.extend(chunk.get("tokens") or [])
         if chunk.get("stop"):
             stop = chunk.get("stop_type")
-            self.finish_reason = _LLAMA_STOP.get(stop, stop) or "stop"
+            self.finish_reason = _LLAMA_STOP.get(str(stop), stop) or "stop"
             self.usage = {"prompt_tokens": chunk.get("tokens_evaluated"),
                           "completion_tokens": chunk.get("tokens_predicted")}
             self.done = True
@@ -327,7 +328,7 @@ class _Handler(BaseHTTPRequestHandler):
         headers["Accept-Encoding"] = "identity"
         return headers
 
-    def _reply(self, status: int, headers: Mapping[str, str], data: bytes) -> None:
+    def _reply(self, status: int, headers: Mapping[str, str] | Message, data: bytes) -> None:
         self.send_response(status)
         for k, v in headers.items():
             if k.lower() not in _HOP:
@@ -469,7 +470,7 @@ class RecorderServer:
     def __init__(self, httpd: _ProxyServer) -> None:
         self._httpd = httpd
         host, port = httpd.server_address[:2]
-        self.url = f"http://{host}:{port}"
+        self.url = f"http://{host!s}:{port}"
         self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
                                         name="frank-record", daemon=True)
         self._thread.start()
