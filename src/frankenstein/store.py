@@ -34,9 +34,10 @@ Typed reads:
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -194,6 +195,17 @@ LEGACY_TURN_METRICS = ("prompt_tokens", "cached_tokens", "generated_tokens", "pr
                        "drafted", "accepted", "ttft_ms", "e2e_ms")
 
 
+def busy_timeout_s(env: Mapping[str, str]) -> float:
+    """Seconds SQLite itself waits for a lock per statement (``FRANK_DB_BUSY_TIMEOUT_S``, default 30)."""
+    return float(env.get("FRANK_DB_BUSY_TIMEOUT_S", "30"))
+
+
+def lock_wait_s(env: Mapping[str, str]) -> float:
+    """Seconds a write waits in all for another process's write lock (``FRANK_DB_LOCK_WAIT_S``,
+    default 600: a minute-long hold by a backup or a second tool never loses a start)."""
+    return float(env.get("FRANK_DB_LOCK_WAIT_S", "600"))
+
+
 def now_iso() -> str:
     """UTC timestamp with milliseconds, sortable as text."""
     t = time.time()
@@ -208,7 +220,8 @@ class Store:
         self.head_path = chain.head_path(self.path)
         self._links: list[Link] = []  # appended in the open transaction; their head lines go out before COMMIT
         try:
-            self.conn = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+            self.conn = sqlite3.connect(self.path, timeout=busy_timeout_s(os.environ), isolation_level=None,
+                                        check_same_thread=False)
             self.conn.row_factory = sqlite3.Row
             self.conn.execute("PRAGMA journal_mode=WAL")
             self.conn.execute("PRAGMA foreign_keys=ON")
@@ -229,7 +242,7 @@ class Store:
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
         """The one way to write: BEGIN IMMEDIATE … COMMIT, rolled back on any exception."""
-        self.conn.execute("BEGIN IMMEDIATE")
+        self._begin()
         self._links = []
         try:
             yield self.conn
@@ -241,6 +254,26 @@ class Store:
             self.conn.execute("COMMIT")
         finally:
             self._links = []
+
+    def _begin(self) -> None:
+        """Take the write lock, waiting while another process holds it: SQLite's busy timeout per try,
+        then retries with backoff until :func:`lock_wait_s` has passed. The caller's data (a finished
+        start) stays in memory meanwhile; only a lock that never frees ends in one clear error."""
+        wait_s = lock_wait_s(os.environ)
+        deadline, delay = time.monotonic() + wait_s, 0.05
+        while True:
+            try:
+                self.conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise StoreError(f"{self.path}: cannot write: {exc}") from exc
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise StoreError(f"{self.path}: the database stayed locked by another process for {wait_s:.0f} s; "
+                                     "nothing was written (FRANK_DB_LOCK_WAIT_S sets how long to wait)") from exc
+                time.sleep(min(delay, left))
+                delay = min(delay * 2, 2.0)
 
     def _migrate(self) -> None:
         with self.transaction() as c:

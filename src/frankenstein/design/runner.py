@@ -8,16 +8,14 @@ One runner per campaign: an exclusive ``flock`` on ``.run.lock`` (released by th
 from __future__ import annotations
 
 import fcntl
-import json
 import os
-import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from functools import partial
 from pathlib import Path
 
 from frankenstein.campaign import Campaign
-from frankenstein.config import ResolvedRecipe
+from frankenstein.design import command as command_arm
 from frankenstein.design import registry
 from frankenstein.design.kinds import kind_of
 from frankenstein.design.kinds.base import Progress
@@ -25,7 +23,6 @@ from frankenstein.design.kinds.base import settled as kind_settled
 from frankenstein.design.model import Registered, Slot
 from frankenstein.design.start import StartOutcome, record_start, watched
 from frankenstein.errors import DesignError, RunLockedError
-from frankenstein.store import now_iso
 from frankenstein.workload.trace import Workload, load_trace
 
 
@@ -51,26 +48,9 @@ def done_slots(campaign: Campaign, design_id: str) -> set[tuple[int, int]]:
 
 
 def run_command_arm(command: list[str], log_dir: Path) -> StartOutcome:
-    """A command arm: run it in its own session, read JSON metrics from its stdout."""
-    started = now_iso()
-    recipe = ResolvedRecipe(name="command", engine="openai", model="", args=[], env={}, command=command)
-    out = StartOutcome(status="failed", reason=None, started_at=started, recipe=recipe, engine="command")
-    try:
-        p = subprocess.run(command, capture_output=True, text=True, timeout=3600, start_new_session=True)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        out.reason = f"command failed: {exc}"
-        return out
-    if p.returncode != 0:
-        out.reason = f"command exited {p.returncode}: {p.stderr.strip()[-300:]}"
-        return out
-    try:
-        metrics = json.loads(p.stdout.strip().splitlines()[-1])
-        out.metrics = {k: float(v) for k, v in metrics.items()}
-    except (ValueError, IndexError, AttributeError, TypeError):
-        out.reason = f"command printed no JSON object of numbers on its last line: {p.stdout.strip()[-200:]!r}"
-        return out
-    out.status = "ok"
-    return out
+    """A command arm, reaped like an engine: own process group, parent-death guard, pid file
+    (:mod:`frankenstein.design.command`)."""
+    return command_arm.run_command_arm(command, log_dir)
 
 
 def _run_slot(campaign: Campaign, reg: Registered, slot: Slot, workload: Workload | None,

@@ -1,0 +1,98 @@
+"""A command arm's process life: reaped like an engine.
+
+A command arm is a program that prints its metrics as one JSON object on its last stdout line. It
+runs under :mod:`frankenstein.design.command_guard` in its own process group, with the guard holding
+a parent-death signal, and a pid file in the engines' runtime directory
+(:func:`frankenstein.engines.process.reap_leftovers` also clears it). So:
+
+- when the command exits (or times out, or ``frank`` is interrupted), the whole group is SIGKILLed
+  and waited for: a child the command left running never outlives the start;
+- after ``kill -9`` of ``frank`` the guard gets SIGTERM from the kernel and SIGKILLs the group.
+
+stdout and stderr go to files under the campaign's ``logs/`` (kept), not pipes: a background child
+holding a pipe open can never make ``frank`` wait for it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from frankenstein.config import ResolvedRecipe
+from frankenstein.design import command_guard
+from frankenstein.design.start import StartOutcome
+from frankenstein.engines.process import runtime_dir, wait_group_gone
+from frankenstein.store import now_iso
+
+COMMAND_TIMEOUT_S = 3600.0
+
+
+def run_command_arm(command: list[str], log_dir: Path, timeout_s: float = COMMAND_TIMEOUT_S) -> StartOutcome:
+    """Run a command arm once; an ``ok`` start carries the numbers of its last stdout line."""
+    recipe = ResolvedRecipe(name="command", engine="openai", model="", args=[], env={}, command=command)
+    out = StartOutcome(status="failed", reason=None, started_at=now_iso(), recipe=recipe, engine="command")
+    log_dir.mkdir(parents=True, exist_ok=True)
+    stem = log_dir / f"command-{os.getpid()}-{time.time_ns()}"
+    stdout_path, stderr_path = stem.with_suffix(".out"), stem.with_suffix(".err")
+    try:
+        code = run_guarded(command, stdout_path, stderr_path, timeout_s)
+    except OSError as exc:
+        out.reason = f"command failed: {exc}"
+        return out
+    except subprocess.TimeoutExpired:
+        out.reason = f"command did not finish within {timeout_s:.0f} s (killed with its children)"
+        return out
+    stdout = stdout_path.read_text(errors="replace").strip()
+    if code != 0:
+        out.reason = f"command exited {code}: {stderr_path.read_text(errors='replace').strip()[-300:]}"
+        return out
+    try:
+        metrics = json.loads(stdout.splitlines()[-1])
+        out.metrics = {k: float(v) for k, v in metrics.items()}
+    except (ValueError, IndexError, AttributeError, TypeError):
+        out.reason = f"command printed no JSON object of numbers on its last line: {stdout[-200:]!r}"
+        return out
+    out.status = "ok"
+    return out
+
+
+def run_guarded(command: list[str], stdout_path: Path, stderr_path: Path, timeout_s: float) -> int:
+    """Start ``command`` under the guard in a new process group, wait up to ``timeout_s``, then kill
+    and reap the whole group whatever happened (exit, timeout, KeyboardInterrupt). Returns the exit code."""
+    argv = [sys.executable, "-I", command_guard.__file__, str(os.getpid()), "--", *command]
+    with open(stdout_path, "wb") as so, open(stderr_path, "wb") as se:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=so, stderr=se, start_new_session=True,
+                                preexec_fn=_parent_death(signal.SIGTERM))
+    pidfile = runtime_dir() / f"{proc.pid}.json"
+    pidfile.write_text(json.dumps({"pid": proc.pid, "pgid": proc.pid, "owner": os.getpid(), "argv": command[:3]}))
+    try:
+        return proc.wait(timeout=timeout_s)
+    finally:
+        _kill_group(proc.pid)
+        proc.wait()
+        wait_group_gone(proc.pid)
+        pidfile.unlink(missing_ok=True)
+
+
+def _parent_death(sig: int) -> Callable[[], None]:
+    """preexec: ask the kernel for ``sig`` when frank dies (the guard then kills the group)."""
+    def setup() -> None:
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(command_guard.PR_SET_PDEATHSIG, sig)
+        except OSError:
+            pass
+    return setup
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
