@@ -277,6 +277,9 @@ def sign_flip_p_scipy(values: Sequence[float], side: Side = "greater") -> float:
     """``scipy.stats.permutation_test`` with ``permutation_type='samples'`` and ``n_resamples=inf``
     on one sample (scipy flips signs): an independent computation of ``sign_flip_p``."""
     x = np.asarray(values, dtype=float)
+    top = float(np.max(np.abs(x))) if len(x) else 0.0
+    if top > 0:
+        x = x / top  # the test is scale-free; this keeps scipy's sums finite near the float limit
     if not 2 <= len(x) <= SCIPY_CROSS_CHECK_BLOCKS:
         raise ValueError(f"the scipy cross-check takes 2 to {SCIPY_CROSS_CHECK_BLOCKS} blocks, not {len(x)}")
     res = sps.permutation_test(
@@ -343,8 +346,8 @@ def _kth_mean(values: Sequence[float], side: Side, k: int, tail: Fraction) -> fl
     big = max(abs(float(v)) for v in values)
     kth = max(-big, min(big, m * (scale * _tie_unit(values, side)))) if m else 0.0
     kept = Fraction(count_at_most_zero(ints), 2 ** len(values)) > tail  # the exact test at 0 keeps 0
-    if kept and kth > 0:
-        return 0.0
+    if kept and (kth > 0 or -kth <= big * 2.0 ** (2 - TIE_BITS) * len(values)):
+        return 0.0  # a tie: 0 is the bound (within the tie values' resolution)
     if not kept and kth <= 0:
         return math.ulp(0.0)
     return kth
