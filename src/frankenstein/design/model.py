@@ -10,16 +10,17 @@ what was registered even if ``frank.toml`` changes later.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from frankenstein.config import Name, ResolvedRecipe, launch_problem
 from frankenstein.design.rules import BlockRule, RuleField
-from frankenstein.errors import DesignError
+from frankenstein.errors import ConfigError, DesignError
 from frankenstein.validation import UserFile, field_error, read_toml
 from frankenstein.workload.replay import ReplaySettings
 
@@ -48,12 +49,20 @@ class ArmSpec(UserFile):
 
 
 class FidelityRule(UserFile):
-    """Mean KL ≤ tolerance and fewer than ``max_positions_above`` positions above ``threshold`` (nats)."""
+    """Mean KL ≤ tolerance and fewer than ``max_positions_above`` positions above ``threshold`` (nats), on a
+    lower bound that is only valid where the top-k bins hold the served mass (``min_captured_mass`` per
+    position, ``min_captured_mass_mean`` on average) and the noise floor is below the tolerance
+    (see :mod:`frankenstein.fidelity.gate`)."""
 
     kind: Literal["fidelity"] = "fidelity"
     tolerance: float = Field(ge=0, description="mean KL (nats) allowed")
     threshold: float = Field(default=0.5, gt=0, description="KL (nats) above which a position counts")
     max_positions_above: int = Field(default=1, ge=1, description="fewer than this many positions above threshold")
+    min_captured_mass: float = Field(default=0.5, ge=0, le=1, description=(
+        "served probability the shared top-k bins must hold at every position; below it a position (and so the "
+        "verdict) is invalid"))
+    min_captured_mass_mean: float = Field(default=0.9, ge=0, le=1, description=(
+        "mean over positions of the served probability in the shared bins; below it the verdict is invalid"))
 
 
 DesignRule = Annotated[BlockRule | FidelityRule, RuleField(FidelityRule)]  # any rule in the table, or fidelity
@@ -103,6 +112,14 @@ class DesignFile(UserFile):
             raise ValueError(f"arms must be exactly `served` and `candidate` (got {', '.join(sorted(self.arms)) or 'none'})")
         return self
 
+    @field_validator("rule", mode="before")
+    @classmethod
+    def _rule_kind_is_text(cls, value: object) -> object:
+        if isinstance(value, dict) and not isinstance(value.get("kind", ""), str):
+            raise PydanticCustomError("rule_kind", "{field}: {why}",
+                                      {"field": "rule.kind", "why": f"must be a rule's name, got {value['kind']!r}"})
+        return value
+
     @model_validator(mode="after")
     def _can_finish(self) -> DesignFile:
         """Refuse settings with which no start could measure anything (each would fail the same way)."""
@@ -126,6 +143,21 @@ def finish_problem(design: DesignFile) -> tuple[str, str] | None:
         if not math.isfinite(value) or value <= 0:
             return f"agent.limits.{name}", f"must be a finite number > 0, got {value}"
     return None
+
+
+def resolve_arms(resolve: Callable[[str], ResolvedRecipe | None], path: Path) -> dict[str, ResolvedRecipe | None]:
+    """Each arm's recipe via ``resolve(arm)``; an unknown recipe or part is refused naming the design
+    file and the arm, and so is a recipe that cannot start (:func:`check_launchable`)."""
+    recipes = {}
+    for arm in ARMS:
+        try:
+            recipes[arm] = resolve(arm)
+        except ConfigError as exc:
+            if isinstance(exc, DesignError):
+                raise
+            raise DesignError(str(exc), path=path, field=f"arms.{arm}") from exc
+    check_launchable(recipes, path)
+    return recipes
 
 
 def check_launchable(recipes: dict[str, ResolvedRecipe | None], path: Path) -> None:

@@ -1,11 +1,21 @@
 """The fidelity rule and its report lines (the gate a speed design can name is in :mod:`frankenstein.gates`).
 
-Rule (registered with the design): the candidate passes when its mean per-position KL(served ‖
-candidate) ≤ ``tolerance`` **and** fewer than ``max_positions_above`` positions have KL above
-``threshold``. It is reported beside the noise floor (two starts of the served recipe), which is
-not part of the rule but says what "zero" looks like on this engine. Any bad engine output among the
-candidate's positions (see :mod:`frankenstein.fidelity.compare`) makes the verdict ``invalid``: the
-rule cannot be evaluated on positions that were not measured.
+What is measured is a **lower bound** of KL(served ‖ candidate) per position (top-k union + one tail
+bucket, :mod:`frankenstein.fidelity.kl`): a divergence inside the tail is invisible to it (identical
+top-64 lists with the tails rearranged give a bound of 0.0 while the full KL is nats). So the rule
+decides in this order, and the reason names the part that decided:
+
+1. **invalid: no positions** or **bad engine output** at a candidate position (not averaged in).
+2. **invalid: captured mass** — the served probability held by the shared bins (what the bound can
+   see) is below ``min_captured_mass`` at some position, or below ``min_captured_mass_mean`` on average.
+3. **invalid: noise floor** — the served recipe against itself (A vs A′) already has a mean KL above
+   ``tolerance``: the engine's own run-to-run noise is larger than the change the rule is meant to see.
+   Without a noise floor (one served start in all) the reason says it was not compared.
+4. **passed** when mean KL ≤ ``tolerance`` **and** fewer than ``max_positions_above`` positions have KL
+   above ``threshold``; otherwise **failed** (the reason shows which of the two did not hold).
+
+The tail floor: tail masses below ``TAIL_FLOOR`` (1e-5) are float rounding, not mass, and are raised to
+it, so a divergence confined to less than 1e-5 of the served mass at a position contributes nothing.
 """
 
 from __future__ import annotations
@@ -14,17 +24,24 @@ import math
 from typing import Any
 
 from frankenstein.design.model import FidelityRule
+from frankenstein.fidelity.kl import TAIL_FLOOR
 
 BOUND_LABEL = "top-k union + tail bucket: a lower bound of the full-vocabulary KL"
 
 
-def apply_rule(rule: FidelityRule, candidate: dict[str, Any]) -> tuple[str, str]:
-    """(word, one-line reason): ``passed`` | ``failed`` | ``invalid``."""
+def apply_rule(rule: FidelityRule, candidate: dict[str, Any], noise: dict[str, Any] | None = None) -> tuple[str, str]:
+    """(word, one-line reason): ``passed`` | ``failed`` | ``invalid``; see the module docstring for the order."""
     if not candidate.get("positions"):
         return "invalid", "no positions could be compared"
     if candidate.get("bad_total"):
         kinds = ", ".join(f"{v} {k}" for k, v in candidate["bad"].items() if v)
         return "invalid", f"bad engine output at candidate positions ({kinds}); not averaged in"
+    blind = captured_reason(rule, candidate)
+    if blind:
+        return "invalid", blind
+    noisy = noise_reason(rule, noise)
+    if noisy:
+        return "invalid", noisy
     mean, above = candidate["kl"]["mean"], candidate["above_threshold"]
     ok_mean = mean <= rule.tolerance
     ok_above = above < rule.max_positions_above
@@ -32,6 +49,56 @@ def apply_rule(rule: FidelityRule, candidate: dict[str, Any]) -> tuple[str, str]
               f"{above} position(s) above {rule.threshold:g} nats ({'fewer than' if ok_above else 'not fewer than'} "
               f"{rule.max_positions_above})")
     return ("passed" if ok_mean and ok_above else "failed"), reason
+
+
+def captured_reason(rule: FidelityRule, candidate: dict[str, Any]) -> str | None:
+    """Why the bound cannot be trusted here (too little served mass in the shared bins), or None."""
+    mean, low = candidate.get("captured_mass_mean"), candidate.get("captured_mass_min")
+    if mean is None or low is None or math.isnan(mean) or math.isnan(low):
+        return "captured mass: not reported, so the lower bound's coverage is unknown"
+    if low < rule.min_captured_mass:
+        n = candidate.get("below_captured_floor")
+        which = f"{n} position(s)" if n else "a position"
+        return (f"captured mass: {which} below the registered {rule.min_captured_mass:g} of the served mass in the "
+                f"shared top-k bins (lowest {low:.4f}); the bound is blind to the rest there")
+    if mean < rule.min_captured_mass_mean:
+        return (f"captured mass: the shared top-k bins hold {mean:.4f} of the served mass on average, below the "
+                f"registered {rule.min_captured_mass_mean:g}; the bound is blind to the rest")
+    return None
+
+
+def noise_reason(rule: FidelityRule, noise: dict[str, Any] | None) -> str | None:
+    """Why the noise floor alone makes the rule meaningless (its mean KL above the tolerance), or None."""
+    if not noise or not noise.get("positions"):
+        return None
+    mean = noise["kl"]["mean"]
+    if mean > rule.tolerance:
+        return (f"noise floor: the served recipe against itself already has mean KL {mean:.6f} > the "
+                f"{rule.tolerance:g} nats tolerance; the rule cannot tell the candidate from run-to-run noise")
+    return None
+
+
+def rule_line(rule: FidelityRule) -> str:
+    """The registered rule, in one line, as the analysis and the note print it."""
+    return (f"rule (registered): mean KL ≤ {rule.tolerance:g} nats and fewer than {rule.max_positions_above} "
+            f"position(s) above {rule.threshold:g} nats; valid only where the shared top-k bins hold ≥ "
+            f"{rule.min_captured_mass:g} of the served mass at every position and ≥ {rule.min_captured_mass_mean:g} "
+            f"on average, and the noise floor's mean KL is ≤ the tolerance; tail masses below {TAIL_FLOOR:g} count "
+            "as rounding (a divergence within them is not seen)")
+
+
+def decided_by(word: str, reason: str) -> str:
+    """Which part of the rule decided, for the note."""
+    for prefix in ("captured mass", "noise floor"):
+        if reason.startswith(prefix + ":"):
+            return prefix
+    if word == "invalid":
+        return "the measurement (" + reason.split(";")[0] + ")"
+    if word == "passed":
+        return "mean KL and positions above threshold (both held)"
+    parts = [name for name, bad in (("mean KL", " > " in reason.split(";")[0]),
+                                    ("positions above threshold", "not fewer than" in reason)) if bad]
+    return " and ".join(parts) or "the rule"
 
 
 # ---------------------------------------------------------------- lines

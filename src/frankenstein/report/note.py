@@ -21,6 +21,7 @@ from frankenstein.campaign import Campaign
 from frankenstein.design.kinds import kind_of
 from frankenstein.design.model import FidelityRule
 from frankenstein.design.table import describe_rule, format_p
+from frankenstein.fidelity.gate import rule_line
 from frankenstein.report import plots as P
 from frankenstein.report.collect import DesignReport, NoteData, collect
 from frankenstein.report.facts import what_it_shows
@@ -246,9 +247,9 @@ def format_rule(d: DesignReport) -> list[str]:
     a = d.analysis
     rule = d.reg.design.rule
     if a is not None and a.verdict is None and isinstance(rule, FidelityRule):
-        return [f"**Rule:** {code('fidelity')}: mean KL ≤ {rule.tolerance:g} nats and fewer than "
-                f"{rule.max_positions_above} position(s) above {rule.threshold:g} nats.", "",
-                f"**It said:** {a.word} ({a.why or ''})."]
+        decided = (a.fidelity or {}).get("decided_by")
+        return [f"**Rule:** {code('fidelity')}: {rule_line(rule).removeprefix('rule (registered): ')}.", "",
+                f"**It said:** {a.word} ({a.why or ''})." + (f" Decided by: {decided}." if decided else "")]
     if a is None or a.verdict is None:
         return [f"**Verdict:** {d.word}."]
     v = a.verdict

@@ -31,7 +31,7 @@ from frankenstein.fidelity.compare import PairComparison, compare, pool, summari
 from frankenstein.fidelity.forced import (
     ForcedResult, ForcedTurn, forced_decode, from_npz, prepare_turns, skipped_reason, to_npz, workload_problems,
 )
-from frankenstein.fidelity.gate import apply_rule, format_summary
+from frankenstein.fidelity.gate import apply_rule, decided_by, format_summary, rule_line
 from frankenstein.store import now_iso
 from frankenstein.workload.trace import Turn, Workload
 
@@ -164,11 +164,14 @@ def fidelity_summary(reg: Registered, starts: list[ForcedStart]) -> dict[str, An
     noise, cand = make_pairs(starts)
     path, k_used = _paths_and_k(starts)
     skipped = sorted({s for st in starts for s in st.result.skipped})
+    candidate = summarize_pairs(cand, rule.threshold)
+    if cand:
+        candidate["below_captured_floor"] = int((pool(cand).captured < rule.min_captured_mass).sum())
     return {
         "bound": "lower bound of the full-vocabulary KL (top-k union + one tail bucket)",
         "path": path, "k": {"requested": reg.design.fidelity.top_k, "used": k_used},
         "noise_floor": summarize_pairs(noise, rule.threshold) if noise else None,
-        "candidate": summarize_pairs(cand, rule.threshold),
+        "candidate": candidate,
         "rule": rule.model_dump(), "skipped": skipped,
         "pairs": {"noise_floor": [p.label for p in noise], "candidate": [p.label for p in cand]},
     }
@@ -185,13 +188,16 @@ def analyze_fidelity(campaign: Campaign, reg: Registered) -> Analysis:
         starts = [s for s in starts if s.block not in bad_blocks]
         notes = [f.dropped_note() for f in failures]
     summary = fidelity_summary(reg, starts)
-    word, why = apply_rule(rule, summary["candidate"])
+    word, why = apply_rule(rule, summary["candidate"], summary["noise_floor"])
     if failures and reg.design.failure_policy == "invalidate":
         word, why = "invalid", f"{len(failures)} failed start(s) and the failure policy is 'invalidate'"
+    if word != "invalid" and not summary["noise_floor"]:
+        why += "; noise floor not measured (one served start in all), not compared"
     summary["word"], summary["why"], summary["dropped"] = word, why, notes
+    summary["decided_by"] = decided_by(word, why)
     blocks = sorted({s.block for s in starts if s.arm == "candidate"})
-    lines = [f"rule (registered): mean KL ≤ {rule.tolerance:g} nats and fewer than {rule.max_positions_above} "
-             f"position(s) above {rule.threshold:g} nats", *format_summary(summary), f"verdict: {word} ({why})"]
+    lines = [rule_line(rule), *format_summary(summary), f"verdict: {word} ({why})",
+             f"decided by: {summary['decided_by']}"]
     return Analysis(reg=reg, verdict=None, blocks_done=len(blocks), dropped=notes, failures=failures, outcome=word,
                     why=why, lines=lines, fidelity=json.loads(json.dumps(summary, default=float)),
                     kl=kl_series(rule, starts))
