@@ -61,6 +61,9 @@ def store_design(camp, name: str, parts: str) -> str:
                       "target_steps": 15, "generated_tokens": 16} for i in range(3)]
             camp.store.insert_start(design_id=reg.design_id, block=b, position=pos, arm=arm, status="ok",
                                     started_at=f"2025-03-01T10:{b:02d}:{pos:02d}.000Z", turns=turns,
+                                    artifacts={"metrics_delta.json": json.dumps({"n_decode_total": 16}).encode()},
+                                    episodes=[{"task_id": "t", "draw": 0, "task_hash": "h" * 8, "status": "submitted",
+                                               "passed": arm == "candidate", "turns": 2}],
                                     metrics={"verify_step_ms": v, "tokens_per_step": 1.0}, engine="llamacpp",
                                     engine_version="b6000 (test build)", resources={"gpu": None})
     return reg.design_id
@@ -219,6 +222,24 @@ def workload_edited(c: sqlite3.Connection, root: Path) -> str:
     return f"design {did}: workload {path} changed since registration"
 
 
+def artifact_edited(c: sqlite3.Connection, root: Path) -> str:
+    sid = start_of(c, "draft-2")
+    c.execute("UPDATE artifacts SET data = ? WHERE start_id = ?", (b'{"n_decode_total": 99}', sid))
+    return f"{label(c, sid)}: changed after it was recorded"
+
+
+def episode_edited(c: sqlite3.Connection, root: Path) -> str:
+    sid = start_of(c, "threads-3", arm="served")
+    c.execute("UPDATE episodes SET passed = 1 WHERE start_id = ?", (sid,))
+    return f"{label(c, sid)}: changed after it was recorded"
+
+
+def revert_written_outside(c: sqlite3.Connection, root: Path) -> str:
+    c.execute("INSERT INTO ledger (action, part, design_id, scope, forced, why, parts, at) VALUES "
+              "('revert', 'draft', 'draft-2', '{}', 0, NULL, '[]', '2025-03-03T00:00:00.000Z')")
+    return "ledger step 2 (revert draft): not in the chain (written outside frank)"
+
+
 # the nine the registry chain already caught
 
 
@@ -318,7 +339,8 @@ CASES: list[Callable[[sqlite3.Connection, Path], str]] = [
     registry_hash_recomputed, registry_middle_row_deleted, registry_prev_hash_edited, design_file_edited,
     design_file_removed,
     last_start_and_its_chain_row_deleted, head_file_removed, ledger_step_edited, chain_row_edited,
-    orphan_turns_inserted, start_of_an_unregistered_design_inserted,
+    orphan_turns_inserted, start_of_an_unregistered_design_inserted, artifact_edited, episode_edited,
+    revert_written_outside,
 ]
 
 
@@ -366,6 +388,17 @@ def test_a_deleted_start_is_never_rerun_by_resume(camp: Path, sql: sqlite3.Conne
     code, out, err = cli(capsys, "run", "kernel-1", "--resume", "-c", str(camp))
     assert code == 1 and f"{lab}: deleted after it was recorded" in err and "; run --resume refuses" in err, err
     assert counts(camp) == before
+
+
+def test_revert_refuses_too(camp: Path, sql: sqlite3.Connection, capsys) -> None:
+    expected = ledger_step_edited(sql, camp)
+    sql.close()
+    before = counts(camp)
+    code, _, err = cli(capsys, "revert", "-c", str(camp))
+    assert code == 1 and expected in err and "revert refuses" in err
+    assert counts(camp) == before
+    code, out, err = cli(capsys, "revert", "--force", "--why", "undo the edited step", "-c", str(camp))
+    assert code == 0 and out.startswith("step 2: undid step 1"), err
 
 
 def test_report_refuses_too(camp: Path, sql: sqlite3.Connection, capsys, tmp_path: Path) -> None:

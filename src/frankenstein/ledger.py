@@ -14,7 +14,7 @@ the store for the progress note.
     history(campaign) -> list[LedgerEntry]
     served_parts / served_recipe / describe_parts  re-exported from :mod:`frankenstein.served` (the registry reads them there)
     adopt(campaign, part, design_id, *, force=False, why=None) -> LedgerEntry
-    revert(campaign, *, why=None) -> LedgerEntry
+    revert(campaign, *, why=None, force=False) -> LedgerEntry
 """
 
 from __future__ import annotations
@@ -174,10 +174,12 @@ def _append(campaign: Campaign, before: LedgerEntry | None, **row: Any) -> Ledge
 # ---------------------------------------------------------------- revert
 
 
-def revert(campaign: Campaign, *, why: str | None = None) -> LedgerEntry:
+def revert(campaign: Campaign, *, why: str | None = None, force: bool = False) -> LedgerEntry:
     """Undo exactly the last step: the served parts become exactly what they were before it.
 
-    Reverting an adopt removes that part; reverting a revert re-applies what it undid."""
+    Reverting an adopt removes that part; reverting a revert re-applies what it undid. A campaign that fails
+    verification is refused (the steps it would undo may not be the ones written) unless ``force`` with ``why``."""
+    verified(campaign, "revert", force=force, why=why)
     steps = campaign.store.last_steps(2)
     if not steps:
         raise LedgerError(f"nothing to revert: the ledger is empty (served: {describe_parts(campaign, [])})")

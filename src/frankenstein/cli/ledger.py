@@ -56,6 +56,7 @@ def adopt(
 def revert(
     why: Optional[str] = typer.Option(None, "--why", help="Why; recorded in the ledger."),
     campaign: Path = CAMPAIGN,
+    force: bool = typer.Option(False, "--force", help="Revert although the campaign fails verification (needs --why)."),
 ) -> None:
     """Undo exactly the last ledger step (a revert of a revert re-applies it).
 
@@ -66,7 +67,7 @@ def revert(
     from frankenstein.ledger import revert as do_revert
 
     with open_campaign(campaign) as c:
-        e = do_revert(c, why=why)
+        e = do_revert(c, why=why, force=force)
         now = describe_parts(c, e.parts)
     typer.echo(f"step {e.seq}: undid step {e.scope['undoes']} ({e.scope['undoes_action']} {e.part}); served: {now}")
 
