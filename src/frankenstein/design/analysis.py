@@ -15,7 +15,7 @@ from pathlib import Path
 from frankenstein.campaign import Campaign, open_campaign
 from frankenstein.design import registry
 from frankenstein.design.kinds import kind_of
-from frankenstein.design.kinds.base import Analysis, arm_values, block_values, can_still_change
+from frankenstein.design.kinds.base import Analysis, arm_values, block_values, can_still_change, speculation_lines
 from frankenstein.design.start import load_warnings
 from frankenstein.design.table import format_verdict
 
@@ -51,7 +51,14 @@ def format_analysis(a: Analysis) -> list[str]:
         lines += ["", "secondary metrics (reported, not tested):"]
         for m, s in a.secondary.items():
             g = s["geomean_ratio"]
+            if g is None and s.get("per_arm"):
+                only = ", ".join(f"{arm} {v:.4f}" for arm, v in s["per_arm"].items())
+                lines.append(f"  {m}: only one arm has it, reported per arm (no ratio): {only}")
+                continue
             lines.append(f"  {m}: geometric-mean ratio {'-' if g is None else f'{g:.4f}'} over {s['blocks']} blocks")
+    if a.speculation:
+        lines += ["", "speculation per arm (summed over the turns that drafted; not a ratio between arms):"]
+        lines += [f"  {line}" for line in speculation_lines(a.speculation)]
     return lines
 
 

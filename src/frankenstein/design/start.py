@@ -66,7 +66,7 @@ def measure_start(
         before = _metrics_or_empty(engine)
         result: ReplayResult = replay(engine, workload, settings, progress)
         out.scrape = _scrape_delta(before, _metrics_or_empty(engine))
-        out.rows, out.metrics = result.rows, dict(result.metrics)
+        out.rows, out.metrics = result.rows, {**result.metrics, **speculation(result.rows)}
         out.status, out.reason = ("ok", None) if result.valid else ("invalid", "; ".join(result.invalid[:5]))
     except EngineError as exc:
         out.status, out.reason = "failed", str(exc)
@@ -74,6 +74,21 @@ def measure_start(
         out.resources = sampler.stop()
         engine.stop()
     return out
+
+
+def speculation(rows: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Drafted and accepted tokens summed over the measured turns that drafted, and their ratio.
+
+    llama-server omits the draft fields on a turn where nothing was drafted (n-gram speculation often
+    drafts nothing); such a turn is left out of the sums instead of making the start's rate None. An
+    arm that never drafted has ``drafting_turns = 0`` and no rate: it cannot produce one."""
+    drafting = [r for r in rows if not r.get("warmup") and not r.get("error") and r.get("drafted") is not None]
+    if not drafting:
+        return {"drafted": None, "accepted": None, "acceptance_rate": None, "drafting_turns": 0.0}
+    drafted = float(sum(r["drafted"] for r in drafting))
+    accepted = float(sum(r.get("accepted") or 0 for r in drafting))
+    return {"drafted": drafted, "accepted": accepted, "acceptance_rate": accepted / drafted if drafted else None,
+            "drafting_turns": float(len(drafting))}
 
 
 def watched(run: Callable[[], StartOutcome]) -> StartOutcome:

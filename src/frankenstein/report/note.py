@@ -19,6 +19,7 @@ from typing import Any
 
 from frankenstein.campaign import Campaign
 from frankenstein.design.kinds import kind_of
+from frankenstein.design.kinds.base import speculation_lines
 from frankenstein.design.model import FidelityRule
 from frankenstein.design.table import describe_rule, format_p
 from frankenstein.fidelity.gate import rule_line
@@ -267,7 +268,7 @@ def format_rule(d: DesignReport) -> list[str]:
 def format_secondary(d: DesignReport) -> list[str]:
     """Secondary metrics per block as ratio − 1, and their geometric-mean ratio: reported, not tested."""
     a = d.analysis
-    if a is None or not a.secondary:
+    if a is None or not (a.secondary or a.speculation):
         return []
     header = ["metric (ratio − 1)", *(str(b + 1) for b in range(d.reg.design.blocks)), "geometric mean"]
     rows = []
@@ -278,9 +279,15 @@ def format_secondary(d: DesignReport) -> list[str]:
             s, c = per.get(b, {}).get("served"), per.get(b, {}).get("candidate")
             cells.append(pct(c / s - 1) if s and c else "—")
         g = summary.get("geomean_ratio")
-        cells.append(pct(g - 1 if g else None))
+        only = summary.get("per_arm") if g is None else None
+        cells.append("only " + ", ".join(f"{arm} {num(v)}" for arm, v in only.items()) if only else pct(g - 1 if g else None))
         rows.append(cells)
-    return ["", "Secondary metrics (reported, not tested):", "", *md_table(header, rows, "l" + "r" * (len(header) - 1))]
+    lines = (["", "Secondary metrics (reported, not tested):", "", *md_table(header, rows, "l" + "r" * (len(header) - 1))]
+             if rows else [])
+    if a.speculation:
+        lines += ["", "Speculation per arm (summed over the turns that drafted; not a ratio between arms): "
+                  + "; ".join(speculation_lines(a.speculation)) + "."]
+    return lines
 
 
 def pass_matrix(d: DesignReport) -> tuple[list[str], list[str], list[list[bool | None]]]:

@@ -108,6 +108,9 @@ class AgentKind:
         check_block_rule(design, path)
         check_stopping(self.name, design, path)
 
+    def check_recipes(self, design: DesignFile, recipes: dict[str, ResolvedRecipe | None], path: Path) -> None:
+        return None
+
     def check_workload(self, turns: list[Turn], workload: Path, path: Path) -> None:
         return None
 

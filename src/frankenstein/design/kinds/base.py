@@ -13,6 +13,7 @@ attributes and :class:`Description`.
     block_values(...)    the primary metric per complete block, after the failure policy
     dropped_blocks(...)  blocks the failure policy dropped (neither analysed nor remaining)
     check_stopping(...)  refuse stopping = "curtail" for a kind that never stops early
+    speculation_per_arm(...)  drafted/accepted/acceptance rate per arm (never a ratio between arms)
     settled(...)         whether a curtailing runner may stop before a block
     can_still_change(...)  whether blocks still to run could change a block-rule verdict (curtailment)
     metric_scope(metric) what a metric measures, in words
@@ -74,6 +75,7 @@ class Analysis:
     fidelity: dict[str, Any] | None = None  # fidelity summary (candidate and noise floor), JSON-ready
     kl: dict[str, Any] | None = None  # per-position KL of the candidate and the noise floor, for the plot
     matrix: dict[str, dict[str, dict[str, int]]] | None = None  # agent: {arm: {task: {"b<block>d<draw>": passed}}}
+    speculation: dict[str, dict[str, float | None]] = field(default_factory=dict)  # per arm, see speculation_per_arm
     warnings: list[str] = field(default_factory=list)  # noise guard: starts run on a busy machine, named
 
     @property
@@ -115,6 +117,9 @@ class DesignKind(Protocol):
 
     def check_workload(self, turns: list[Turn], workload: Path, path: Path) -> None:
         """Refuse a workload this kind cannot use."""
+
+    def check_recipes(self, design: DesignFile, recipes: dict[str, ResolvedRecipe | None], path: Path) -> None:
+        """Refuse, once the arms are resolved, a primary metric an arm cannot produce."""
 
     def start(self, campaign: Campaign, reg: Registered, slot: Slot, recipe: ResolvedRecipe,
               workload: Workload | None, progress: Progress | None) -> StartOutcome:
@@ -180,6 +185,34 @@ def check_stopping(kind: str, design: DesignFile, path: Path) -> None:
                           "use stopping = \"none\"", path=path, field="stopping")
 
 
+# Launch flags that turn speculative decoding on, per engine: an arm without one drafts nothing.
+DRAFT_FLAGS = {
+    "llamacpp": ("-md", "--model-draft", "--spec-type", "--draft", "--draft-max", "--draft-n"),
+    "vllm": ("--speculative-config", "--speculative-model", "--speculative_config"),
+    "sglang": ("--speculative-algorithm", "--speculative-draft-model-path"),
+}
+DRAFT_METRICS = ("acceptance_rate",)
+
+
+def drafts(recipe: ResolvedRecipe) -> bool:
+    """Whether the recipe launches speculative decoding (a flag of :data:`DRAFT_FLAGS` among its args)."""
+    flags = DRAFT_FLAGS.get(recipe.engine, ())
+    return any(a.split("=", 1)[0] in flags for a in recipe.args)
+
+
+def check_primary_metric(design: DesignFile, recipes: dict[str, ResolvedRecipe | None], path: Path) -> None:
+    """A draft metric as the primary metric needs both arms to draft: a ratio against an arm that cannot
+    produce the metric means nothing (report it per arm as a secondary metric instead)."""
+    if design.primary_metric not in DRAFT_METRICS:
+        return
+    for arm, recipe in recipes.items():
+        if recipe is not None and not drafts(recipe):
+            raise DesignError(
+                f"arm {arm} ({recipe.name}) launches no speculative decoding, so it cannot produce "
+                f"{design.primary_metric}; test a metric both arms have and list {design.primary_metric} under "
+                "secondary (it is then reported per arm)", path=path, field="primary_metric")
+
+
 def can_still_change(reg: Registered, served: list[float], candidate: list[float], remaining: int) -> bool:
     """Whether ``remaining`` more blocks could change the verdict of the registered block rule."""
     rule = reg.design.rule
@@ -199,6 +232,37 @@ def settled(campaign: Campaign, reg: Registered, next_block: int) -> bool:
         return False
     remaining = rules.remaining_blocks(reg.design.blocks, len(complete), len(dropped))
     return not can_still_change(reg, [served[b] for b in complete], [candidate[b] for b in complete], remaining)
+
+
+def speculation_per_arm(campaign: Campaign, reg: Registered) -> dict[str, dict[str, float | None]]:
+    """Per arm, over its ok starts: drafted and accepted tokens (each start's sums over the turns that
+    drafted) and their ratio. Reported per arm, never as a ratio between arms: an arm without speculative
+    decoding has no rate. Empty when no arm drafted."""
+    acc = {arm: [0.0, 0.0, 0] for arm in ARMS}
+    for row in campaign.store.starts_of(reg.design_id):
+        drafted = row.metrics.get("drafted")
+        if row.ok and drafted is not None and row.arm in acc:
+            acc[row.arm][0] += float(drafted)
+            acc[row.arm][1] += float(row.metrics.get("accepted") or 0.0)
+            acc[row.arm][2] += 1
+    if not any(n for _, _, n in acc.values()):
+        return {}
+    return {arm: {"drafted": d if n else None, "accepted": a if n else None,
+                  "acceptance_rate": a / d if n and d else None, "starts": float(n)}
+            for arm, (d, a, n) in acc.items()}
+
+
+def speculation_lines(per_arm: dict[str, dict[str, float | None]]) -> list[str]:
+    """'served: no drafts; candidate: drafted 1200, accepted 540, acceptance rate 0.4500 (5 starts)'."""
+    out = []
+    for arm, v in per_arm.items():
+        if not v.get("starts"):
+            out.append(f"{arm}: no drafts recorded (it cannot produce an acceptance rate)")
+            continue
+        rate = v.get("acceptance_rate")
+        out.append(f"{arm}: drafted {v['drafted']:.0f}, accepted {v['accepted']:.0f}, acceptance rate "
+                   f"{'-' if rate is None else f'{rate:.4f}'} ({v['starts']:.0f} starts)")
+    return out
 
 
 def metric_scope(metric: str) -> str:

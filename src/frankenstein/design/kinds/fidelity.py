@@ -226,6 +226,9 @@ class FidelityKind:
                               field="rule.kind")
         check_stopping(self.name, design, path)
 
+    def check_recipes(self, design: DesignFile, recipes: dict[str, ResolvedRecipe | None], path: Path) -> None:
+        return None
+
     def check_workload(self, turns: list[Turn], workload: Path, path: Path) -> None:
         problems = workload_problems(turns)
         if len(problems) == len(turns):

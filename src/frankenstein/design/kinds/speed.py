@@ -21,7 +21,8 @@ from frankenstein.campaign import Campaign
 from frankenstein.config import ResolvedRecipe
 from frankenstein.design import rules, stats
 from frankenstein.design.kinds.base import (
-    Analysis, Description, Progress, arm_values, block_values, can_still_change, dropped_blocks, metric_scope,
+    Analysis, Description, Progress, arm_values, block_values, can_still_change, check_primary_metric, dropped_blocks,
+    metric_scope, speculation_per_arm,
 )
 from frankenstein.design.model import DesignFile, FidelityRule, Registered, Slot
 from frankenstein.design.start import StartOutcome, measure_start
@@ -44,6 +45,9 @@ class SpeedKind:
             if metric not in known:
                 raise DesignError(f"unknown metric {metric!r} (known: {', '.join(sorted(known))})", path=path, field=field)
         check_block_rule(design, path)
+
+    def check_recipes(self, design: DesignFile, recipes: dict[str, ResolvedRecipe | None], path: Path) -> None:
+        check_primary_metric(design, recipes, path)
 
     def check_workload(self, turns: list[Turn], workload: Path, path: Path) -> None:
         return None
@@ -105,6 +109,7 @@ def analyze_blocks(campaign: Campaign, reg: Registered) -> Analysis:
         out.per_block[metric] = arm_values(campaign, reg, metric)[0]
     for metric in d.secondary:
         out.secondary[metric] = _secondary(out.per_block[metric])
+    out.speculation = speculation_per_arm(campaign, reg)
     return out
 
 
@@ -130,10 +135,14 @@ def _curtailed(out: Analysis, served: list[float], candidate: list[float]) -> No
 
 
 def _secondary(vals: dict[int, dict[str, float]]) -> dict[str, Any]:
+    """Geometric-mean ratio over the blocks where both arms have the metric; a metric that only one arm
+    has is reported per arm (its mean over blocks), never as a ratio."""
     pairs = [(a["served"], a["candidate"]) for a in vals.values() if "served" in a and "candidate" in a]
     pairs = [(s, c) for s, c in pairs if s > 0 and c > 0]
     if not pairs:
-        return {"blocks": 0, "geomean_ratio": None}
+        per_arm = {arm: [v[arm] for v in vals.values() if arm in v] for arm in ("served", "candidate")}
+        only = {arm: sum(xs) / len(xs) for arm, xs in per_arm.items() if xs}
+        return {"blocks": 0, "geomean_ratio": None, **({"per_arm": only} if only else {})}
     logs = [math.log(c / s) for s, c in pairs]
     return {"blocks": len(pairs), "geomean_ratio": stats.geomean_ratio(logs)}
 
