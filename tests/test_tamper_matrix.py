@@ -441,3 +441,18 @@ def test_a_start_outside_the_registered_slots_is_refused_at_insert(camp: Path) -
             assert str(e.value).startswith(f"start refused: design {reg.design_id}, block {block + 1}, ") and why in str(e.value)
         assert counts(camp) == before
         assert c.store.verify() == before[-1]
+
+
+def test_a_store_written_before_the_chain_is_sealed_when_opened(camp: Path) -> None:
+    """A format-2 store (no chain table): its records are chained on first open, and protected from then on."""
+    conn = sqlite3.connect(camp / "frank.db")
+    conn.executescript("DROP TABLE chain; DROP TABLE overrides; DELETE FROM migrations WHERE name = '0004_chain';"
+                       "UPDATE meta SET value = '2' WHERE key = 'format_version';")
+    conn.close()
+    (camp / "frank.head").unlink()
+    with open_campaign(camp) as c:
+        assert c.store.verify() == 39 and len(chain.read_head(c.store.head_path) or []) == 39
+        assert c.store.query("SELECT value FROM meta WHERE key = 'format_version'")[0][0] == "3"
+        c.store.conn.execute("UPDATE starts SET status = 'failed' WHERE id = 1")
+        with pytest.raises(StoreError, match=r"start 1 \(design kernel-1, .*\): changed after it was recorded"):
+            c.store.verify()
