@@ -65,7 +65,8 @@ def test_a_cpu_burner_during_a_start_makes_analyze_and_the_note_warn_naming_it(t
     run_design(c, reg.design_id, echo=lambda s: None)
     rows = c.store.starts_of(reg.design_id)
     assert len(rows) == 4 and all(r.ok for r in rows)
-    for r in rows:  # the machine, the load and an honest GPU status in every start
+    for r in rows:  # the machine, the load, the program's sha256 and an honest GPU status in every start
+        assert len(r.resources["engine_binary"]["sha256"]) == 64
         assert r.resources["machine"]["host"] == socket.gethostname()
         assert r.resources["machine"]["cpu_cores"] and r.resources["load"]["samples"] >= 3
         assert r.resources["status"] in ("sampled", "no GPU", "not sampled")

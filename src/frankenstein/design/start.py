@@ -12,6 +12,7 @@ not look at a GPU says "not sampled", never "no GPU".
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,8 @@ from typing import Any
 from frankenstein.config import ResolvedRecipe
 from frankenstein.engines import adapter_for
 from frankenstein.errors import EngineError
-from frankenstein.measure.machine import MachineSnapshot, differences, snapshot
+from frankenstein.engines.llamacpp import find_llama_server
+from frankenstein.measure.machine import MachineSnapshot, binary_sha256, differences, snapshot
 from frankenstein.measure.noise import LoadRecord, LoadSampler, judge_load
 from frankenstein.measure.resources import ResourceSampler, not_sampled
 from frankenstein.store import StartRow, Store, now_iso
@@ -100,9 +102,27 @@ def watched(run: Callable[[], StartOutcome]) -> StartOutcome:
     if out.resources.get("status") != "sampled":
         out.resources = dict(sampler.result or not_sampled("the sampler gave no result"))
     out.resources["machine"] = machine.as_dict()
+    binary = engine_binary(out)
+    if binary:
+        out.resources["engine_binary"] = binary
     if load.record is not None:
         out.resources["load"] = load.record.model_dump(mode="json")
     return out
+
+
+def engine_binary(out: StartOutcome) -> dict[str, str] | None:
+    """The program the start ran and its sha256 (a version string cannot tell a CUDA build from a CPU
+    build); None where it cannot be found (a Python engine, a missing binary)."""
+    try:
+        if out.engine == "llamacpp":
+            path: str | None = find_llama_server(out.recipe.binary)
+        elif out.recipe.command:
+            path = shutil.which(out.recipe.command[0])
+        else:
+            path = None
+        return {"path": path, "sha256": binary_sha256(path)} if path else None
+    except (EngineError, OSError):
+        return None
 
 
 def _metrics_or_empty(engine: Any) -> dict[str, float]:
@@ -158,7 +178,12 @@ def machine_cells(snap: MachineSnapshot | None, row: StartRow) -> dict[str, str]
     return {"host": snap.host, "CPU": f"{snap.cpu_model or '?'} × {snap.cpu_cores or '?'}",
             "governor": snap.cpu_governor or "not readable", "GPU": gpus,
             "driver / CUDA": f"{snap.driver_version or '-'} / {snap.cuda_version or '-'}",
-            "engine": f"{row.engine or '-'} {row.engine_version or ''}".strip()}
+            "engine": f"{row.engine or '-'} {row.engine_version or ''}".strip() + _sha(row)}
+
+
+def _sha(row: StartRow) -> str:
+    binary = row.resources.get("engine_binary")
+    return f" (sha256 {binary['sha256'][:12]})" if isinstance(binary, dict) and binary.get("sha256") else ""
 
 
 def machine_differences(rows: list[StartRow]) -> list[str]:
@@ -179,7 +204,8 @@ def machine_differences(rows: list[StartRow]) -> list[str]:
             out.append(f"{start_label(row)}: no machine recorded")
         elif cells[row.id] != common:
             diffs = differences(ref_snap, snap)
-            if (ref.engine, ref.engine_version) != (row.engine, row.engine_version):
-                diffs.append(f"engine: {ref.engine} {ref.engine_version} → {row.engine} {row.engine_version}")
+            was, now = machine_cells(ref_snap, ref)["engine"], machine_cells(snap, row)["engine"]
+            if was != now:
+                diffs.append(f"engine: {was} → {now}")
             out.append(f"{start_label(row)} ran on a different machine: " + "; ".join(diffs or ["see the table"]))
     return out
