@@ -34,7 +34,7 @@ class ConfigError(FrankError):
     def __init__(self, message: str, *, path: object | None = None, field: str | None = None) -> None:
         where = ": ".join(str(x) for x in (path, field) if x)
         where = where + ": " if where else ""
-        super().__init__(where + message)
+        super().__init__(one_line(where + message))
         self.path = path
         self.field = field
 
@@ -115,3 +115,9 @@ class SandboxError(FrankError):
 
 class LedgerError(FrankError):
     """An adopt or revert was refused."""
+
+
+def one_line(text: str) -> str:
+    """``text`` with line breaks and other unprintable characters escaped (``\\n``), so a message
+    built from user input (a field named with a newline) stays one line."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)

@@ -13,7 +13,6 @@ import hashlib
 import json
 import random
 import secrets
-import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,12 +20,13 @@ from frankenstein import __version__
 from frankenstein.campaign import Campaign
 from frankenstein.config import ResolvedRecipe
 from frankenstein.design.kinds import kind_of
-from frankenstein.design.model import ARMS, DesignFile, FrozenDesign, Registered, check_launchable, load_design
-from frankenstein.errors import DesignError, FrankError, RegistryError
+from frankenstein.design.model import ARMS, DesignFile, FrozenDesign, Registered, load_design, resolve_arms
+from frankenstein.errors import ConfigError, DesignError, FrankError, RegistryError
 from frankenstein.measure.timings import METRICS
 from frankenstein.served import served_parts
 from frankenstein.shipped import expand
 from frankenstein.store import RegistryRow, now_iso
+from frankenstein.validation import read_toml
 from frankenstein.workload.trace import load_trace
 
 GENESIS = "0" * 64
@@ -62,8 +62,7 @@ def check_design(campaign: Campaign, design: DesignFile, path: Path) -> FrozenDe
     kind.check(design, path)
     direction: Literal["lower", "higher"] = design.direction or (
         "higher" if METRICS.get(design.primary_metric) == "higher" else "lower")
-    recipes = {arm: resolve_arm(campaign, design, arm) for arm in ARMS}
-    check_launchable(recipes, path)
+    recipes = resolve_arms(lambda arm: resolve_arm(campaign, design, arm), path)
     same = _same(recipes["served"], recipes["candidate"], design)
     if same and not kind.same_arms:
         raise DesignError("the two arms are identical; only an A/A design (kind = \"aa\") may compare a recipe with itself",
@@ -119,7 +118,7 @@ def register(campaign: Campaign, design_path: str | Path) -> Registered:
     try:
         design = load_design(path)
         frozen = check_design(campaign, design, path)
-    except DesignError as exc:
+    except ConfigError as exc:  # the design, its workload or its recipes: every refusal is stored
         campaign.store.insert_refusal(what="registration", name=_design_name(path), reason=str(exc), path=str(path))
         raise
     source = path.read_bytes()
@@ -156,8 +155,8 @@ def inside(campaign: Campaign, path: Path) -> Path:
 def _design_name(path: Path) -> str:
     """The design's ``name`` if the file still parses that far, else the file's stem."""
     try:
-        name = tomllib.loads(path.read_text()).get("name")
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        name = read_toml(path).get("name")
+    except ConfigError:
         name = None
     return name if isinstance(name, str) and name else path.stem
 
