@@ -5,6 +5,7 @@ tree around it is compared before and after, on the real CLI)."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -124,3 +125,15 @@ def test_a_symlinked_designs_folder_is_not_written_through(tmp_path: Path) -> No
     assert not list((tmp_path / "elsewhere").iterdir()) and c.store.registry_rows() == []
     assert inside(c, c.root / "workloads" / ".." / "x") == (c.root / "x").resolve()
     c.close()
+
+
+def test_init_makes_a_folder_name_with_spaces_a_slug(tmp_path: Path, capsys) -> None:
+    """``frank init "My Camp"`` must give a campaign that loads: the default name is the folder made a slug."""
+    root = tmp_path / "My Camp (v2)"
+    code, _, err = cli(capsys, "init", str(root))
+    assert code == 0, err
+    name = next(line for line in (root / "frank.toml").read_text().splitlines() if line.startswith("name ="))
+    assert name == 'name = "My-Camp-v2"'
+    assert re.match(NAME_PATTERN, "My-Camp-v2")
+    code, out, err = cli(capsys, "verify", "--campaign", str(root))
+    assert code == 0, err + out

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,7 +72,7 @@ def init_campaign(root: str | Path, *, toml: str | None = None) -> Campaign:
         (root / sub).mkdir(exist_ok=True)
     cfg = root / CONFIG_NAME
     if not cfg.exists():
-        cfg.write_text(toml if toml is not None else DEFAULT_TOML.format(name=root.resolve().name))
+        cfg.write_text(toml if toml is not None else DEFAULT_TOML.format(name=default_name(root)))
     return open_campaign(root)
 
 
@@ -83,3 +85,9 @@ def open_campaign(root: str | Path) -> Campaign:
     for sub in SUBDIRS:
         (root / sub).mkdir(exist_ok=True)
     return Campaign(root=root, config=config, store=Store(root / DB_NAME))
+
+
+def default_name(root: Path) -> str:
+    """The campaign's name from its folder, made a slug (config.NAME_PATTERN): "My Camp" becomes "My-Camp"."""
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", root.resolve().name).strip(".-_")[:64]
+    return slug or "campaign"
