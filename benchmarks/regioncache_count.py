@@ -101,8 +101,10 @@ def main() -> int:
     corpus, files = take(files, 8_000_000)
     t0 = time.perf_counter()
     tok = ref.build("llama3", corpus, vocab_size=32000)
-    print(f"trained llama3-style BPE: vocab {tok.get_vocab_size()} on {sum(map(len, corpus)) / 1e6:.1f} MB "
-          f"in {time.perf_counter() - t0:.1f} s")
+    print(
+        f"trained llama3-style BPE: vocab {tok.get_vocab_size()} on {sum(map(len, corpus)) / 1e6:.1f} MB "
+        f"in {time.perf_counter() - t0:.1f} s"
+    )
 
     n = lambda t: len(tok.encode(t, add_special_tokens=False).ids)  # noqa: E731
     head, files = blocks_of(files, 190_000, n, "<|im_start|>system\nYou are a coding agent.<|im_end|>\n")
@@ -116,8 +118,10 @@ def main() -> int:
     n_head = cache.count(head)  # the previous turn: warms the cache
     n_total = [len(tok.encode(p).ids) for p in prompts]
     same = all(cache.encode(p) == tok.encode(p).ids for p in prompts[:1])
-    print(f"prompt: {n_total[0]} tokens ({len(prompts[0].encode()) / 1e6:.2f} MB), cached region {n_head} tokens "
-          f"({100 * n_head / n_total[0]:.1f}%), new tail ~{n_total[0] - n_head} tokens; rule {cache.rule.name}")
+    print(
+        f"prompt: {n_total[0]} tokens ({len(prompts[0].encode()) / 1e6:.2f} MB), cached region {n_head} tokens "
+        f"({100 * n_head / n_total[0]:.1f}%), new tail ~{n_total[0] - n_head} tokens; rule {cache.rule.name}"
+    )
 
     # Each timed count sees a tail it has never seen; the full encodes use the same prompts.
     it = iter(prompts[1:])
@@ -135,16 +139,24 @@ def main() -> int:
 
     st = cache.status()
     print(f"{'':34}{'wall best':>11}{'wall median':>13}{'CPU median':>12}")
-    for name, (b, m, c) in [("full Tokenizer.encode", t_full), ("full encode_batch_fast([text])", t_fast),
-                            ("RegionCache.count, new 10k tail", t_cached), ("RegionCache.count, all cached", t_hit)]:
+    for name, (b, m, c) in [
+        ("full Tokenizer.encode", t_full),
+        ("full encode_batch_fast([text])", t_fast),
+        ("RegionCache.count, new 10k tail", t_cached),
+        ("RegionCache.count, all cached", t_hit),
+    ]:
         print(f"{name:34}{b * 1e3:>9.1f}ms{m * 1e3:>11.1f}ms{c * 1e3:>10.1f}ms")
     print(f"{'RegionCache.count, cold cache':34}{t_cold * 1e3:>9.1f}ms")
-    print(f"speedup of count over a full Tokenizer.encode: {t_full[1] / t_cached[1]:.1f}x wall (median), "
-          f"{t_full[0] / t_cached[0]:.1f}x wall (best), {t_full[2] / t_cached[2]:.1f}x CPU; "
-          f"over encode_batch_fast: {t_fast[1] / t_cached[1]:.1f}x wall (median)")
+    print(
+        f"speedup of count over a full Tokenizer.encode: {t_full[1] / t_cached[1]:.1f}x wall (median), "
+        f"{t_full[0] / t_cached[0]:.1f}x wall (best), {t_full[2] / t_cached[2]:.1f}x CPU; "
+        f"over encode_batch_fast: {t_fast[1] / t_cached[1]:.1f}x wall (median)"
+    )
     print(f"identical ids for all {len(prompts)} prompts: {same}")
-    print(f"cache: {st.entries} entries, {st.nbytes / 1e6:.2f} MB of {st.max_bytes / 1e6:.0f} MB budget; "
-          f"threads: {'1 (serial)' if args.serial else 'rayon default'}; cpus {os.cpu_count()}")
+    print(
+        f"cache: {st.entries} entries, {st.nbytes / 1e6:.2f} MB of {st.max_bytes / 1e6:.0f} MB budget; "
+        f"threads: {'1 (serial)' if args.serial else 'rayon default'}; cpus {os.cpu_count()}"
+    )
     return 0 if same else 1
 
 

@@ -23,10 +23,13 @@ from frankenstein.shipped import data_path
 from frankenstein.workload.replay import ReplaySettings, replay
 from frankenstein.workload.trace import Turn, workload_from_turns
 
-NULL_BODY = json.dumps({
-    "content": "x", "stop": True,
-    "timings": {"prompt_n": 4, "prompt_ms": 0.1, "predicted_n": 1, "predicted_ms": 0.1, "cache_n": 0},
-}).encode()
+NULL_BODY = json.dumps(
+    {
+        "content": "x",
+        "stop": True,
+        "timings": {"prompt_n": 4, "prompt_ms": 0.1, "predicted_n": 1, "predicted_ms": 0.1, "cache_n": 0},
+    }
+).encode()
 
 
 def null_server(port: int) -> None:
@@ -35,8 +38,12 @@ def null_server(port: int) -> None:
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     srv.bind(("127.0.0.1", port))
     srv.listen(1024)
-    resp = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: "
-            + str(len(NULL_BODY)).encode() + b"\r\n\r\n" + NULL_BODY)
+    resp = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: "
+        + str(len(NULL_BODY)).encode()
+        + b"\r\n\r\n"
+        + NULL_BODY
+    )
     health = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
     while True:
         conn, _ = srv.accept()
@@ -55,14 +62,27 @@ def null_server(port: int) -> None:
 
 
 def turns(n: int, tokens: int) -> list[Turn]:
-    return [Turn(turn_id=f"t{i}", session_id="s", turn_index=i, endpoint="/completion",
-                 request={"prompt": f"def f{i}(x):\n", "cache_prompt": True}, output={"completion_tokens": tokens})
-            for i in range(n)]
+    return [
+        Turn(
+            turn_id=f"t{i}",
+            session_id="s",
+            turn_index=i,
+            endpoint="/completion",
+            request={"prompt": f"def f{i}(x):\n", "cache_prompt": True},
+            output={"completion_tokens": tokens},
+        )
+        for i in range(n)
+    ]
 
 
 def overhead_tiny(n: int, stream: bool) -> list[float]:
-    recipe = ResolvedRecipe(name="tiny", engine="llamacpp", model=str(data_path("tiny-target.gguf")),
-                            args=["--threads", "2", "--parallel", "1"], env={})
+    recipe = ResolvedRecipe(
+        name="tiny",
+        engine="llamacpp",
+        model=str(data_path("tiny-target.gguf")),
+        args=["--threads", "2", "--parallel", "1"],
+        env={},
+    )
     with tempfile.TemporaryDirectory() as d, start_engine(recipe, Path(d)) as eng:
         res = replay(eng, workload_from_turns(turns(n, 8)), ReplaySettings(warmup_turns=5, stream=stream))
     return [r["e2e_ms"] - r["prompt_ms"] - r["decode_ms"] for r in res.rows if not r["warmup"]]
@@ -102,11 +122,15 @@ def main() -> None:
     for stream in (False, True):
         o = overhead_tiny(args.turns, stream)
         q = statistics.quantiles(o, n=10)
-        print(f"tiny model, {'streamed' if stream else 'non-streamed'}: overhead per turn (client e2e − server prompt − decode): "
-              f"median {statistics.median(o):.3f} ms, p10 {q[0]:.3f}, p90 {q[-1]:.3f} ms over {len(o)} turns")
+        print(
+            f"tiny model, {'streamed' if stream else 'non-streamed'}: overhead per turn (client e2e − server prompt − decode): "
+            f"median {statistics.median(o):.3f} ms, p10 {q[0]:.3f}, p90 {q[-1]:.3f} ms over {len(o)} turns"
+        )
     rates = [throughput_null(args.turns * 10) for _ in range(3)]
-    print(f"null server: driver throughput {statistics.median(rates):.0f} turns/s (median of 3 runs of {args.turns * 10} turns; "
-          f"runs: {', '.join(f'{r:.0f}' for r in rates)})")
+    print(
+        f"null server: driver throughput {statistics.median(rates):.0f} turns/s (median of 3 runs of {args.turns * 10} turns; "
+        f"runs: {', '.join(f'{r:.0f}' for r in rates)})"
+    )
 
 
 if __name__ == "__main__":

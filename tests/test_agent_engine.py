@@ -39,7 +39,11 @@ def test_tiny_model_runs_a_whole_draw(tmp_path: Path, tiny_recipe: ResolvedRecip
     assert subprocess.run([*run, "init", str(campaign)], capture_output=True, timeout=60).returncode == 0
     toml = campaign / "frank.toml"
     toml.write_text(toml.read_text().replace('"--seed", "1"]', '"--seed", "1", "--jinja"]'))  # tools need --jinja
-    done = subprocess.run([*run, "replay", "base", str(trace), "-c", str(campaign), "--max-turns", "2", "--warmup", "0"],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [*run, "replay", "base", str(trace), "-c", str(campaign), "--max-turns", "2", "--warmup", "0"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("start 1: ok")

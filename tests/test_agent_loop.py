@@ -30,15 +30,22 @@ def oracle_steps(task_id: str) -> list[Step]:
 
 def wrong_steps(task_id: str) -> list[Step]:
     """An incorrect trajectory: plausible work that does not solve the task."""
-    wrong = {"fix-ledger-month": ("ledger/report.py", "# rewritten\n"),
-             "latency-report": ("report.json", '{"endpoints": {}, "slowest_endpoint": "/api/cart", "skipped_lines": 0}'),
-             "log-incident": ("answer.json", '{"incident_shard": "db-shard-5", "first_open": "x", '
-                                             '"failed_requests": 1, "top_user": "u1000"}'),
-             "regression-csvstats": ("REGRESSION.txt", "percentile\n"),
-             "spec-durations": ("durations.py", "def parse_duration(t):\n    return 0\n"),
-             "todo-feature": ("todo/cli.py", "def main(argv):\n    return 0\n")}[task_id]
-    return [call("bash", command="head -5 README.md || ls"), call("write_file", path=wrong[0], content=wrong[1]),
-            call("submit")]
+    wrong = {
+        "fix-ledger-month": ("ledger/report.py", "# rewritten\n"),
+        "latency-report": ("report.json", '{"endpoints": {}, "slowest_endpoint": "/api/cart", "skipped_lines": 0}'),
+        "log-incident": (
+            "answer.json",
+            '{"incident_shard": "db-shard-5", "first_open": "x", "failed_requests": 1, "top_user": "u1000"}',
+        ),
+        "regression-csvstats": ("REGRESSION.txt", "percentile\n"),
+        "spec-durations": ("durations.py", "def parse_duration(t):\n    return 0\n"),
+        "todo-feature": ("todo/cli.py", "def main(argv):\n    return 0\n"),
+    }[task_id]
+    return [
+        call("bash", command="head -5 README.md || ls"),
+        call("write_file", path=wrong[0], content=wrong[1]),
+        call("submit"),
+    ]
 
 
 def test_correct_draw_passes_every_task(tmp_path: Path) -> None:
@@ -69,8 +76,9 @@ def test_results_fit_the_episodes_table(tmp_path: Path) -> None:
     with ScriptedModelServer([call("write_file", path="answer.txt", content="42"), call("submit")]) as srv:
         [res] = run_draw(srv.base_url, tmp_path / "suite", [task], 0, tmp_path / "t.jsonl", tmp_path / "w")
     with Store(tmp_path / "frank.db") as store:
-        store.insert_start(arm="served", status="ok", started_at="2024-01-01T00:00:00.000Z", metrics={},
-                           episodes=[res.row()])
+        store.insert_start(
+            arm="served", status="ok", started_at="2024-01-01T00:00:00.000Z", metrics={}, episodes=[res.row()]
+        )
         row = store.query("SELECT task_id, draw, task_hash, status, passed, grader_rc, turns, detail FROM episodes")[0]
     assert tuple(row)[:7] == ("t42", 0, task.hash, "submitted", 1, 0, 2)
     assert json.loads(row["detail"])["grader"]["verdict"] == "pass"
@@ -79,11 +87,23 @@ def test_results_fit_the_episodes_table(tmp_path: Path) -> None:
 def test_trace_holds_exact_requests_and_answers(tmp_path: Path) -> None:
     task = load_task(write_task(tmp_path / "suite", "t42"))
     timings = {"prompt_n": 120, "prompt_ms": 8.5, "predicted_n": 9, "predicted_ms": 30.0}
-    steps = [Step(calls=(("bash", {"command": "echo hello"}),), text="let me look", timings=timings),
-             call("write_file", path="answer.txt", content="42"), call("submit", summary="ok")]
+    steps = [
+        Step(calls=(("bash", {"command": "echo hello"}),), text="let me look", timings=timings),
+        call("write_file", path="answer.txt", content="42"),
+        call("submit", summary="ok"),
+    ]
     with ScriptedModelServer(steps) as srv:
-        run_draw(srv.base_url, tmp_path / "suite", [task], 1, tmp_path / "t.jsonl", tmp_path / "w", model="m1",
-                 temperature=0.5, seed=11)
+        run_draw(
+            srv.base_url,
+            tmp_path / "suite",
+            [task],
+            1,
+            tmp_path / "t.jsonl",
+            tmp_path / "w",
+            model="m1",
+            temperature=0.5,
+            seed=11,
+        )
         received = srv.requests
     turns = load_trace(tmp_path / "t.jsonl").turns
     assert len(turns) == len(received) == 3
@@ -91,8 +111,10 @@ def test_trace_holds_exact_requests_and_answers(tmp_path: Path) -> None:
         assert request_bytes(turn) == json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
         assert (turn.endpoint, turn.source, turn.session_id) == ("/v1/chat/completions", "agent", "t42-d1")
     first = turns[0]
-    assert first.request["messages"][:2] == [{"role": "system", "content": SYSTEM_PROMPT},
-                                             {"role": "user", "content": task.prompt}]
+    assert first.request["messages"][:2] == [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "user", "content": task.prompt},
+    ]
     assert (first.request["model"], first.request["temperature"], first.request["seed"]) == ("m1", 0.5, 11)
     assert first.request["tools"] == TOOLS and first.request["max_tokens"] == 2048
     assert first.output.text == "let me look" and first.output.finish_reason == "tool_calls"
@@ -118,14 +140,21 @@ def test_turn_limit(tmp_path: Path) -> None:
 
 
 def test_work_done_before_the_turn_limit_still_counts(tmp_path: Path) -> None:
-    res, _ = _one(tmp_path, [call("write_file", path="answer.txt", content="42"), call("bash", command="true")],
-                  "[limits]\nturns = 2\n")
+    res, _ = _one(
+        tmp_path,
+        [call("write_file", path="answer.txt", content="42"), call("bash", command="true")],
+        "[limits]\nturns = 2\n",
+    )
     assert (res.status, res.passed) == ("turn_limit", True)
 
 
 def test_format_errors_in_a_row(tmp_path: Path) -> None:
-    steps = [Step(text="I think the answer is 42."), raw_call("bash", "{not json"), call("fly", to="moon"),
-             call("bash", wrong_arg="ls")]
+    steps = [
+        Step(text="I think the answer is 42."),
+        raw_call("bash", "{not json"),
+        call("fly", to="moon"),
+        call("bash", wrong_arg="ls"),
+    ]
     res, srv = _one(tmp_path, steps, "[limits]\nformat_errors = 3\n")
     assert (res.status, res.turns, res.detail["format_errors"]) == ("format_error", 3, 3)
     nudges = [m for m in srv.requests[1]["messages"] if m["role"] == "user"]
@@ -134,8 +163,15 @@ def test_format_errors_in_a_row(tmp_path: Path) -> None:
 
 
 def test_a_good_call_resets_the_format_count(tmp_path: Path) -> None:
-    steps = [Step(text="hm"), Step(text="hm"), call("bash", command="true"), Step(text="hm"), Step(text="hm"),
-             call("write_file", path="answer.txt", content="42"), call("submit")]
+    steps = [
+        Step(text="hm"),
+        Step(text="hm"),
+        call("bash", command="true"),
+        Step(text="hm"),
+        Step(text="hm"),
+        call("write_file", path="answer.txt", content="42"),
+        call("submit"),
+    ]
     res, _ = _one(tmp_path, steps, "[limits]\nformat_errors = 3\n")
     assert (res.status, res.passed, res.detail["format_errors"]) == ("submitted", True, 4)
 
@@ -147,8 +183,11 @@ def test_context_limit_from_usage(tmp_path: Path) -> None:
 
 
 def test_context_limit_from_an_engine_refusal(tmp_path: Path) -> None:
-    refusal = Step(status=400, error_body='{"error": {"code": 400, "message": "the request exceeds the available '
-                                          'context size, try increasing it", "type": "exceed_context_size_error"}}')
+    refusal = Step(
+        status=400,
+        error_body='{"error": {"code": 400, "message": "the request exceeds the available '
+        'context size, try increasing it", "type": "exceed_context_size_error"}}',
+    )
     res, _ = _one(tmp_path, [call("bash", command="true"), refusal])
     assert (res.status, res.turns) == ("context_limit", 1)
     assert "HTTP 400" in res.detail["stop_reason"]
@@ -175,8 +214,11 @@ def test_time_limit_during_a_request(tmp_path: Path) -> None:
 
 
 def test_time_limit_during_a_command(tmp_path: Path) -> None:
-    res, _ = _one(tmp_path, [call("bash", command="sleep 30"), call("submit")],
-                  "[limits]\nwall_time_s = 1.5\ncommand_timeout_s = 60\n")
+    res, _ = _one(
+        tmp_path,
+        [call("bash", command="sleep 30"), call("submit")],
+        "[limits]\nwall_time_s = 1.5\ncommand_timeout_s = 60\n",
+    )
     assert (res.status, res.turns) == ("time_limit", 1)
     assert res.detail["commands"][0]["timed_out"] is True and res.detail["commands"][0]["seconds"] < 5
 
@@ -200,14 +242,24 @@ def test_limit_overrides_apply_and_are_recorded(tmp_path: Path) -> None:
 
 
 def test_statuses_are_the_documented_ones() -> None:
-    assert STATUSES == ("submitted", "turn_limit", "context_limit", "time_limit", "format_error", "engine_error",
-                        "grader_error")
+    assert STATUSES == (
+        "submitted",
+        "turn_limit",
+        "context_limit",
+        "time_limit",
+        "format_error",
+        "engine_error",
+        "grader_error",
+    )
 
 
-@pytest.mark.parametrize(("bad", "message"), [
-    ({"turns": 0}, "limit overrides: turns: Input should be greater than or equal to 1"),
-    ({"nonsense": 1}, "limit overrides: nonsense: unknown limit"),
-])
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ({"turns": 0}, "limit overrides: turns: Input should be greater than or equal to 1"),
+        ({"nonsense": 1}, "limit overrides: nonsense: unknown limit"),
+    ],
+)
 def test_bad_limit_overrides_are_refused(tmp_path: Path, bad: dict[str, int], message: str) -> None:
     with pytest.raises(ConfigError) as err:
         _one(tmp_path, [], limit_overrides=bad)
@@ -221,12 +273,37 @@ def test_cli_draw(tmp_path: Path) -> None:
     write_task(tmp_path / "suite", "t42")
     steps = [call("write_file", path="answer.txt", content="42"), call("submit")]
     with ScriptedModelServer(steps) as srv:
-        done = subprocess.run([sys.executable, "-m", "frankenstein", "tasks", "draw", srv.base_url, "--suite",
-                               str(tmp_path / "suite"), "--trace", str(tmp_path / "t.jsonl"), "--work-dir",
-                               str(tmp_path / "w"), "--draw", "2", "--turns", "5"],
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "frankenstein",
+                "tasks",
+                "draw",
+                srv.base_url,
+                "--suite",
+                str(tmp_path / "suite"),
+                "--trace",
+                str(tmp_path / "t.jsonl"),
+                "--work-dir",
+                str(tmp_path / "w"),
+                "--draw",
+                "2",
+                "--turns",
+                "5",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert done.returncode == 0, done.stderr
     row = json.loads(done.stdout)
     assert {k: row[k] for k in ("task_id", "draw", "status", "passed", "grader_rc", "turns")} == {
-        "task_id": "t42", "draw": 2, "status": "submitted", "passed": True, "grader_rc": 0, "turns": 2}
+        "task_id": "t42",
+        "draw": 2,
+        "status": "submitted",
+        "passed": True,
+        "grader_rc": 0,
+        "turns": 2,
+    }
     assert len(load_trace(tmp_path / "t.jsonl").turns) == 2

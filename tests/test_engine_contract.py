@@ -33,13 +33,21 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "frankenstein"
 
 def _openai_recipe(binary: str) -> ResolvedRecipe:
     command = [binary, "-m", str(data_path("tiny-target.gguf")), "--host", "{host}", "--port", "{port}", *BASE_ARGS]
-    return ResolvedRecipe(name="generic", engine="openai", model="", args=[], env={}, command=command,
-                          start_timeout_s=120)
+    return ResolvedRecipe(
+        name="generic", engine="openai", model="", args=[], env={}, command=command, start_timeout_s=120
+    )
 
 
 def _turn(i: int, n: int = 6) -> Turn:
-    return Turn(turn_id=f"t{i}", session_id="s", turn_index=i, endpoint="/v1/completions",
-                request={"model": "m", "prompt": f"def f{i}(x):\n"}, output={"completion_tokens": n}, source="test")
+    return Turn(
+        turn_id=f"t{i}",
+        session_id="s",
+        turn_index=i,
+        endpoint="/v1/completions",
+        request={"model": "m", "prompt": f"def f{i}(x):\n"},
+        output={"completion_tokens": n},
+        source="test",
+    )
 
 
 def test_every_adapter_in_the_table_is_an_engine(tmp_path: Path) -> None:
@@ -50,18 +58,24 @@ def test_every_adapter_in_the_table_is_an_engine(tmp_path: Path) -> None:
     # capabilities are structural and checked with isinstance, never by probing attributes
     dummy = ResolvedRecipe(name="x", engine="openai", model="m", args=[], env={})
     assert isinstance(LlamaCppEngine(dummy, tmp_path), ForcedDecoder)
-    assert isinstance(VllmEngine(dummy, tmp_path), ForcedDecoder) and isinstance(VllmEngine(dummy, tmp_path), TopLogprobs)
+    assert isinstance(VllmEngine(dummy, tmp_path), ForcedDecoder) and isinstance(
+        VllmEngine(dummy, tmp_path), TopLogprobs
+    )
     assert isinstance(SglangEngine(dummy, tmp_path), ForcedDecoder)
     assert not isinstance(OpenAIEngine(dummy, tmp_path), ForcedDecoder)
     assert not isinstance(LlamaCppEngine(dummy, tmp_path), TopLogprobs)
 
 
 def test_no_attribute_probing_of_engines_in_the_engine_rooms() -> None:
-    files = [*(SRC / "engines").glob("*.py"), *(SRC / "fidelity").glob("*.py"), *(SRC / "workload").glob("*.py"),
-             SRC / "agent" / "loop.py"]
+    files = [
+        *(SRC / "engines").glob("*.py"),
+        *(SRC / "fidelity").glob("*.py"),
+        *(SRC / "workload").glob("*.py"),
+        SRC / "agent" / "loop.py",
+    ]
     for f in files:
         text = f.read_text()
-        for probe in ('getattr(engine', "hasattr(engine", 'getattr(eng,', "hasattr(eng,"):
+        for probe in ("getattr(engine", "hasattr(engine", "getattr(eng,", "hasattr(eng,"):
             assert probe not in text, f"{f.name}: {probe}"
 
 
@@ -71,8 +85,16 @@ def test_openai_adapter_runs_a_real_llama_server(llama_server_bin: str, tmp_path
     with start_engine(_openai_recipe(llama_server_bin), tmp_path) as eng:
         assert isinstance(eng, OpenAIEngine) and isinstance(eng, Engine) and eng.pid is not None
         assert eng.ready_s is not None and eng.ready_s > 0
-        body = {"model": "m", "prompt": "def main():\n", "max_tokens": 8, "temperature": 0.0, "seed": 1,
-                "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+        body = {
+            "model": "m",
+            "prompt": "def main():\n",
+            "max_tokens": 8,
+            "temperature": 0.0,
+            "seed": 1,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
         reply = eng.request("/v1/completions", json.dumps(body).encode())
         assert reply.timing.generated_tokens == 8 and reply.ttft_ms is not None and reply.e2e_ms >= reply.ttft_ms
         assert reply.text
@@ -82,7 +104,9 @@ def test_openai_adapter_runs_a_real_llama_server(llama_server_bin: str, tmp_path
         res = replay(eng, workload_from_turns([_turn(i) for i in range(3)]), ReplaySettings(warmup_turns=1))
         assert res.valid and [r["generated_tokens"] for r in res.rows] == [6, 6, 6]
         with pytest.raises(FidelityError, match="engine 'openai' .* has no forced-decode path"):
-            prepare_turns(eng, [_turn(0).model_copy(update={"output": _turn(0).output.model_copy(update={"text": "x"})})])
+            prepare_turns(
+                eng, [_turn(0).model_copy(update={"output": _turn(0).output.model_copy(update={"text": "x"})})]
+            )
         pid = eng.pid
     assert subprocess.run(["ps", "-p", str(pid)], capture_output=True).returncode != 0
 

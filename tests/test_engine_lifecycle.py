@@ -46,7 +46,7 @@ def _gone(pid: int) -> bool:
 def _slow_wrapper(tmp_path: Path, real: str, delay: float = 20.0) -> Path:
     """A real wrapper program that waits before exec'ing llama-server: a start that takes a while."""
     w = tmp_path / "slow-llama-server"
-    w.write_text(f"#!/bin/sh\nsleep {delay}\nexec {real} \"$@\"\n")
+    w.write_text(f'#!/bin/sh\nsleep {delay}\nexec {real} "$@"\n')
     w.chmod(w.stat().st_mode | stat.S_IEXEC)
     return w
 
@@ -54,8 +54,13 @@ def _slow_wrapper(tmp_path: Path, real: str, delay: float = 20.0) -> Path:
 def test_sigint_during_start_leaves_nothing(tmp_path: Path, llama_server_bin: str, _runtime_dir: Path) -> None:
     c = make_campaign(tmp_path / "c")
     env = {"FRANK_LLAMA_SERVER": str(_slow_wrapper(tmp_path, llama_server_bin))}
-    p = subprocess.Popen([sys.executable, "-m", "frankenstein", "engine", "check", "-c", str(c.root)],
-                         env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "frankenstein", "engine", "check", "-c", str(c.root)],
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     pid = _engine_pid(_runtime_dir)
     assert not _gone(pid)
     p.send_signal(signal.SIGINT)
@@ -69,9 +74,24 @@ def test_sigint_during_start_leaves_nothing(tmp_path: Path, llama_server_bin: st
 
 def test_kill9_of_frank_kills_its_engine(tmp_path: Path, _runtime_dir: Path) -> None:
     c = make_campaign(tmp_path / "c")
-    p = subprocess.Popen([sys.executable, "-m", "frankenstein", "engine", "check", "-c", str(c.root),
-                          "--requests", "100000", "--n-predict", "64"],
-                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "frankenstein",
+            "engine",
+            "check",
+            "-c",
+            str(c.root),
+            "--requests",
+            "100000",
+            "--n-predict",
+            "64",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     assert p.stdout is not None
     assert "ready at" in p.stdout.readline()
     pid = _engine_pid(_runtime_dir)
@@ -87,7 +107,8 @@ def test_leftovers_are_reaped_by_the_next_command(tmp_path: Path, llama_server_b
 
     child = subprocess.Popen(["sleep", "300"], start_new_session=True)
     (_runtime_dir / f"{child.pid}.json").write_text(
-        f'{{"pid": {child.pid}, "pgid": {child.pid}, "owner": 999999999, "argv": ["sleep"]}}')
+        f'{{"pid": {child.pid}, "pgid": {child.pid}, "owner": 999999999, "argv": ["sleep"]}}'
+    )
     assert reap_leftovers() == [child.pid]
     assert child.wait(timeout=10) == -signal.SIGKILL
 
@@ -100,7 +121,10 @@ def test_missing_model_file(tmp_path: Path) -> None:
     c = make_campaign(tmp_path / "c", TOML.replace('"pkg:tiny-target.gguf"', '"models/nope.gguf"'))
     r = _check(c.root)
     assert r.returncode == 1
-    assert r.stderr.strip() == f"frank: error: recipes.base.model: model file not found: {c.root.resolve() / 'models/nope.gguf'}"
+    assert (
+        r.stderr.strip()
+        == f"frank: error: recipes.base.model: model file not found: {c.root.resolve() / 'models/nope.gguf'}"
+    )
     assert pids_of(str(tmp_path)) == []
 
 
@@ -141,7 +165,8 @@ def test_missing_llama_server_binary(tmp_path: Path) -> None:
     r = _check(c.root, env={"FRANK_LLAMA_SERVER": str(tmp_path / "no-llama-server")})
     assert r.returncode == 1
     assert r.stderr.strip().startswith(
-        f"frank: error: llama-server not found at {tmp_path / 'no-llama-server'} (from FRANK_LLAMA_SERVER); install it with")
+        f"frank: error: llama-server not found at {tmp_path / 'no-llama-server'} (from FRANK_LLAMA_SERVER); install it with"
+    )
 
 
 def test_usage_error_exits_2(tmp_path: Path) -> None:

@@ -16,8 +16,17 @@ pytestmark = pytest.mark.engine
 
 
 def _body(n: int = 32, **extra: object) -> bytes:
-    return json.dumps({"prompt": "def main():\n", "n_predict": n, "temperature": 0.0, "seed": 1,
-                       "ignore_eos": True, "cache_prompt": False, **extra}).encode()
+    return json.dumps(
+        {
+            "prompt": "def main():\n",
+            "n_predict": n,
+            "temperature": 0.0,
+            "seed": 1,
+            "ignore_eos": True,
+            "cache_prompt": False,
+            **extra,
+        }
+    ).encode()
 
 
 def _counter(m: dict[str, float], name: str) -> float:
@@ -59,8 +68,12 @@ def test_verify_step_time_matches_metrics(tiny_spec_recipe: ResolvedRecipe, tmp_
     accepted = sum(r.timing.accepted or 0 for r in replies)
     drafted = sum(r.timing.drafted or 0 for r in replies)
     assert drafted > 0 and 0 < accepted <= drafted
-    d_seconds = _counter(after, "llamacpp:tokens_predicted_seconds_total") - _counter(before, "llamacpp:tokens_predicted_seconds_total")
-    d_drafts = _counter(after, "llamacpp:spec_decode_num_drafts_total") - _counter(before, "llamacpp:spec_decode_num_drafts_total")
+    d_seconds = _counter(after, "llamacpp:tokens_predicted_seconds_total") - _counter(
+        before, "llamacpp:tokens_predicted_seconds_total"
+    )
+    d_drafts = _counter(after, "llamacpp:spec_decode_num_drafts_total") - _counter(
+        before, "llamacpp:spec_decode_num_drafts_total"
+    )
     assert d_seconds * 1000 == pytest.approx(decode_ms, rel=1e-3, abs=1.0)
     assert d_drafts == pytest.approx(steps, abs=len(replies))
     assert (d_seconds * 1000 / d_drafts) == pytest.approx(decode_ms / steps, rel=0.05)

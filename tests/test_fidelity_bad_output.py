@@ -89,10 +89,18 @@ def fake_bin(tmp_path: Path) -> str:
 
 
 def _workload(path: Path, turns: int = 2, tokens: int = 8) -> Path:
-    rows = [Turn(turn_id=f"t{i}", session_id="s", turn_index=i, endpoint="/completion",
-                 request={"prompt": f"prompt {i}: "}, output={"token_ids": list(range(20, 20 + tokens)),
-                                                              "completion_tokens": tokens}, source="test")
-            for i in range(turns)]
+    rows = [
+        Turn(
+            turn_id=f"t{i}",
+            session_id="s",
+            turn_index=i,
+            endpoint="/completion",
+            request={"prompt": f"prompt {i}: "},
+            output={"token_ids": list(range(20, 20 + tokens)), "completion_tokens": tokens},
+            source="test",
+        )
+        for i in range(turns)
+    ]
     write_trace(path, rows)
     return path
 
@@ -190,11 +198,22 @@ top_k = 5
 
 def test_a_workload_without_outputs_cannot_be_forced(tmp_path: Path, fake_bin: str) -> None:
     c = init_campaign(tmp_path / "c", toml=_toml(fake_bin))
-    rows = [Turn(turn_id=f"t{i}", session_id="s", turn_index=i, endpoint="/completion", request={"prompt": "p"},
-                 output={"completion_tokens": 4}, source="test") for i in range(4)]
+    rows = [
+        Turn(
+            turn_id=f"t{i}",
+            session_id="s",
+            turn_index=i,
+            endpoint="/completion",
+            request={"prompt": "p"},
+            output={"completion_tokens": 4},
+            source="test",
+        )
+        for i in range(4)
+    ]
     write_trace(tmp_path / "w.jsonl", rows)
     out, res, _ = run_forced(c.recipe("base"), load_trace(tmp_path / "w.jsonl"), c.logs, 5, None)
     c.close()
     assert res is None and out.status == "invalid"
-    assert out.reason == ("no turn could be forced: 4 turn(s) (t0, t1, t2, …): recorded output has neither "
-                          "token ids nor text")
+    assert out.reason == (
+        "no turn could be forced: 4 turn(s) (t0, t1, t2, …): recorded output has neither token ids nor text"
+    )

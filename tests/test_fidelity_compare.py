@@ -19,17 +19,25 @@ PROBS = np.log(np.array([0.6, 0.25, 0.1, 0.05], np.float32))
 def result(turns: dict[str, int], *, shift: float = 0.0, sha: dict[str, str] | None = None) -> ForcedResult:
     """A forced decode of ``turns`` (turn id → positions): top-4 ids 10..13 at every position."""
     tid, pos = [], []
-    for i, (t, n) in enumerate(turns.items()):
+    for i, n in enumerate(turns.values()):
         tid += [i] * n
         pos += list(range(n))
     p = len(tid)
     lp = np.tile(PROBS, (p, 1))
     lp[:, 0] += shift
     return ForcedResult(
-        path="test", k_requested=K, k_used=K, turn_ids=list(turns), turn_sha=[(sha or {}).get(t, "s") for t in turns],
-        turn=np.array(tid, np.int32), pos=np.array(pos, np.int32), token=np.full(p, 10, np.int32),
-        ids=np.tile(np.arange(10, 14, dtype=np.int32), (p, 1)), logprobs=lp.astype(np.float32),
-        n=np.full(p, K, np.int32), error=np.zeros(p, bool),
+        path="test",
+        k_requested=K,
+        k_used=K,
+        turn_ids=list(turns),
+        turn_sha=[(sha or {}).get(t, "s") for t in turns],
+        turn=np.array(tid, np.int32),
+        pos=np.array(pos, np.int32),
+        token=np.full(p, 10, np.int32),
+        ids=np.tile(np.arange(10, 14, dtype=np.int32), (p, 1)),
+        logprobs=lp.astype(np.float32),
+        n=np.full(p, K, np.int32),
+        error=np.zeros(p, bool),
     )
 
 
@@ -95,18 +103,27 @@ def test_rule_words() -> None:
     bad_b = result({"t": 8})
     bad_b.logprobs[0, 0] = np.nan
     bad = summarize_pairs([compare(result({"t": 8}), bad_b)], 0.5)
-    assert apply_rule(rule, bad) == ("invalid", "bad engine output at candidate positions (1 nonfinite); not averaged in")
+    assert apply_rule(rule, bad) == (
+        "invalid",
+        "bad engine output at candidate positions (1 nonfinite); not averaged in",
+    )
     empty = summarize_pairs([compare(result({"t": 2}), result({"u": 2}))], 0.5)
     assert apply_rule(rule, empty) == ("invalid", "no positions could be compared")
 
 
 def test_summary_lines_label_the_bound_and_show_the_noise_floor() -> None:
     a = result({"t": 4})
-    summary = {"path": "llama.cpp decode path, one position per request", "k": {"requested": 64, "used": {"served": 4, "candidate": 4}},
-               "noise_floor": summarize_pairs([compare(a, result({"t": 4}))], 0.5),
-               "candidate": summarize_pairs([compare(a, result({"t": 4}, shift=-0.1))], 0.5)}
+    summary = {
+        "path": "llama.cpp decode path, one position per request",
+        "k": {"requested": 64, "used": {"served": 4, "candidate": 4}},
+        "noise_floor": summarize_pairs([compare(a, result({"t": 4}))], 0.5),
+        "candidate": summarize_pairs([compare(a, result({"t": 4}, shift=-0.1))], 0.5),
+    }
     lines = format_summary(summary)
-    assert lines[0] == "KL(served ‖ candidate) per position, nats — top-k union + tail bucket: a lower bound of the full-vocabulary KL"
+    assert (
+        lines[0]
+        == "KL(served ‖ candidate) per position, nats — top-k union + tail bucket: a lower bound of the full-vocabulary KL"
+    )
     assert lines[1] == "path measured: llama.cpp decode path, one position per request"
     assert lines[2] == "top-k: requested 64, used served 4, candidate 4"
     noise = next(line for line in lines if line.startswith("noise floor (A vs A′)"))
@@ -124,13 +141,23 @@ def test_artifact_round_trip() -> None:
 
 
 def test_parse_llamacpp_shapes() -> None:
-    pre = {"completion_probabilities": [{"id": 1, "logprob": -0.1, "top_logprobs": [{"id": 1, "logprob": -0.1}, {"id": 2, "logprob": -2.5}]}]}
+    pre = {
+        "completion_probabilities": [
+            {"id": 1, "logprob": -0.1, "top_logprobs": [{"id": 1, "logprob": -0.1}, {"id": 2, "logprob": -2.5}]}
+        ]
+    }
     assert parse_llamacpp_probs(pre) == ([1, 2], [-0.1, -2.5])
-    post = {"completion_probabilities": [{"id": 1, "prob": 0.9, "top_probs": [{"id": 1, "prob": 0.5}, {"id": 2, "prob": 0.0}]}]}
+    post = {
+        "completion_probabilities": [
+            {"id": 1, "prob": 0.9, "top_probs": [{"id": 1, "prob": 0.5}, {"id": 2, "prob": 0.0}]}
+        ]
+    }
     ids, lps = parse_llamacpp_probs(post)
     assert ids == [1, 2] and lps[0] == pytest.approx(math.log(0.5)) and lps[1] == -math.inf
     assert parse_llamacpp_probs({}) == ([], [])
-    assert math.isnan(parse_llamacpp_probs({"completion_probabilities": [{"top_logprobs": [{"id": 3, "logprob": None}]}]})[1][0])
+    assert math.isnan(
+        parse_llamacpp_probs({"completion_probabilities": [{"top_logprobs": [{"id": 3, "logprob": None}]}]})[1][0]
+    )
 
 
 def test_skipped_reasons_are_grouped() -> None:

@@ -8,7 +8,13 @@ import numpy as np
 import pytest
 
 from frankenstein.fidelity.kl import (
-    by_confidence, full_kl, percentiles, position_stats, row_problems, summarize, topk_kl,
+    by_confidence,
+    full_kl,
+    percentiles,
+    position_stats,
+    row_problems,
+    summarize,
+    topk_kl,
 )
 
 
@@ -96,9 +102,13 @@ def test_disjoint_lists_put_everything_in_the_tail() -> None:
 
 def test_tail_term_for_known_values() -> None:
     # served: a .6 b .3 (tail .1); candidate: a .5 b .2 (tail .3)
-    kl, _, _ = topk_kl(np.array([[0, 1]]), np.log(np.array([[.6, .3]], np.float32)),
-                       np.array([[1, 0]]), np.log(np.array([[.2, .5]], np.float32)))
-    expect = .6 * math.log(.6 / .5) + .3 * math.log(.3 / .2) + .1 * math.log(.1 / .3)
+    kl, _, _ = topk_kl(
+        np.array([[0, 1]]),
+        np.log(np.array([[0.6, 0.3]], np.float32)),
+        np.array([[1, 0]]),
+        np.log(np.array([[0.2, 0.5]], np.float32)),
+    )
+    expect = 0.6 * math.log(0.6 / 0.5) + 0.3 * math.log(0.3 / 0.2) + 0.1 * math.log(0.1 / 0.3)
     assert kl[0] == pytest.approx(expect, abs=1e-6)
 
 
@@ -110,8 +120,8 @@ def test_shapes_must_line_up() -> None:
 def test_position_stats_top1_dp_and_duplicates() -> None:
     s_ids = np.array([[5, 6, 7], [5, 6, 7], [1, 1, 2]])
     c_ids = np.array([[5, 7, 6], [6, 5, 7], [1, 2, 3]])
-    s_lp = np.log(np.array([[.7, .2, .1], [.5, .3, .1], [.5, .3, .1]], np.float32))
-    c_lp = np.log(np.array([[.6, .3, .1], [.6, .3, .05], [.5, .3, .1]], np.float32))
+    s_lp = np.log(np.array([[0.7, 0.2, 0.1], [0.5, 0.3, 0.1], [0.5, 0.3, 0.1]], np.float32))
+    c_lp = np.log(np.array([[0.6, 0.3, 0.1], [0.6, 0.3, 0.05], [0.5, 0.3, 0.1]], np.float32))
     st = position_stats(s_ids, s_lp, c_ids, c_lp, token=np.array([6, 9, 2]))
     assert st.top1_agree.tolist() == [True, False, True]
     assert st.dp[0] == pytest.approx(0.1 - 0.2, abs=1e-6)
@@ -132,7 +142,9 @@ def test_row_problems_each_kind() -> None:
 
 def test_summary_numbers() -> None:
     kl = np.array([0.0, 0.1, 0.2, 0.6, 1.0])
-    st = position_stats(np.array([[1]] * 5), np.zeros((5, 1), np.float32), np.array([[1]] * 5), np.zeros((5, 1), np.float32))
+    st = position_stats(
+        np.array([[1]] * 5), np.zeros((5, 1), np.float32), np.array([[1]] * 5), np.zeros((5, 1), np.float32)
+    )
     st.kl = kl
     st.served_top1_p = np.array([0.3, 0.6, 0.9, 0.97, 1.0], np.float32)
     s = summarize(st, threshold=0.5)

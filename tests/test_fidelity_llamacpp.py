@@ -14,7 +14,12 @@ from frankenstein.design.kind_fidelity import run_forced
 from frankenstein.fidelity.compare import compare, summarize_pairs
 from frankenstein.engines import start_engine
 from frankenstein.fidelity.forced import (
-    LLAMACPP_PATH, SRC_GENERATED, ForcedResult, ForcedTurn, cut, generate_continuations,
+    LLAMACPP_PATH,
+    SRC_GENERATED,
+    ForcedResult,
+    ForcedTurn,
+    cut,
+    generate_continuations,
 )
 from frankenstein.fidelity.kl import full_kl, topk_kl
 from frankenstein.shipped import data_path
@@ -27,8 +32,9 @@ FULL_POSITIONS = 20
 
 
 def _recipe(name: str, model: str) -> ResolvedRecipe:
-    return ResolvedRecipe(name=name, engine="llamacpp", model=str(data_path(model)), args=list(BASE_ARGS), env={},
-                          start_timeout_s=120)
+    return ResolvedRecipe(
+        name=name, engine="llamacpp", model=str(data_path(model)), args=list(BASE_ARGS), env={}, start_timeout_s=120
+    )
 
 
 class Runs:
@@ -46,7 +52,9 @@ class Runs:
         self.a_full = self._run(f16, wl, root, 5000, FULL_POSITIONS)
         self.b_full = self._run(q8, wl, root, 5000, FULL_POSITIONS)
 
-    def _run(self, recipe: ResolvedRecipe, wl: object, root: Path, k: int, positions: int | None = None) -> ForcedResult:
+    def _run(
+        self, recipe: ResolvedRecipe, wl: object, root: Path, k: int, positions: int | None = None
+    ) -> ForcedResult:
         forced = cut(self.forced, positions)
         out, res, _ = run_forced(recipe, wl, root / "logs", k, None, forced=forced)  # type: ignore[arg-type]
         assert out.status == "ok" and res is not None, out.reason
@@ -101,8 +109,9 @@ def test_topk_bound_never_exceeds_full_vocabulary_kl(runs: Runs) -> None:
     full = full_kl(_dense(runs.a_full), _dense(runs.b_full))
     assert full.mean() > 1e-4
     for k in (1, 4, 16, 64):
-        bound, _, _ = topk_kl(runs.a_full.ids[:, :k], runs.a_full.logprobs[:, :k],
-                              runs.b_full.ids[:, :k], runs.b_full.logprobs[:, :k])
+        bound, _, _ = topk_kl(
+            runs.a_full.ids[:, :k], runs.a_full.logprobs[:, :k], runs.b_full.ids[:, :k], runs.b_full.logprobs[:, :k]
+        )
         assert np.all(bound <= full + 1e-6), (k, (bound - full).max())
     # from the server's own top-64 answers
     bound64 = compare(runs.a, runs.b).stats.kl[:FULL_POSITIONS]

@@ -23,20 +23,33 @@ def jsonl(path: Path, *objs: Any) -> Path:
 
 
 def chat_response(text: str, prompt: int = 9, completion: int = 3) -> dict[str, Any]:
-    return {"id": "c", "object": "chat.completion", "choices": [{"index": 0, "finish_reason": "stop",
-            "message": {"role": "assistant", "content": text}}],
-            "usage": {"prompt_tokens": prompt, "completion_tokens": completion}}
+    return {
+        "id": "c",
+        "object": "chat.completion",
+        "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
+        "usage": {"prompt_tokens": prompt, "completion_tokens": completion},
+    }
 
 
 def test_openai_pairs_keep_request_and_output(tmp_path: Path) -> None:
     req1 = {"model": "gpt", "messages": [{"role": "user", "content": "hi"}], "api_key": "sk-x"}
-    req2 = {"model": "gpt", "messages": req1["messages"] + [{"role": "assistant", "content": "yo"},
-                                                               {"role": "user", "content": "more"}]}
+    req2 = {
+        "model": "gpt",
+        "messages": req1["messages"] + [{"role": "assistant", "content": "yo"}, {"role": "user", "content": "more"}],
+    }
     req3 = {"model": "gpt", "prompt": "def f(", "max_tokens": 5}
-    path = jsonl(tmp_path / "p.jsonl", {"request": req1, "response": chat_response("yo")},
-                 {"request": req2, "response": chat_response("ok", 20, 1)},
-                 {"request": req3, "response": {"choices": [{"index": 0, "text": "x):", "finish_reason": "length"}],
-                                                "usage": {"prompt_tokens": 3, "completion_tokens": 5}}})
+    path = jsonl(
+        tmp_path / "p.jsonl",
+        {"request": req1, "response": chat_response("yo")},
+        {"request": req2, "response": chat_response("ok", 20, 1)},
+        {
+            "request": req3,
+            "response": {
+                "choices": [{"index": 0, "text": "x):", "finish_reason": "length"}],
+                "usage": {"prompt_tokens": 3, "completion_tokens": 5},
+            },
+        },
+    )
     result = import_openai([path])
     t1, t2, t3 = result.turns
     assert t1.request == {"model": "gpt", "messages": [{"role": "user", "content": "hi"}]}  # api_key stripped
@@ -48,17 +61,28 @@ def test_openai_pairs_keep_request_and_output(tmp_path: Path) -> None:
 
 def test_openai_batch_files_are_joined_by_custom_id(tmp_path: Path) -> None:
     body = {"model": "gpt", "messages": [{"role": "user", "content": "q"}]}
-    inp = jsonl(tmp_path / "in.jsonl",
-                {"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", "body": body},
-                {"custom_id": "b", "method": "POST", "url": "/v1/chat/completions", "body": body},
-                {"custom_id": "c", "method": "POST", "url": "/v1/chat/completions", "body": body})
-    out = jsonl(tmp_path / "out.jsonl",
-                {"id": "r1", "custom_id": "b", "response": {"status_code": 200, "request_id": "x", "body": chat_response("B")},
-                 "error": None},
-                {"id": "r2", "custom_id": "a", "response": {"status_code": 200, "request_id": "y", "body": chat_response("A")},
-                 "error": None},
-                {"id": "r3", "custom_id": "c", "response": {"status_code": 500, "request_id": "z", "body": {}},
-                 "error": None})
+    inp = jsonl(
+        tmp_path / "in.jsonl",
+        {"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", "body": body},
+        {"custom_id": "b", "method": "POST", "url": "/v1/chat/completions", "body": body},
+        {"custom_id": "c", "method": "POST", "url": "/v1/chat/completions", "body": body},
+    )
+    out = jsonl(
+        tmp_path / "out.jsonl",
+        {
+            "id": "r1",
+            "custom_id": "b",
+            "response": {"status_code": 200, "request_id": "x", "body": chat_response("B")},
+            "error": None,
+        },
+        {
+            "id": "r2",
+            "custom_id": "a",
+            "response": {"status_code": 200, "request_id": "y", "body": chat_response("A")},
+            "error": None,
+        },
+        {"id": "r3", "custom_id": "c", "response": {"status_code": 500, "request_id": "z", "body": {}}, "error": None},
+    )
     result = import_openai([out, inp])
     assert [t.output.text for t in result.turns] == ["B", "A"]  # output-file order
     assert [t.turn_index for t in result.turns] == [0, 1]
@@ -66,8 +90,11 @@ def test_openai_batch_files_are_joined_by_custom_id(tmp_path: Path) -> None:
 
 
 def test_openai_line_of_an_unknown_shape(tmp_path: Path) -> None:
-    path = jsonl(tmp_path / "p.jsonl", {"request": {"messages": [{"role": "user", "content": "x"}]}, "response": {}},
-                 {"prompt": "hi"})
+    path = jsonl(
+        tmp_path / "p.jsonl",
+        {"request": {"messages": [{"role": "user", "content": "x"}]}, "response": {}},
+        {"prompt": "hi"},
+    )
     with pytest.raises(TraceError) as info:
         import_openai([path])
     assert str(info.value).startswith(f"{path}: line 2: not an OpenAI request/response pair nor a Batch API line")
@@ -81,15 +108,24 @@ def test_openai_request_that_fits_no_endpoint_names_the_field(tmp_path: Path) ->
 
 
 def test_vllm_custom_dataset(tmp_path: Path) -> None:
-    path = jsonl(tmp_path / "v.jsonl", {"prompt": "What is the capital of India?", "output_tokens": 10},
-                 {"prompt": "And of Iran?", "output_tokens": 1520})
+    path = jsonl(
+        tmp_path / "v.jsonl",
+        {"prompt": "What is the capital of India?", "output_tokens": 10},
+        {"prompt": "And of Iran?", "output_tokens": 1520},
+    )
     t1, t2 = import_vllm(path, model="tiny").turns
-    assert t1.request == {"model": "tiny", "messages": [{"role": "user", "content": "What is the capital of India?"}],
-                          "max_tokens": 10}
+    assert t1.request == {
+        "model": "tiny",
+        "messages": [{"role": "user", "content": "What is the capital of India?"}],
+        "max_tokens": 10,
+    }
     assert (t1.output.completion_tokens, t2.output.completion_tokens) == (10, 1520)
     assert (t1.session_id, t2.session_id) == ("line-1", "line-2") and t1.output.text == ""
     raw = import_vllm(path, endpoint="completions", output_len=4).turns[0]
-    assert raw.endpoint == "/v1/completions" and raw.request == {"prompt": "What is the capital of India?", "max_tokens": 4}
+    assert raw.endpoint == "/v1/completions" and raw.request == {
+        "prompt": "What is the capital of India?",
+        "max_tokens": 4,
+    }
 
 
 def test_vllm_missing_output_tokens_names_line_and_field(tmp_path: Path) -> None:
@@ -108,14 +144,23 @@ def test_vllm_missing_output_tokens_names_line_and_field(tmp_path: Path) -> None
 
 
 SHAREGPT = [
-    {"id": "conv-a", "conversations": [
-        {"from": "system", "value": "Be brief."},
-        {"from": "human", "value": "Hi"},
-        {"from": "gpt", "value": "Hello"},
-        {"from": "human", "value": "Fix it"},
-        {"from": "gpt", "value": "Done"}]},
-    {"conversations": [{"from": "gpt", "value": "I start"}, {"from": "human", "value": "ok"},
-                       {"from": "gpt", "value": "bye"}]},
+    {
+        "id": "conv-a",
+        "conversations": [
+            {"from": "system", "value": "Be brief."},
+            {"from": "human", "value": "Hi"},
+            {"from": "gpt", "value": "Hello"},
+            {"from": "human", "value": "Fix it"},
+            {"from": "gpt", "value": "Done"},
+        ],
+    },
+    {
+        "conversations": [
+            {"from": "gpt", "value": "I start"},
+            {"from": "human", "value": "ok"},
+            {"from": "gpt", "value": "bye"},
+        ]
+    },
     {"id": "empty", "conversations": [{"from": "human", "value": "anyone?"}]},
 ]
 
@@ -126,8 +171,10 @@ def test_sharegpt_turns_are_built_from_the_recorded_history(tmp_path: Path) -> N
     result = import_sharegpt(path)
     a0, a1, b0 = result.turns
     assert a0.request == {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]}
-    assert a1.request["messages"] == a0.request["messages"] + [{"role": "assistant", "content": "Hello"},
-                                                              {"role": "user", "content": "Fix it"}]
+    assert a1.request["messages"] == a0.request["messages"] + [
+        {"role": "assistant", "content": "Hello"},
+        {"role": "user", "content": "Fix it"},
+    ]
     assert (a0.output.text, a1.output.text, a1.turn_id) == ("Hello", "Done", "conv-a-0001")
     # A reply before any user message is history only.
     assert b0.session_id == "conv-1" and b0.output.text == "bye" and len(b0.request["messages"]) == 2
@@ -172,8 +219,12 @@ def test_cli_import_then_stats(tmp_path: Path, capsys: pytest.CaptureFixture[str
 def test_cli_bad_input_is_one_message_and_writes_nothing(tmp_path: Path) -> None:
     src = jsonl(tmp_path / "v.jsonl", {"prompt": "a"})
     out = tmp_path / "w.jsonl"
-    proc = subprocess.run([sys.executable, "-m", "frankenstein", "workload", "import", "--from", "vllm", str(src),
-                           "--out", str(out)], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "frankenstein", "workload", "import", "--from", "vllm", str(src), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 1
     assert proc.stderr == f"frank: error: {src}: line 1: output_tokens: missing (or give --output-len N)\n"
     assert not out.exists() and not (tmp_path / "w.jsonl.tmp").exists()

@@ -113,24 +113,50 @@ TIMINGS = {"prompt_n": 5, "prompt_ms": 1.5, "predicted_n": 3, "predicted_ms": 6.
 def _answer(path: str) -> dict[str, Any]:
     usage = {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
     if path == "/v1/chat/completions":
-        return {"id": "x", "object": "chat.completion", "choices": [{"index": 0, "finish_reason": "stop",
-                "message": {"role": "assistant", "content": "Hello world!"}}], "usage": usage, "timings": TIMINGS}
+        return {
+            "id": "x",
+            "object": "chat.completion",
+            "choices": [
+                {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "Hello world!"}}
+            ],
+            "usage": usage,
+            "timings": TIMINGS,
+        }
     if path == "/v1/completions":
         return {"id": "x", "choices": [{"index": 0, "text": "Hello world!", "finish_reason": "length"}], "usage": usage}
-    return {"content": "Hello world!", "tokens": [10, 11, 12], "stop": True, "stop_type": "limit",
-            "tokens_evaluated": 5, "tokens_predicted": 3, "timings": TIMINGS}
+    return {
+        "content": "Hello world!",
+        "tokens": [10, 11, 12],
+        "stop": True,
+        "stop_type": "limit",
+        "tokens_evaluated": 5,
+        "tokens_predicted": 3,
+        "timings": TIMINGS,
+    }
 
 
 def _stream_chunks(path: str) -> list[Any]:
     if path == "/completion":
-        return [{"content": "Hello", "tokens": [10], "stop": False}, {"content": " world", "tokens": [11], "stop": False},
-                {"content": "!", "tokens": [12], "stop": False},
-                {"content": "", "stop": True, "stop_type": "limit", "tokens_evaluated": 5, "tokens_predicted": 3,
-                 "timings": TIMINGS}]
+        return [
+            {"content": "Hello", "tokens": [10], "stop": False},
+            {"content": " world", "tokens": [11], "stop": False},
+            {"content": "!", "tokens": [12], "stop": False},
+            {
+                "content": "",
+                "stop": True,
+                "stop_type": "limit",
+                "tokens_evaluated": 5,
+                "tokens_predicted": 3,
+                "timings": TIMINGS,
+            },
+        ]
     if path == "/v1/completions":
-        return [{"choices": [{"index": 0, "text": t, "finish_reason": None}]} for t in ("Hello", " world", "!")] + \
-               [{"choices": [{"index": 0, "text": "", "finish_reason": "length"}],
-                 "usage": {"prompt_tokens": 5, "completion_tokens": 3}}]
+        return [{"choices": [{"index": 0, "text": t, "finish_reason": None}]} for t in ("Hello", " world", "!")] + [
+            {
+                "choices": [{"index": 0, "text": "", "finish_reason": "length"}],
+                "usage": {"prompt_tokens": 5, "completion_tokens": 3},
+            }
+        ]
     call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "read_file", "arguments": ""}}
     return [
         {"choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hello"}, "finish_reason": None}]},
@@ -138,8 +164,11 @@ def _stream_chunks(path: str) -> list[Any]:
         {"choices": [{"index": 0, "delta": {"content": "!", "tool_calls": [call]}, "finish_reason": None}]},
         {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": '{"path":'}}]}}]},
         {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": '"a.py"}'}}]}}]},
-        {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}],
-         "usage": {"prompt_tokens": 5, "completion_tokens": 3}, "timings": TIMINGS},
+        {
+            "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 3},
+            "timings": TIMINGS,
+        },
     ]
 
 
@@ -168,8 +197,12 @@ def proxy(upstream: Any, tmp_path: Path) -> Iterator[Any]:
 
 
 def chat(content: str, **extra: Any) -> dict[str, Any]:
-    return {"model": "tiny", "messages": [{"role": "system", "content": "You are terse."},
-                                          {"role": "user", "content": content}], "max_tokens": 8, **extra}
+    return {
+        "model": "tiny",
+        "messages": [{"role": "system", "content": "You are terse."}, {"role": "user", "content": content}],
+        "max_tokens": 8,
+        **extra,
+    }
 
 
 def sse_text(raw: bytes) -> str:
@@ -244,8 +277,14 @@ def test_pass_through_paths_are_not_recorded(upstream: Any, proxy: Any) -> None:
 def test_sessions_from_header_or_first_user_message(upstream: Any, proxy: Any) -> None:
     url = proxy.url + "/v1/chat/completions"
     httpx.post(url, json=chat("task A"))
-    httpx.post(url, json=chat("task A") | {"messages": chat("task A")["messages"] + [
-        {"role": "assistant", "content": "ok"}, {"role": "user", "content": "more"}]})
+    httpx.post(
+        url,
+        json=chat("task A")
+        | {
+            "messages": chat("task A")["messages"]
+            + [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "more"}]
+        },
+    )
     httpx.post(url, json=chat("task B"))
     httpx.post(url, json=chat("task C"), headers={"X-Frank-Session": "agent-7"})
     turns = load_trace(proxy.recorder.out).turns
@@ -342,9 +381,24 @@ def test_stream_assembler_memory_stays_bounded_on_long_streams() -> None:
 
 def test_frank_record_command_records_until_interrupted(upstream: Any, tmp_path: Path) -> None:
     out = tmp_path / "cli.jsonl"
-    proc = subprocess.Popen([sys.executable, "-m", "frankenstein", "record", "--upstream", upstream.url,
-                             "--listen", "127.0.0.1:0", "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "frankenstein",
+            "record",
+            "--upstream",
+            upstream.url,
+            "--listen",
+            "127.0.0.1:0",
+            "--out",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         first = proc.stdout.readline()  # type: ignore[union-attr]
         url = first.split()[1]
@@ -366,14 +420,21 @@ def test_frank_record_command_records_until_interrupted(upstream: Any, tmp_path:
 
 # ---------------------------------------------------------------- in front of the real llama-server
 
+
 @pytest.mark.engine
 def test_recording_in_front_of_the_real_llama_server(tiny_recipe: Any, tmp_path: Path) -> None:
     from frankenstein.engines import start_engine
 
-    body = {"messages": [{"role": "system", "content": "You write Python."},
-                         {"role": "user", "content": "Print hello."}], "max_tokens": 12, "temperature": 0.0, "seed": 1}
-    with start_engine(tiny_recipe, tmp_path / "logs") as eng, \
-            serve_recorder(eng.base_url, "127.0.0.1", 0, tmp_path / "t.jsonl") as proxy:
+    body = {
+        "messages": [{"role": "system", "content": "You write Python."}, {"role": "user", "content": "Print hello."}],
+        "max_tokens": 12,
+        "temperature": 0.0,
+        "seed": 1,
+    }
+    with (
+        start_engine(tiny_recipe, tmp_path / "logs") as eng,
+        serve_recorder(eng.base_url, "127.0.0.1", 0, tmp_path / "t.jsonl") as proxy,
+    ):
         plain = httpx.post(proxy.url + "/v1/chat/completions", json=body, timeout=60).json()
         with httpx.stream("POST", proxy.url + "/v1/chat/completions", json=body | {"stream": True}, timeout=60) as r:
             raw = r.read()
@@ -383,17 +444,22 @@ def test_recording_in_front_of_the_real_llama_server(tiny_recipe: Any, tmp_path:
     t_plain, t_stream = load_trace(tmp_path / "t.jsonl").turns
     assert t_plain.request == body and t_stream.request == body | {"stream": True}
     assert t_plain.output.text == plain["choices"][0]["message"]["content"] != ""
-    assert t_plain.output.completion_tokens == plain["usage"]["completion_tokens"] == t_plain.timings.server["predicted_n"]
+    assert (
+        t_plain.output.completion_tokens == plain["usage"]["completion_tokens"] == t_plain.timings.server["predicted_n"]
+    )
     # Temperature 0: the streamed turn generated the same text, relayed to the client as recorded.
     assert t_stream.output.text == t_plain.output.text == sse_text(raw)
-    assert (t_stream.output.prompt_tokens, t_stream.output.completion_tokens) == \
-        (t_plain.output.prompt_tokens, t_plain.output.completion_tokens)
+    assert (t_stream.output.prompt_tokens, t_stream.output.completion_tokens) == (
+        t_plain.output.prompt_tokens,
+        t_plain.output.completion_tokens,
+    )
     assert t_stream.output.finish_reason == t_plain.output.finish_reason
     assert 0 < t_stream.timings.ttft_ms <= t_stream.timings.e2e_ms
     assert (t_plain.session_id, t_stream.turn_index) == (t_stream.session_id, 1)
 
 
 # ---------------------------------------------------------------- bad input, load, credentials (issue 16)
+
 
 def raw_exchange(url: str, data: bytes) -> bytes:
     """Send raw bytes, read the answer until the server closes."""
@@ -410,10 +476,12 @@ NESTED = b'{"a":' * 100_000 + b"1" + b"}" * 100_000
 
 
 @pytest.mark.parametrize("length", [b"-5", b"abc", b"1.5", b"+3", b"99999999999999"])
-def test_malformed_content_length_gets_400_not_a_traceback(proxy: Any, capfd: pytest.CaptureFixture[str],
-                                                           length: bytes) -> None:
-    answer = raw_exchange(proxy.url, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + length
-                          + b"\r\n\r\n{}")
+def test_malformed_content_length_gets_400_not_a_traceback(
+    proxy: Any, capfd: pytest.CaptureFixture[str], length: bytes
+) -> None:
+    answer = raw_exchange(
+        proxy.url, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + length + b"\r\n\r\n{}"
+    )
     assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
     assert b"Content-Length" in answer
     assert "Traceback" not in capfd.readouterr().err
@@ -445,8 +513,10 @@ def test_many_simultaneous_clients_are_all_answered(tmp_path: Path) -> None:
     barrier = threading.Barrier(n)
     results: list[Any] = [None] * n
     body = json.dumps({"model": "m", "prompt": "x", "max_tokens": 3}).encode()
-    request = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n"
-               b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    request = (
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+    )
 
     def client(i: int) -> None:
         barrier.wait()
@@ -470,14 +540,42 @@ def test_many_simultaneous_clients_are_all_answered(tmp_path: Path) -> None:
 
 
 def test_credentials_outside_what_the_model_sees_are_removed_and_listed(upstream: Any, proxy: Any) -> None:
-    tools = [{"type": "function", "function": {"name": "login", "parameters": {"type": "object", "properties": {
-        "password": {"type": "string"}, "api_key": {"type": "string"}, "token": {"type": "string"}}}}}]
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "login",
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        "password": {"type": "string"},
+                        "api_key": {"type": "string"},
+                        "token": {"type": "string"},
+                    },
+                },
+            },
+        }
+    ]
     messages = [{"role": "user", "content": "my password is hunter2", "token": "kept: part of the prompt"}]
-    body = {"model": "m", "messages": messages, "tools": tools, "max_tokens": 3, "token": SECRET,
-            "refresh_token": SECRET, "private_key": SECRET, "password": SECRET, "secret": SECRET,
-            "metadata": {"user": "u1", "api_keys": [SECRET, SECRET], "github_token": SECRET, "db_secret": SECRET,
-                         "session_key": SECRET},
-            "prompt_cache_key": "c1"}
+    body = {
+        "model": "m",
+        "messages": messages,
+        "tools": tools,
+        "max_tokens": 3,
+        "token": SECRET,
+        "refresh_token": SECRET,
+        "private_key": SECRET,
+        "password": SECRET,
+        "secret": SECRET,
+        "metadata": {
+            "user": "u1",
+            "api_keys": [SECRET, SECRET],
+            "github_token": SECRET,
+            "db_secret": SECRET,
+            "session_key": SECRET,
+        },
+        "prompt_cache_key": "c1",
+    }
     headers = {"Authorization": f"Bearer {SECRET}", "X-Api-Key": SECRET, "Cookie": f"sid={SECRET}"}
     r = httpx.post(proxy.url + "/v1/chat/completions", json=body, headers=headers)
     assert r.status_code == 200
@@ -488,6 +586,16 @@ def test_credentials_outside_what_the_model_sees_are_removed_and_listed(upstream
     (turn,) = load_trace(proxy.recorder.out).turns
     assert turn.request["messages"] == messages and turn.request["tools"] == tools  # the prompt, byte for byte
     assert turn.request["metadata"] == {"user": "u1"} and turn.request["prompt_cache_key"] == "c1"
-    assert sorted(turn.redacted or []) == sorted([
-        "token", "refresh_token", "private_key", "password", "secret", "metadata.api_keys", "metadata.github_token",
-        "metadata.db_secret", "metadata.session_key"])
+    assert sorted(turn.redacted or []) == sorted(
+        [
+            "token",
+            "refresh_token",
+            "private_key",
+            "password",
+            "secret",
+            "metadata.api_keys",
+            "metadata.github_token",
+            "metadata.db_secret",
+            "metadata.session_key",
+        ]
+    )

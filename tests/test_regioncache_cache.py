@@ -69,7 +69,7 @@ def test_an_edit_invalidates_only_nearby_chunks(where: float) -> None:
 def test_second_request_reuses_the_prefix_and_encodes_only_the_new_tail() -> None:
     c = RegionCache(tokenizer())
     text = source_text()
-    head, tail = text[: len(text) * 9 // 10], text[len(text) * 9 // 10:]
+    head, tail = text[: len(text) * 9 // 10], text[len(text) * 9 // 10 :]
     assert c.count(head) == len(tokenizer().encode(head).ids)
     s1 = c.status()
     assert c.encode(head + tail) == tokenizer().encode(head + tail).ids
@@ -91,8 +91,12 @@ def test_the_memo_gives_the_chunks_a_fresh_scan_gives(seed: int) -> None:
     for _ in range(6):
         at = rng.randrange(len(text))
         kind = rng.choice(["extend", "edit", "cut", "same"])
-        new = {"extend": text + "".join(rng.choice(ref.ATOMS) for _ in range(200)),
-               "edit": text[:at] + rng.choice(ref.ATOMS) + text[at:], "cut": text[:at], "same": text}[kind]
+        new = {
+            "extend": text + "".join(rng.choice(ref.ATOMS) for _ in range(200)),
+            "edit": text[:at] + rng.choice(ref.ATOMS) + text[at:],
+            "cut": text[:at],
+            "same": text,
+        }[kind]
         fresh = chunks_of(c, new)
         via_memo = c._chunking(new.encode())
         assert [new.encode()[a:b] for a, b in zip(via_memo.bounds, via_memo.bounds[1:])] == fresh, kind
@@ -155,7 +159,7 @@ def test_cache_stays_within_budget_under_many_texts() -> None:
     c = RegionCache(tokenizer(), max_bytes=budget)
     text = source_text()
     for i in range(0, len(text) - 20000, 20000):
-        assert c.count(text[i:i + 20000]) == len(tokenizer().encode(text[i:i + 20000]).ids)
+        assert c.count(text[i : i + 20000]) == len(tokenizer().encode(text[i : i + 20000]).ids)
         assert c.status().nbytes <= budget
     assert c.status().evictions > 0
 
@@ -172,8 +176,14 @@ class CutBeforeNewline(NewlineRule):
 
 def test_shadow_check_turns_the_cache_off_at_the_first_mismatch() -> None:
     said: list[str] = []
-    c = RegionCache(tokenizer(), min_bytes=0, target_chunk=1, shadow_rate=1.0,
-                    cut_rule=CutBeforeNewline("unsafe", False), on_disable=said.append)
+    c = RegionCache(
+        tokenizer(),
+        min_bytes=0,
+        target_chunk=1,
+        shadow_rate=1.0,
+        cut_rule=CutBeforeNewline("unsafe", False),
+        on_disable=said.append,
+    )
     assert c.encode("just one line") == tokenizer().encode("just one line").ids  # no cut: no mismatch
     assert c.enabled
     text = "a\n\n\nb"
@@ -191,7 +201,7 @@ def test_shadow_check_passes_a_proven_rule() -> None:
     c = RegionCache(tokenizer(), min_bytes=0, target_chunk=64, shadow_rate=1.0)
     text = source_text()[:50000]
     for i in range(0, 40000, 4000):
-        c.count(text[i:i + 10000])
+        c.count(text[i : i + 10000])
     st = c.status()
     assert st.enabled and st.shadow_checks == 10 and st.disabled_by_shadow is None
 

@@ -26,16 +26,46 @@ from frankenstein.regioncache import reference as ref
 from frankenstein.regioncache.cuts import candidate_cuts
 from frankenstein.shipped import data_path
 
-FUZZ = settings(derandomize=True, database=None, deadline=None, max_examples=300,
-                suppress_health_check=[HealthCheck.too_slow])
-ADDED = {"<|im_start|>", "<|im_end|>", "<|begin_of_text|>", "<tool_call>", "</tool_call>", "<think>\n",
-         "\n</think>\n\n", "<|endoftext|>"}
+FUZZ = settings(
+    derandomize=True, database=None, deadline=None, max_examples=300, suppress_health_check=[HealthCheck.too_slow]
+)
+ADDED = {
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|begin_of_text|>",
+    "<tool_call>",
+    "</tool_call>",
+    "<think>\n",
+    "\n</think>\n\n",
+    "<|endoftext|>",
+}
 PLAIN_ATOMS = tuple(a for a in ref.ATOMS if a not in ADDED)
 texts = st.lists(st.sampled_from(ref.ATOMS), min_size=1, max_size=40).map("".join)
 plain_texts = st.lists(st.sampled_from(PLAIN_ATOMS), min_size=1, max_size=40).map("".join)
 # Whitespace-dense texts: every kind of space and line break around a few non-space characters.
-WS_ATOMS = ("\n", "\n", "\r\n", "\r", " ", " ", "\t", "\u00a0", "\u3000", "\x0b", "\x0c", "\u2028", "\u0085",
-            "\x1c", "x", "\u00e9", "\u0301", "1", "!", "<|im_end|>", "\n</think>\n\n")
+WS_ATOMS = (
+    "\n",
+    "\n",
+    "\r\n",
+    "\r",
+    " ",
+    " ",
+    "\t",
+    "\u00a0",
+    "\u3000",
+    "\x0b",
+    "\x0c",
+    "\u2028",
+    "\u0085",
+    "\x1c",
+    "x",
+    "\u00e9",
+    "\u0301",
+    "1",
+    "!",
+    "<|im_end|>",
+    "\n</think>\n\n",
+)
 ws_texts = st.lists(st.sampled_from(WS_ATOMS), min_size=1, max_size=30).map("".join)
 
 
@@ -79,8 +109,11 @@ class CutAfterAnyNewline(NewlineRule):
         return cuts[cuts > start]
 
 
-UNSAFE = {"anywhere": CutAnywhere("anywhere", False), "before-newline": CutBeforeNewline("before-nl", False),
-          "after-any-newline": CutAfterAnyNewline("after-any-nl", False)}
+UNSAFE = {
+    "anywhere": CutAnywhere("anywhere", False),
+    "before-newline": CutBeforeNewline("before-nl", False),
+    "after-any-newline": CutAfterAnyNewline("after-any-nl", False),
+}
 SAFE = ("shipped-tiny", *ref.SAFE_FAMILIES)
 
 
@@ -91,10 +124,14 @@ def test_proven_pipelines_are_enabled(family: str) -> None:
 
 
 @pytest.mark.parametrize("family", SAFE)
-@pytest.mark.parametrize(("add_special", "strategy"), [(True, texts), (False, texts), (True, ws_texts)],
-                         ids=["atoms-specials", "atoms-bare", "whitespace-dense"])
-def test_fuzz_every_allowed_cut_matches_full_encode(family: str, add_special: bool,
-                                                    strategy: st.SearchStrategy[str]) -> None:
+@pytest.mark.parametrize(
+    ("add_special", "strategy"),
+    [(True, texts), (False, texts), (True, ws_texts)],
+    ids=["atoms-specials", "atoms-bare", "whitespace-dense"],
+)
+def test_fuzz_every_allowed_cut_matches_full_encode(
+    family: str, add_special: bool, strategy: st.SearchStrategy[str]
+) -> None:
     c = every_cut(tokenizer(family))
 
     @FUZZ

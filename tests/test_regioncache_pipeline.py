@@ -20,8 +20,23 @@ from frankenstein.regioncache import reference as ref
 from frankenstein.regioncache.cuts import _WS_LAST, _WS_LEAD, AddedTokenScanner
 from frankenstein.shipped import data_path
 
-WHITE_SPACE = [0x9, 0xA, 0xB, 0xC, 0xD, 0x20, 0x85, 0xA0, 0x1680, *range(0x2000, 0x200B), 0x2028, 0x2029, 0x202F,
-               0x205F, 0x3000]  # Unicode PropList White_Space: the \s of the regex engine in tokenizers
+WHITE_SPACE = [
+    0x9,
+    0xA,
+    0xB,
+    0xC,
+    0xD,
+    0x20,
+    0x85,
+    0xA0,
+    0x1680,
+    *range(0x2000, 0x200B),
+    0x2028,
+    0x2029,
+    0x202F,
+    0x205F,
+    0x3000,
+]  # Unicode PropList White_Space: the \s of the regex engine in tokenizers
 
 
 @cache
@@ -50,8 +65,9 @@ def test_proven_families_and_their_rules() -> None:
     assert analyse(json.loads(spec("deepseek-v3"))).rule is NEWLINE_INDENT
     assert analyse(json.loads(spec("gpt2"))).rule is NEWLINE_ISOLATED
     tiny = json.loads(data_path("tiny-tokenizer.json").read_text())
-    assert analyse(tiny).reason == ("llama3+bytelevel: cut after '\\n' when only spaces/tabs, then a "
-                                    "non-whitespace character, follow")
+    assert analyse(tiny).reason == (
+        "llama3+bytelevel: cut after '\\n' when only spaces/tabs, then a non-whitespace character, follow"
+    )
 
 
 def test_specials_from_template_processing() -> None:
@@ -60,26 +76,53 @@ def test_specials_from_template_processing() -> None:
     assert plan.prefix == (tok.token_to_id("<|begin_of_text|>"),) and plan.suffix == ()
 
 
-@pytest.mark.parametrize(("family", "path", "value", "expected"), [
-    ("llama3", ["truncation"], {"max_length": 8, "stride": 0, "strategy": "LongestFirst", "direction": "Right"},
-     "truncation: set; a truncated or padded full encode is not a concatenation of chunks"),
-    ("llama3", ["pre_tokenizer", "pretokenizers", 0, "pattern", "Regex"], r"\s+|\S+",
-     "pre_tokenizer.pretokenizers[0]: Split regex '\\\\s+|\\\\S+' is not in the proven list"),
-    ("llama3", ["pre_tokenizer", "pretokenizers", 0, "behavior"], "MergedWithPrevious",
-     "pre_tokenizer.pretokenizers[0]: Split behavior 'MergedWithPrevious' invert=False is not proven "
-     "(only Isolated, not inverted)"),
-    ("llama3", ["pre_tokenizer", "pretokenizers", 0, "pattern"], {"String": "\n"},
-     "pre_tokenizer.pretokenizers[0]: Split on a plain string is not proven safe at a cut"),
-    ("llama3", ["model", "dropout"], 0.1, "model.dropout: BPE dropout makes encoding random"),
-    ("llama3", ["normalizer"], {"type": "Lowercase"}, "normalizer: Lowercase is not proven safe at a cut"),
-    ("llama3", ["post_processor"], {"type": "Mystery"}, "post_processor: Mystery is not understood"),
-    ("llama3", ["pre_tokenizer", "pretokenizers", 0, "pattern", "Regex"], r"\p{N}{1,3}",
-     "pre_tokenizer: no stage puts a boundary after a newline"),
-    ("llama3", ["pre_tokenizer"], None, "pre_tokenizer: none; without a barrier no cut inside a text is proven"),
-    ("gpt2", ["pre_tokenizer", "add_prefix_space"], True,
-     "pre_tokenizer: ByteLevel with add_prefix_space=true prepends a space to every piece; a chunk would get "
-     "one the full text does not have"),
-])
+@pytest.mark.parametrize(
+    ("family", "path", "value", "expected"),
+    [
+        (
+            "llama3",
+            ["truncation"],
+            {"max_length": 8, "stride": 0, "strategy": "LongestFirst", "direction": "Right"},
+            "truncation: set; a truncated or padded full encode is not a concatenation of chunks",
+        ),
+        (
+            "llama3",
+            ["pre_tokenizer", "pretokenizers", 0, "pattern", "Regex"],
+            r"\s+|\S+",
+            "pre_tokenizer.pretokenizers[0]: Split regex '\\\\s+|\\\\S+' is not in the proven list",
+        ),
+        (
+            "llama3",
+            ["pre_tokenizer", "pretokenizers", 0, "behavior"],
+            "MergedWithPrevious",
+            "pre_tokenizer.pretokenizers[0]: Split behavior 'MergedWithPrevious' invert=False is not proven "
+            "(only Isolated, not inverted)",
+        ),
+        (
+            "llama3",
+            ["pre_tokenizer", "pretokenizers", 0, "pattern"],
+            {"String": "\n"},
+            "pre_tokenizer.pretokenizers[0]: Split on a plain string is not proven safe at a cut",
+        ),
+        ("llama3", ["model", "dropout"], 0.1, "model.dropout: BPE dropout makes encoding random"),
+        ("llama3", ["normalizer"], {"type": "Lowercase"}, "normalizer: Lowercase is not proven safe at a cut"),
+        ("llama3", ["post_processor"], {"type": "Mystery"}, "post_processor: Mystery is not understood"),
+        (
+            "llama3",
+            ["pre_tokenizer", "pretokenizers", 0, "pattern", "Regex"],
+            r"\p{N}{1,3}",
+            "pre_tokenizer: no stage puts a boundary after a newline",
+        ),
+        ("llama3", ["pre_tokenizer"], None, "pre_tokenizer: none; without a barrier no cut inside a text is proven"),
+        (
+            "gpt2",
+            ["pre_tokenizer", "add_prefix_space"],
+            True,
+            "pre_tokenizer: ByteLevel with add_prefix_space=true prepends a space to every piece; a chunk would get "
+            "one the full text does not have",
+        ),
+    ],
+)
 def test_refusals_name_the_stage(family: str, path: list[Any], value: Any, expected: str) -> None:
     assert reason(edited(family, path, value)) == expected
 
@@ -94,17 +137,27 @@ def test_added_token_flags_are_refused() -> None:
 def test_normalized_added_token_under_a_normalizer_is_refused() -> None:
     d = json.loads(spec("qwen2"))
     d["added_tokens"][1]["normalized"] = True
-    assert reason(d) == ("added_tokens[1] ('<|im_start|>'): normalized=true under a normalizer; "
-                         "its matches move with normalization")
+    assert reason(d) == (
+        "added_tokens[1] ('<|im_start|>'): normalized=true under a normalizer; its matches move with normalization"
+    )
 
 
-@pytest.mark.parametrize(("family", "expected"), [
-    ("metaspace", "pre_tokenizer: Metaspace prepends '▁' to the first piece (SentencePiece style); a chunk would "
-                  "get one the full text does not have"),
-    ("llama2-normalizer", "normalizer.normalizers[0]: Prepend prepends a marker to the first piece (Llama-2/Gemma "
-                          "style): a chunk would get one too"),
-    ("nfkc", "normalizer: NFKC compatibility forms can turn a non-space into a space (U+00A8 -> ' \\u0308')"),
-])
+@pytest.mark.parametrize(
+    ("family", "expected"),
+    [
+        (
+            "metaspace",
+            "pre_tokenizer: Metaspace prepends '▁' to the first piece (SentencePiece style); a chunk would "
+            "get one the full text does not have",
+        ),
+        (
+            "llama2-normalizer",
+            "normalizer.normalizers[0]: Prepend prepends a marker to the first piece (Llama-2/Gemma "
+            "style): a chunk would get one too",
+        ),
+        ("nfkc", "normalizer: NFKC compatibility forms can turn a non-space into a space (U+00A8 -> ' \\u0308')"),
+    ],
+)
 def test_refused_families(family: str, expected: str) -> None:
     assert reason(json.loads(spec(family))) == expected
 
@@ -187,7 +240,7 @@ def test_canonical_normalization_keeps_whitespace_and_line_breaks_apart() -> Non
 
 
 def test_newline_does_not_compose_or_reorder() -> None:
-    """"\\n" is a starter (ccc 0) with no decomposition and no composition partner, so canonical
+    """ "\\n" is a starter (ccc 0) with no decomposition and no composition partner, so canonical
     normalization of a + b, with a ending in "\\n", is normalization of a then of b."""
     assert unicodedata.combining("\n") == 0 and unicodedata.decomposition("\n") == ""
     for c in all_chars():

@@ -33,13 +33,21 @@ def _record(recipe: ResolvedRecipe, tmp_path: Path) -> Path:
             history = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Fix the failing test."}]
             with httpx.Client(timeout=60, trust_env=False) as client:
                 for i in range(3):
-                    body = {"model": "tiny", "messages": history, "max_tokens": 12 + 4 * i, "temperature": 0,
-                            "stream": i % 2 == 1}
+                    body = {
+                        "model": "tiny",
+                        "messages": history,
+                        "max_tokens": 12 + 4 * i,
+                        "temperature": 0,
+                        "stream": i % 2 == 1,
+                    }
                     r = client.post(rec.url + "/v1/chat/completions", json=body, headers={"X-Frank-Session": "s"})
                     assert r.status_code == 200
                     text = r.json()["choices"][0]["message"]["content"] if i % 2 == 0 else "(streamed)"
-                    history = [*history, {"role": "assistant", "content": text},
-                               {"role": "user", "content": f"Now step {i + 2}."}]
+                    history = [
+                        *history,
+                        {"role": "assistant", "content": text},
+                        {"role": "user", "content": f"Now step {i + 2}."},
+                    ]
         finally:
             rec.shutdown()
     return out
@@ -63,7 +71,9 @@ def test_record_then_replay_sends_identical_bodies(tiny_recipe: ResolvedRecipe, 
         # overrides only the keys it names (length forcing, greedy, seed, streaming).
         recorded_keys = [k for k in body if k in turn.request]
         assert recorded_keys == list(turn.request)
-        assert {k: v for k, v in body.items() if k not in forced} == {k: v for k, v in turn.request.items() if k not in forced}
+        assert {k: v for k, v in body.items() if k not in forced} == {
+            k: v for k, v in turn.request.items() if k not in forced
+        }
         assert body["messages"] == turn.request["messages"]
     for turn, row in zip(wl.turns, a.rows):
         assert row["generated_tokens"] == turn.output.completion_tokens
@@ -88,16 +98,37 @@ def test_step_timing_per_start_equals_metrics_deltas(tiny_spec_recipe: ResolvedR
     assert steps - len(rows) <= s["llamacpp:spec_decode_num_drafts_total"] <= steps
     m = out.metrics
     measured = [r for r in rows if not r["warmup"]]
-    assert m["verify_step_ms"] == pytest.approx(sum(r["decode_ms"] for r in measured) / sum(r["target_steps"] for r in measured))
+    assert m["verify_step_ms"] == pytest.approx(
+        sum(r["decode_ms"] for r in measured) / sum(r["target_steps"] for r in measured)
+    )
     assert m["tokens_per_step"] > 1.0
 
 
-def test_turn_for_an_endpoint_the_engine_lacks(tiny_recipe: ResolvedRecipe, llama_server_bin: str, tmp_path: Path) -> None:
+def test_turn_for_an_endpoint_the_engine_lacks(
+    tiny_recipe: ResolvedRecipe, llama_server_bin: str, tmp_path: Path
+) -> None:
     """A generic OpenAI-compatible engine serves no llama.cpp `/completion` endpoint: refused, turn named."""
-    generic = ResolvedRecipe(name="generic", engine="openai", model="", args=[], env={}, start_timeout_s=60,
-                             command=[llama_server_bin, "-m", tiny_recipe.model, "--host", "{host}", "--port", "{port}"])
-    wl = workload_from_turns([Turn(turn_id="t-7", session_id="s", turn_index=0, endpoint="/completion",
-                                   request={"prompt": "x"}, output={"completion_tokens": 4})])
+    generic = ResolvedRecipe(
+        name="generic",
+        engine="openai",
+        model="",
+        args=[],
+        env={},
+        start_timeout_s=60,
+        command=[llama_server_bin, "-m", tiny_recipe.model, "--host", "{host}", "--port", "{port}"],
+    )
+    wl = workload_from_turns(
+        [
+            Turn(
+                turn_id="t-7",
+                session_id="s",
+                turn_index=0,
+                endpoint="/completion",
+                request={"prompt": "x"},
+                output={"completion_tokens": 4},
+            )
+        ]
+    )
     with start_engine(generic, tmp_path) as eng, pytest.raises(EngineRequestError) as e:
         replay(eng, wl)
     assert str(e.value) == "turn t-7: endpoint /completion is not served by openai"
@@ -105,12 +136,26 @@ def test_turn_for_an_endpoint_the_engine_lacks(tiny_recipe: ResolvedRecipe, llam
 
 def test_prompt_longer_than_context_marks_start_invalid(tiny_recipe: ResolvedRecipe, tmp_path: Path) -> None:
     small = tiny_recipe.model_copy(update={"args": [a if a != "4096" else "256" for a in tiny_recipe.args]})
-    wl = workload_from_turns([
-        Turn(turn_id="ok-0", session_id="s", turn_index=0, endpoint="/completion", request={"prompt": "def f():"},
-             output={"completion_tokens": 4}),
-        Turn(turn_id="long-1", session_id="s", turn_index=1, endpoint="/completion",
-             request={"prompt": "word " * 2000}, output={"completion_tokens": 4}),
-    ])
+    wl = workload_from_turns(
+        [
+            Turn(
+                turn_id="ok-0",
+                session_id="s",
+                turn_index=0,
+                endpoint="/completion",
+                request={"prompt": "def f():"},
+                output={"completion_tokens": 4},
+            ),
+            Turn(
+                turn_id="long-1",
+                session_id="s",
+                turn_index=1,
+                endpoint="/completion",
+                request={"prompt": "word " * 2000},
+                output={"completion_tokens": 4},
+            ),
+        ]
+    )
     out = measure_start(small, wl, ReplaySettings(warmup_turns=0), tmp_path)
     assert out.status == "invalid"
     assert out.reason is not None and out.reason.startswith("turn long-1: llama-server answered 400 to /completion")
@@ -122,14 +167,30 @@ FROZEN = Path(__file__).parent / "data" / "frozen_engine.py"
 
 
 def _frozen_recipe() -> ResolvedRecipe:
-    return ResolvedRecipe(name="frozen", engine="openai", model="", args=[], env={},
-                          command=[sys.executable, str(FROZEN), "--port", "{port}"], start_timeout_s=30)
+    return ResolvedRecipe(
+        name="frozen",
+        engine="openai",
+        model="",
+        args=[],
+        env={},
+        command=[sys.executable, str(FROZEN), "--port", "{port}"],
+        start_timeout_s=30,
+    )
 
 
 def _turns(n: int, length: int) -> list[Turn]:
-    return [Turn(turn_id=f"t{i}", session_id="s", turn_index=i, endpoint="/v1/completions",
-                 request={"model": "m", "prompt": f"p{i}"}, output={"completion_tokens": length}, source="test")
-            for i in range(n)]
+    return [
+        Turn(
+            turn_id=f"t{i}",
+            session_id="s",
+            turn_index=i,
+            endpoint="/v1/completions",
+            request={"model": "m", "prompt": f"p{i}"},
+            output={"completion_tokens": length},
+            source="test",
+        )
+        for i in range(n)
+    ]
 
 
 def test_request_timeout_is_derived_from_the_turn() -> None:

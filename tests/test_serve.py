@@ -173,35 +173,51 @@ def _raw(url: str, data: bytes) -> bytes:
 
 @pytest.mark.parametrize("path", ["/count", "/v1/chat/completions", "/anything"])
 @pytest.mark.parametrize("length", [b"-1", b"twelve", b"1e3"])
-def test_malformed_content_length_gets_400(front: Front, capfd: pytest.CaptureFixture[str], path: str,
-                                           length: bytes) -> None:
-    answer = _raw(front.url, b"POST " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Length: " + length
-                  + b"\r\n\r\n{}")
+def test_malformed_content_length_gets_400(
+    front: Front, capfd: pytest.CaptureFixture[str], path: str, length: bytes
+) -> None:
+    answer = _raw(
+        front.url, b"POST " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Length: " + length + b"\r\n\r\n{}"
+    )
     assert answer.startswith(b"HTTP/1.1 400") and b"Content-Length" in answer, answer[:200]
     assert "Traceback" not in capfd.readouterr().err
 
 
 def test_deeply_nested_json_gets_400(front: Front, capfd: pytest.CaptureFixture[str]) -> None:
     nested = b'{"content":' * 100_000 + b'"x"' + b"}" * 100_000
-    answer = _raw(front.url, b"POST /count HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(nested), nested))
+    answer = _raw(
+        front.url,
+        b"POST /count HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(nested), nested),
+    )
     assert answer.startswith(b"HTTP/1.1 400") and b"nested too deeply" in answer, answer[:200]
     assert "Traceback" not in capfd.readouterr().err
     assert front.server.request_queue_size >= 1024  # a deep accept backlog (see workload/listener.py)
 
 
 def test_anthropic_count_tokens_renders_with_the_chat_template(front: Front, double: EngineTestDouble) -> None:
-    body = {"model": "m", "system": [{"type": "text", "text": "Be terse."}],
-            "messages": [{"role": "user", "content": "Hello there"}]}
-    rendered = ("<|im_start|>system\nBe terse.<|im_end|>\n<|im_start|>user\nHello there<|im_end|>\n"
-                "<|im_start|>assistant\n")
+    body = {
+        "model": "m",
+        "system": [{"type": "text", "text": "Be terse."}],
+        "messages": [{"role": "user", "content": "Hello there"}],
+    }
+    rendered = (
+        "<|im_start|>system\nBe terse.<|im_end|>\n<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n"
+    )
     r = httpx.post(front.url + "/v1/messages/count_tokens", json=body, trust_env=False)
     assert r.json() == {"input_tokens": len(tok().encode(rendered, add_special_tokens=False).ids)}
     assert double.seen == []
 
 
 def test_anthropic_images_go_to_the_engine(front: Front, double: EngineTestDouble) -> None:
-    body = {"model": "m", "messages": [{"role": "user", "content": [
-        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}]}]}
+    body = {
+        "model": "m",
+        "messages": [
+            {
+                "role": "user",
+                "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}],
+            }
+        ],
+    }
     r = httpx.post(front.url + "/v1/messages/count_tokens", json=body, trust_env=False)
     assert r.json() == {"input_tokens": -1, "from": "engine"}
 
@@ -265,19 +281,28 @@ def test_a_tokenizer_that_does_not_match_the_engine_is_refused(double: EngineTes
 # ------------------------------------------------------------------ the real engine
 @pytest.mark.engine
 def test_front_agrees_with_real_llama_server(tiny_recipe: ResolvedRecipe, tmp_path: Path) -> None:
-    with start_engine(tiny_recipe, tmp_path) as eng, \
-            serving(ServeOptions(upstream=eng.base_url, tokenizer=TOKENIZER, listen="127.0.0.1:0"),
-                    echo=lambda s: None) as f, httpx.Client(trust_env=False, timeout=60) as c:
+    with (
+        start_engine(tiny_recipe, tmp_path) as eng,
+        serving(
+            ServeOptions(upstream=eng.base_url, tokenizer=TOKENIZER, listen="127.0.0.1:0"), echo=lambda s: None
+        ) as f,
+        httpx.Client(trust_env=False, timeout=60) as c,
+    ):
         odd = "a\r\n\r\n  b\u00a0\u3000c 数字 😀 e\u0301"
         for text in [big_text(3), odd, "<|im_start|>user\n\n\n  x<|im_end|>"]:
-            assert c.post(f.url + "/tokenize", json={"content": text}).json() == \
-                c.post(eng.base_url + "/tokenize", json={"content": text}).json()
+            assert (
+                c.post(f.url + "/tokenize", json={"content": text}).json()
+                == c.post(eng.base_url + "/tokenize", json={"content": text}).json()
+            )
         for body in ANTHROPIC_BODIES:
             ours = c.post(f.url + "/v1/messages/count_tokens", json=body).json()
             theirs = c.post(eng.base_url + "/v1/messages/count_tokens", json=body).json()
             assert ours == theirs, body
-        with c.stream("POST", f.url + "/v1/chat/completions", json={
-                "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "stream": True}) as r:
+        with c.stream(
+            "POST",
+            f.url + "/v1/chat/completions",
+            json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "stream": True},
+        ) as r:
             lines = [ln for ln in r.iter_lines() if ln.startswith("data: ")]
         assert lines[-1] == "data: [DONE]" and len(lines) >= 3
         assert f.server.local_answers == 3 + len(ANTHROPIC_BODIES)
@@ -285,24 +310,51 @@ def test_front_agrees_with_real_llama_server(tiny_recipe: ResolvedRecipe, tmp_pa
 
 ANTHROPIC_BODIES: list[dict[str, Any]] = [
     {"model": "m", "messages": [{"role": "user", "content": "Hello"}]},
-    {"model": "m", "system": "You are terse.", "messages": [
-        {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."},
-        {"role": "user", "content": [{"type": "text", "text": "one"}, {"type": "text", "text": "two"}]}]},
-    {"model": "m", "system": [{"type": "text", "text": "A"}, {"type": "text", "text": "B"}],
-     "messages": [{"role": "user", "content": "x\n\n  y"}]},
-    {"model": "m", "tools": [{"name": "read", "description": "Read a file",
-                              "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}],
-     "messages": [{"role": "user", "content": "read a"},
-                  {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "read",
-                                                     "input": {"path": "a"}}]},
-                  {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "data"}]}]},
+    {
+        "model": "m",
+        "system": "You are terse.",
+        "messages": [
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Hello."},
+            {"role": "user", "content": [{"type": "text", "text": "one"}, {"type": "text", "text": "two"}]},
+        ],
+    },
+    {
+        "model": "m",
+        "system": [{"type": "text", "text": "A"}, {"type": "text", "text": "B"}],
+        "messages": [{"role": "user", "content": "x\n\n  y"}],
+    },
+    {
+        "model": "m",
+        "tools": [
+            {
+                "name": "read",
+                "description": "Read a file",
+                "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}},
+            }
+        ],
+        "messages": [
+            {"role": "user", "content": "read a"},
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": "t1", "name": "read", "input": {"path": "a"}}],
+            },
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "data"}]},
+        ],
+    },
 ]
 
 
 # ------------------------------------------------------------------ the CLI
 def start_cli(*args: str, cwd: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "frankenstein", "serve", *args], cwd=cwd, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "frankenstein", "serve", *args],
+        cwd=cwd,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
 
 
 def wait_listening(proc: subprocess.Popen[str]) -> tuple[str, str]:
@@ -347,8 +399,22 @@ def test_frank_serve_campaign_records_and_reaps(tmp_path: Path, llama_server_bin
 
 
 def test_frank_serve_reports_a_missing_tokenizer(tmp_path: Path) -> None:
-    r = subprocess.run([sys.executable, "-m", "frankenstein", "serve", "--upstream", "http://127.0.0.1:9",
-                        "--tokenizer", str(tmp_path / "missing.json"), "--listen", "127.0.0.1:0"],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "frankenstein",
+            "serve",
+            "--upstream",
+            "http://127.0.0.1:9",
+            "--tokenizer",
+            str(tmp_path / "missing.json"),
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 1
     assert r.stderr.strip() == f"frank: error: {tmp_path / 'missing.json'}: file not found"

@@ -19,7 +19,11 @@ from frankenstein.engines import adapter_for, start_engine
 from frankenstein.engines.forcing import ForcedTurn
 from frankenstein.engines.prometheus import metrics_delta
 from frankenstein.engines.sglang import (
-    SglangEngine, input_topk, meta_of, timing_from_delta, timing_from_meta,
+    SglangEngine,
+    input_topk,
+    meta_of,
+    timing_from_delta,
+    timing_from_meta,
 )
 from frankenstein.errors import BinaryNotFoundError, ConfigError, FidelityError
 from frankenstein.measure.timings import StepTiming
@@ -36,8 +40,16 @@ def recorded(name: str) -> dict[str, Any]:
 
 def test_recorded_eagle_answer() -> None:
     t = timing_from_meta(meta_of(recorded("generate_spec_pr13425.json")), speculative=True)
-    assert t == StepTiming(prompt_tokens=58, cached_tokens=0, prompt_ms=None, generated_tokens=14, decode_ms=None,
-                           target_steps=4, drafted=20, accepted=9)
+    assert t == StepTiming(
+        prompt_tokens=58,
+        cached_tokens=0,
+        prompt_ms=None,
+        generated_tokens=14,
+        decode_ms=None,
+        target_steps=4,
+        drafted=20,
+        accepted=9,
+    )
     assert t.generated_tokens == 1 + t.target_steps + t.accepted  # type: ignore[operator]
 
 
@@ -73,20 +85,30 @@ def test_timing_fields_of_enable_metrics_and_of_a_fork() -> None:
 
 
 def test_openai_answer_uses_usage_and_sglext() -> None:
-    body = {"choices": [{"text": "x"}], "usage": {"prompt_tokens": 7, "completion_tokens": 106,
-                                                  "prompt_tokens_details": {"cached_tokens": 4}},
-            "sglext": {"spec": recorded("spec_fields_pr33518.json")}}
+    body = {
+        "choices": [{"text": "x"}],
+        "usage": {"prompt_tokens": 7, "completion_tokens": 106, "prompt_tokens_details": {"cached_tokens": 4}},
+        "sglext": {"spec": recorded("spec_fields_pr33518.json")},
+    }
     t = timing_from_meta(meta_of(body), speculative=True)
     assert (t.prompt_tokens, t.cached_tokens, t.generated_tokens, t.target_steps, t.accepted) == (7, 4, 106, 43, 63)
 
 
 def test_metrics_delta_timing() -> None:
-    before = {'sglang:num_requests_total{is_streaming="true"}': 3.0, "sglang:generation_tokens_total": 90.0,
-              "sglang:prompt_tokens_total": 30.0, "sglang:e2e_request_latency_seconds_sum": 2.0,
-              "sglang:time_to_first_token_seconds_sum": 0.2}
-    after = {'sglang:num_requests_total{is_streaming="true"}': 4.0, "sglang:generation_tokens_total": 122.0,
-             "sglang:prompt_tokens_total": 45.0, "sglang:e2e_request_latency_seconds_sum": 2.75,
-             "sglang:time_to_first_token_seconds_sum": 0.25}
+    before = {
+        'sglang:num_requests_total{is_streaming="true"}': 3.0,
+        "sglang:generation_tokens_total": 90.0,
+        "sglang:prompt_tokens_total": 30.0,
+        "sglang:e2e_request_latency_seconds_sum": 2.0,
+        "sglang:time_to_first_token_seconds_sum": 0.2,
+    }
+    after = {
+        'sglang:num_requests_total{is_streaming="true"}': 4.0,
+        "sglang:generation_tokens_total": 122.0,
+        "sglang:prompt_tokens_total": 45.0,
+        "sglang:e2e_request_latency_seconds_sum": 2.75,
+        "sglang:time_to_first_token_seconds_sum": 0.25,
+    }
     t = timing_from_delta(metrics_delta(before, after, "sglang:"), speculative=False)
     assert (t.generated_tokens, t.prompt_tokens, t.target_steps) == (32, 15, 31)
     assert t.decode_ms == pytest.approx(700.0)
@@ -117,9 +139,22 @@ def test_recipe_checks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         SglangEngine(_recipe(), tmp_path).check_recipe()
     eng = SglangEngine(_recipe(python=sys.executable, args=["--speculative-algorithm", "EAGLE", "--tp", "2"]), tmp_path)
     eng.check_recipe()
-    assert eng.command(30000) == [sys.executable, "-m", "sglang.launch_server", "--model-path", "/models/x", "--host",
-                                  "127.0.0.1", "--port", "30000", "--enable-metrics", "--speculative-algorithm",
-                                  "EAGLE", "--tp", "2"]
+    assert eng.command(30000) == [
+        sys.executable,
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        "/models/x",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "30000",
+        "--enable-metrics",
+        "--speculative-algorithm",
+        "EAGLE",
+        "--tp",
+        "2",
+    ]
     assert eng.speculative
 
 
@@ -127,8 +162,12 @@ def test_process_life_against_a_double_of_recorded_answers(tmp_path: Path) -> No
     """Launch, readiness (no /ready → /health, 503 while starting), version, a /generate request timed
     from its meta_info, forced decode from recorded logprobs, stop — against the test double."""
     double = DATA / "double_server.py"
-    recipe = _recipe(model="", command=[sys.executable, str(double), "--port", "{port}", "--starting", "3"],
-                     args=[], start_timeout_s=30)
+    recipe = _recipe(
+        model="",
+        command=[sys.executable, str(double), "--port", "{port}", "--starting", "3"],
+        args=[],
+        start_timeout_s=30,
+    )
     with start_engine(recipe, tmp_path) as eng:
         assert isinstance(eng, SglangEngine)
         assert eng.version == "double-of-recorded-answers"

@@ -13,16 +13,29 @@ import pytest
 from frankenstein.errors import TraceError
 from frankenstein.workload.trace import (
     redact_request,
-    RecordedOutput, Turn, append_turn, derive_session_id, load_trace, request_bytes, strip_secrets, turn_line,
-    workload_hash, write_trace,
+    RecordedOutput,
+    Turn,
+    append_turn,
+    derive_session_id,
+    load_trace,
+    request_bytes,
+    strip_secrets,
+    turn_line,
+    workload_hash,
+    write_trace,
 )
 
 
 def make_turn(i: int = 0, session: str = "s1", **request: Any) -> Turn:
     body = request or {"model": "tiny", "messages": [{"role": "user", "content": f"q{i} é"}], "max_tokens": 8}
-    return Turn(turn_id=f"{session}-{i:04d}", session_id=session, turn_index=i, endpoint="/v1/chat/completions",
-                request=body, output=RecordedOutput(text=f"a{i}", finish_reason="stop", prompt_tokens=5,
-                                                    completion_tokens=2))
+    return Turn(
+        turn_id=f"{session}-{i:04d}",
+        session_id=session,
+        turn_index=i,
+        endpoint="/v1/chat/completions",
+        request=body,
+        output=RecordedOutput(text=f"a{i}", finish_reason="stop", prompt_tokens=5, completion_tokens=2),
+    )
 
 
 def good_line(i: int = 0, **changes: Any) -> str:
@@ -65,9 +78,15 @@ def test_concurrent_appends_never_interleave(tmp_path: Path) -> None:
 
 def test_request_bytes_are_exact_and_keep_the_recorded_key_order() -> None:
     turn = make_turn(0, model="m", messages=[{"role": "user", "content": "é\n"}], temperature=0.0, max_tokens=4)
-    assert request_bytes(turn) == '{"model":"m","messages":[{"role":"user","content":"é\\n"}],"temperature":0.0,"max_tokens":4}'.encode()
+    assert (
+        request_bytes(turn)
+        == '{"model":"m","messages":[{"role":"user","content":"é\\n"}],"temperature":0.0,"max_tokens":4}'.encode()
+    )
     forced = request_bytes(turn, {"max_tokens": 7, "seed": 1, "ignore_eos": True})
-    assert forced == b'{"model":"m","messages":[{"role":"user","content":"\xc3\xa9\\n"}],"temperature":0.0,"max_tokens":7,"seed":1,"ignore_eos":true}'
+    assert (
+        forced
+        == b'{"model":"m","messages":[{"role":"user","content":"\xc3\xa9\\n"}],"temperature":0.0,"max_tokens":7,"seed":1,"ignore_eos":true}'
+    )
     assert request_bytes(turn) == request_bytes(Turn.model_validate_json(turn_line(turn)))
 
 
@@ -80,14 +99,23 @@ def test_hash_ignores_formatting_and_metadata_but_not_request_bytes(tmp_path: Pa
         d = json.loads(turn_line(t))
         d["timings"] = {"server": {"prompt_ms": 3.0}, "e2e_ms": 9.0}
         d["recorded_at"] = 1.5
-        lines.append(json.dumps(dict(reversed(list(d.items()))), indent=None, separators=(", ", ": "), ensure_ascii=True))
+        lines.append(
+            json.dumps(dict(reversed(list(d.items()))), indent=None, separators=(", ", ": "), ensure_ascii=True)
+        )
     assert load_trace(write_lines(tmp_path / "r.jsonl", *lines)).hash == h
     # A request key order change changes the bytes sent, so the hash.
     swapped = make_turn(0, max_tokens=8, model="tiny", messages=[{"role": "user", "content": "q0 é"}])
     assert swapped.request == turns[0].request and workload_hash([swapped, turns[1]]) != h
     # One request byte, one output character, the turn order: each changes it.
-    assert workload_hash([make_turn(0, model="tinY", messages=[{"role": "user", "content": "q0 é"}], max_tokens=8), turns[1]]) != h
-    changed = turns[0].model_copy(update={"output": RecordedOutput(text="a0!", finish_reason="stop", prompt_tokens=5, completion_tokens=2)})
+    assert (
+        workload_hash(
+            [make_turn(0, model="tinY", messages=[{"role": "user", "content": "q0 é"}], max_tokens=8), turns[1]]
+        )
+        != h
+    )
+    changed = turns[0].model_copy(
+        update={"output": RecordedOutput(text="a0!", finish_reason="stop", prompt_tokens=5, completion_tokens=2)}
+    )
     assert workload_hash([changed, turns[1]]) != h
     assert workload_hash(list(reversed(turns))) != h
 
@@ -99,6 +127,7 @@ def test_write_trace_is_whole_or_nothing(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------- bad input, each message exact
+
 
 def load_error(path: Path) -> str:
     with pytest.raises(TraceError) as info:
@@ -141,8 +170,9 @@ def test_unknown_and_bad_nested_fields_are_named(tmp_path: Path) -> None:
 
 def test_unknown_endpoint_and_a_chat_request_without_messages(tmp_path: Path) -> None:
     path = write_lines(tmp_path / "t.jsonl", good_line(0, endpoint="/v1/embeddings"))
-    assert load_error(path) == (f"{path}: line 1: endpoint: Input should be '/v1/chat/completions', "
-                                "'/v1/completions' or '/completion'")
+    assert load_error(path) == (
+        f"{path}: line 1: endpoint: Input should be '/v1/chat/completions', '/v1/completions' or '/completion'"
+    )
     write_lines(path, good_line(0, request={"prompt": "hi"}))
     assert load_error(path) == f"{path}: line 1: request: a chat completions request needs a non-empty 'messages' list"
     write_lines(path, good_line(0, endpoint="/completion", request={"messages": []}))
@@ -185,11 +215,26 @@ def test_not_an_object(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------- credentials and sessions
 
+
 def test_strip_secrets_drops_credential_strings_at_any_depth_but_keeps_schemas() -> None:
-    body = {"api_key": "sk-1", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
-            "extra": {"Authorization": "Bearer x", "access_token": "t", "client_secret": "c", "top_k": 2},
-            "tools": [{"type": "function", "function": {"name": "login", "parameters": {
-                "type": "object", "properties": {"password": {"type": "string"}, "api_key": {"type": "string"}}}}}]}
+    body = {
+        "api_key": "sk-1",
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 4,
+        "extra": {"Authorization": "Bearer x", "access_token": "t", "client_secret": "c", "top_k": 2},
+        "tools": [
+            {
+                "type": "function",
+                "function": {
+                    "name": "login",
+                    "parameters": {
+                        "type": "object",
+                        "properties": {"password": {"type": "string"}, "api_key": {"type": "string"}},
+                    },
+                },
+            }
+        ],
+    }
     out = strip_secrets(body)
     assert out == {"messages": body["messages"], "max_tokens": 4, "extra": {"top_k": 2}, "tools": body["tools"]}
     assert "api_key" in body  # the input is not changed
@@ -202,7 +247,9 @@ def test_derived_session_ids() -> None:
     sid = derive_session_id("/v1/chat/completions", a)
     assert sid == derive_session_id("/v1/chat/completions", b) != derive_session_id("/v1/chat/completions", c)
     assert sid.startswith("s-") and len(sid) == 14
-    assert derive_session_id("/completion", {"prompt": "p" * 2000}) == derive_session_id("/completion", {"prompt": "p" * 1500})
+    assert derive_session_id("/completion", {"prompt": "p" * 2000}) == derive_session_id(
+        "/completion", {"prompt": "p" * 1500}
+    )
 
 
 def test_shipped_demo_workload_is_agent_shaped_and_fits_the_tiny_context() -> None:
@@ -216,10 +263,14 @@ def test_shipped_demo_workload_is_agent_shaped_and_fits_the_tiny_context() -> No
         assert t.request["temperature"] == 0.0 and t.output.text
     first, second = wl.turns[0], wl.turns[1]
     assert second.request["messages"][: len(first.request["messages"])] == first.request["messages"]
-    assert second.request["messages"][len(first.request["messages"])] == {"role": "assistant", "content": first.output.text}
+    assert second.request["messages"][len(first.request["messages"])] == {
+        "role": "assistant",
+        "content": first.output.text,
+    }
 
 
 # ---------------------------------------------------------------- bad input and credentials (issue 16)
+
 
 def test_pkg_workloads_load_like_designs_name_them() -> None:
     wl = load_trace("pkg:demo-workload.jsonl")
@@ -229,8 +280,18 @@ def test_pkg_workloads_load_like_designs_name_them() -> None:
 def test_unreadable_traces_get_one_clear_message(tmp_path: Path) -> None:
     with pytest.raises(TraceError, match="is a directory"):
         load_trace(tmp_path)
-    line = json.loads(turn_line(Turn(turn_id="t", session_id="s", turn_index=0, endpoint="/v1/completions",
-                                     request={"prompt": "p"}, source="test")))
+    line = json.loads(
+        turn_line(
+            Turn(
+                turn_id="t",
+                session_id="s",
+                turn_index=0,
+                endpoint="/v1/completions",
+                request={"prompt": "p"},
+                source="test",
+            )
+        )
+    )
     nan = tmp_path / "nan.jsonl"
     nan.write_bytes(json.dumps(line).replace('"prompt": "p"', '"prompt": "p", "temperature": NaN').encode() + b"\n")
     with pytest.raises(TraceError, match=r"nan.jsonl: line 1: NaN is not a JSON number"):
@@ -242,16 +303,42 @@ def test_unreadable_traces_get_one_clear_message(tmp_path: Path) -> None:
 
 
 def test_redaction_leaves_what_the_model_sees_and_lists_the_paths() -> None:
-    tools = [{"type": "function", "function": {"name": "login", "parameters": {"type": "object", "properties": {
-        "password": {"type": "string"}, "session_token": {"type": "string"}}}}}]
-    body = {"messages": [{"role": "user", "content": "x", "api_key": "part of the prompt"}], "tools": tools,
-            "max_tokens": 4, "prompt_cache_key": "k", "X-Api-Key": "s", "metadata": {"refresh_token": "s", "n": 1,
-            "nested": {"aws_secret": "s", "keys": [{"deploy_key": "s"}]}}, "api_keys": ["s", "s"]}
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "login",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"password": {"type": "string"}, "session_token": {"type": "string"}},
+                },
+            },
+        }
+    ]
+    body = {
+        "messages": [{"role": "user", "content": "x", "api_key": "part of the prompt"}],
+        "tools": tools,
+        "max_tokens": 4,
+        "prompt_cache_key": "k",
+        "X-Api-Key": "s",
+        "metadata": {"refresh_token": "s", "n": 1, "nested": {"aws_secret": "s", "keys": [{"deploy_key": "s"}]}},
+        "api_keys": ["s", "s"],
+    }
     out, paths = redact_request(body)
-    assert out == {"messages": body["messages"], "tools": tools, "max_tokens": 4, "prompt_cache_key": "k",
-                   "metadata": {"n": 1, "nested": {"keys": [{}]}}}
-    assert paths == ["X-Api-Key", "metadata.refresh_token", "metadata.nested.aws_secret",
-                     "metadata.nested.keys[0].deploy_key", "api_keys"]
+    assert out == {
+        "messages": body["messages"],
+        "tools": tools,
+        "max_tokens": 4,
+        "prompt_cache_key": "k",
+        "metadata": {"n": 1, "nested": {"keys": [{}]}},
+    }
+    assert paths == [
+        "X-Api-Key",
+        "metadata.refresh_token",
+        "metadata.nested.aws_secret",
+        "metadata.nested.keys[0].deploy_key",
+        "api_keys",
+    ]
     # the model-visible part of the replayed bytes is the recorded one, byte for byte
     turn = Turn(turn_id="t", session_id="s", turn_index=0, endpoint="/v1/chat/completions", request=out, source="test")
     sent = json.loads(request_bytes(turn))

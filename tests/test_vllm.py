@@ -49,7 +49,9 @@ def vllm_python() -> str:
     path = os.environ.get("FRANK_VLLM_PYTHON") or str(ROOT / ".venv-vllm" / "bin" / "python")
     if not Path(path).is_file():
         # `make test` installs vLLM first, so a missing interpreter is a failure, never a skip.
-        pytest.fail(f"no vLLM interpreter at {path}: run `make vllm-env` (see docs/engines.md) or set FRANK_VLLM_PYTHON")
+        pytest.fail(
+            f"no vLLM interpreter at {path}: run `make vllm-env` (see docs/engines.md) or set FRANK_VLLM_PYTHON"
+        )
     return path
 
 
@@ -57,27 +59,44 @@ def vllm_python() -> str:
 def tiny_hf(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny Hugging Face Llama, made by the real script (well under a second)."""
     out = tmp_path_factory.mktemp("tiny-hf")
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "make_tiny_hf_llama.py"), "--out", str(out)],
-                   check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "make_tiny_hf_llama.py"), "--out", str(out)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     return out
 
 
 def _recipe(tiny_hf: Path, python: str, *, spec: bool, extra: list[str] = ()) -> ResolvedRecipe:  # type: ignore[assignment]
     return ResolvedRecipe(
-        name="tiny-vllm" + ("+ngram" if spec else ""), engine="vllm", model=str(tiny_hf), python=python,
-        args=[*ARGS, *(["--speculative-config", SPEC] if spec else []), *extra], env=dict(ENV),
-        parts=["ngram"] if spec else [], start_timeout_s=600,
+        name="tiny-vllm" + ("+ngram" if spec else ""),
+        engine="vllm",
+        model=str(tiny_hf),
+        python=python,
+        args=[*ARGS, *(["--speculative-config", SPEC] if spec else []), *extra],
+        env=dict(ENV),
+        parts=["ngram"] if spec else [],
+        start_timeout_s=600,
     )
 
 
 def _completion(prompt: list[int] | str, n: int, **extra: object) -> bytes:
-    return json.dumps({"prompt": prompt, "max_tokens": n, "temperature": 0.0, "seed": 1, "ignore_eos": True,
-                       **extra}).encode()
+    return json.dumps(
+        {"prompt": prompt, "max_tokens": n, "temperature": 0.0, "seed": 1, "ignore_eos": True, **extra}
+    ).encode()
 
 
 def _turn(turn_id: str, prompt: str, tokens: int, index: int = 0) -> Turn:
-    return Turn(turn_id=turn_id, session_id="s1", turn_index=index, endpoint="/v1/completions",
-                request={"prompt": prompt}, output={"text": "", "completion_tokens": tokens}, source="test")
+    return Turn(
+        turn_id=turn_id,
+        session_id="s1",
+        turn_index=index,
+        endpoint="/v1/completions",
+        request={"prompt": prompt},
+        output={"text": "", "completion_tokens": tokens},
+        source="test",
+    )
 
 
 @pytest.fixture(scope="class")
@@ -125,7 +144,11 @@ class TestRunningServer:
             scraped_sources.append(server.last_sources["metrics"])
         for a, b in zip(own_sources, scraped_sources):
             assert (a.generated_tokens, a.target_steps, a.drafted, a.accepted) == (
-                b.generated_tokens, b.target_steps, b.drafted, b.accepted)
+                b.generated_tokens,
+                b.target_steps,
+                b.drafted,
+                b.accepted,
+            )
             assert a.target_steps == 64 - 1 - (a.accepted or 0)
         assert sum(a.drafted or 0 for a in own_sources) > 0, "ngram proposed no drafts: no verify steps to time"
         ms_own = sum(a.decode_ms or 0 for a in own_sources) / sum(a.target_steps or 0 for a in own_sources)
@@ -134,8 +157,14 @@ class TestRunningServer:
         assert ms_scraped == pytest.approx(ms_own, rel=1e-6)
 
     def test_streamed_chat_turn_is_timed(self, server: VllmEngine) -> None:
-        body = {"messages": [{"role": "user", "content": "Fix the failing test"}], "max_tokens": 24,
-                "temperature": 0.0, "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+        body = {
+            "messages": [{"role": "user", "content": "Fix the failing test"}],
+            "max_tokens": 24,
+            "temperature": 0.0,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
         reply = server.request("/v1/chat/completions", json.dumps(body).encode())
         assert reply.timing.generated_tokens == 24 and reply.timing.target_steps is not None
         assert reply.timing.decode_ms is not None and reply.timing.decode_ms > 0
@@ -148,23 +177,27 @@ class TestRunningServer:
         assert re.match(r"^turn s1-0000: (turn s1-0000: )?vllm answered 400 to /v1/completions: ", result.invalid[0])
         assert "maximum context length is 1024 tokens" in result.invalid[0]
 
-    def test_greedy_tokens_equal_llama_cpp_on_the_same_weights(self, server: VllmEngine, tiny_recipe: ResolvedRecipe,
-                                                                tmp_path: Path) -> None:
+    def test_greedy_tokens_equal_llama_cpp_on_the_same_weights(
+        self, server: VllmEngine, tiny_recipe: ResolvedRecipe, tmp_path: Path
+    ) -> None:
         ours = server.request("/v1/completions", _completion(PROMPT, 24, return_token_ids=True)).token_ids
         with start_engine(tiny_recipe, tmp_path) as llama:
             body = {"prompt": PROMPT, "n_predict": 24, "temperature": 0.0, "ignore_eos": True, "return_tokens": True}
             theirs = llama.request("/completion", json.dumps(body).encode()).token_ids
         assert ours == theirs and len(ours or []) == 24
 
-    def test_forced_decode_through_the_fidelity_api(self, server: VllmEngine, tiny_recipe: ResolvedRecipe,
-                                                    tmp_path: Path) -> None:
+    def test_forced_decode_through_the_fidelity_api(
+        self, server: VllmEngine, tiny_recipe: ResolvedRecipe, tmp_path: Path
+    ) -> None:
         """Fidelity end to end on one vLLM start: prompts tokenized and forced through the fidelity API on
         llama.cpp (decode path), the same ids through this adapter's prompt_logprobs path, compared by the
         fidelity API. Same weights, so the KL is numerical noise only."""
         turns = [_turn(f"s1-{i:04d}", p, 12, i) for i, p in enumerate(["def main():\n", "The server answered"])]
         with start_engine(tiny_recipe, tmp_path) as llama:
             prompts = [prompt_ids(llama, t) for t in turns]
-            forced = [ForcedTurn(t.turn_id, p, server.generate(p, 12)[0], "generated by vLLM") for t, p in zip(turns, prompts)]
+            forced = [
+                ForcedTurn(t.turn_id, p, server.generate(p, 12)[0], "generated by vLLM") for t, p in zip(turns, prompts)
+            ]
             reference = forced_decode(llama, forced, 8)
         ours = server.forced_decode(forced, 8)
         assert ours.positions == reference.positions == 24 and not ours.error.any()
@@ -235,8 +268,9 @@ def test_speed_design_end_to_end(tiny_hf: Path, vllm_python: str, tmp_path: Path
     """register -> run -> analyze with the real ``frank`` CLI: served = vLLM, candidate = vLLM + ngram."""
     root = tmp_path / "c"
     assert frank("init", str(root)).returncode == 0
-    (root / "frank.toml").write_text(TOML.format(model=tiny_hf, python=vllm_python, args=json.dumps(ARGS),
-                                                 spec=json.dumps(SPEC)))
+    (root / "frank.toml").write_text(
+        TOML.format(model=tiny_hf, python=vllm_python, args=json.dumps(ARGS), spec=json.dumps(SPEC))
+    )
     prompts = ["def parse(line):\n    ", "import json\n\nclass Config:\n", "# Fix the failing test in utils.py\n"]
     write_trace(root / "workloads" / "w.jsonl", [_turn(f"s1-{i:04d}", p, 32, i) for i, p in enumerate(prompts)])
     assert load_trace(root / "workloads" / "w.jsonl").turns[0].endpoint == "/v1/completions"
@@ -249,8 +283,9 @@ def test_speed_design_end_to_end(tiny_hf: Path, vllm_python: str, tmp_path: Path
     TIMINGS["design_run_s"] = time.monotonic() - t0
     assert run.returncode == 0, run.stderr + run.stdout
     with sqlite3.connect(root / "frank.db") as db:
-        rows = db.execute("SELECT block, arm, status, engine, engine_version, capabilities FROM starts "
-                          "ORDER BY block, position").fetchall()
+        rows = db.execute(
+            "SELECT block, arm, status, engine, engine_version, capabilities FROM starts ORDER BY block, position"
+        ).fetchall()
     assert sorted((b, a) for b, a, *_ in rows) == [(0, "candidate"), (0, "served"), (1, "candidate"), (1, "served")]
     assert all(status == "ok" and engine == "vllm" and version == "0.32.0" for _, _, status, engine, version, _ in rows)
     caps = {arm: json.loads(c) for _, arm, _, _, _, c in rows}

@@ -15,8 +15,16 @@ import pytest
 from frankenstein.config import ResolvedRecipe
 from frankenstein.engines import adapter_for
 from frankenstein.engines.vllm import (
-    VllmEngine, auto_flags, capabilities_from_openapi, counter, merge, metrics_delta, prompt_topk,
-    speculative_config, timing_from_delta, timing_from_response,
+    VllmEngine,
+    auto_flags,
+    capabilities_from_openapi,
+    counter,
+    merge,
+    metrics_delta,
+    prompt_topk,
+    speculative_config,
+    timing_from_delta,
+    timing_from_response,
 )
 from frankenstein.errors import BinaryNotFoundError, ConfigError
 from frankenstein.measure.timings import StepTiming
@@ -26,14 +34,28 @@ SPEC = '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4,
 
 # A non-streamed /v1/completions answer of vLLM 0.32.0 with ngram speculation (choices left out).
 RESPONSE = {
-    "usage": {"prompt_tokens": 304, "total_tokens": 368, "completion_tokens": 64,
-              "prompt_tokens_details": {"cached_tokens": 256}},
-    "metrics": {"time_to_first_token_ms": 11.770626999805245, "generation_time_ms": 360.1360309999109,
-                "queue_time_ms": 0.030084000172792003, "mean_itl_ms": 5.716444936506522,
-                "tokens_per_second": 172.0861905087186,
-                "speculative_decoding": {"mean_acceptance_length": 1.25, "draft_acceptance_rate": 0.0625,
-                                         "acceptance_histogram": [3, 1, 0, 0, 0], "num_spec_steps": 4,
-                                         "num_accepted_draft_tokens": 1, "num_draft_tokens": 16, "num_spec_tokens": 4}},
+    "usage": {
+        "prompt_tokens": 304,
+        "total_tokens": 368,
+        "completion_tokens": 64,
+        "prompt_tokens_details": {"cached_tokens": 256},
+    },
+    "metrics": {
+        "time_to_first_token_ms": 11.770626999805245,
+        "generation_time_ms": 360.1360309999109,
+        "queue_time_ms": 0.030084000172792003,
+        "mean_itl_ms": 5.716444936506522,
+        "tokens_per_second": 172.0861905087186,
+        "speculative_decoding": {
+            "mean_acceptance_length": 1.25,
+            "draft_acceptance_rate": 0.0625,
+            "acceptance_histogram": [3, 1, 0, 0, 0],
+            "num_spec_steps": 4,
+            "num_accepted_draft_tokens": 1,
+            "num_draft_tokens": 16,
+            "num_spec_tokens": 4,
+        },
+    },
 }
 # /metrics before and after that request (the samples that changed, and one that did not).
 BEFORE = {
@@ -68,10 +90,16 @@ AFTER = {
 def test_auto_flags_only_what_the_version_has_and_the_recipe_lacks() -> None:
     assert auto_flags([], OPTIONS) == ["--enable-per-request-metrics", "--enable-prompt-tokens-details"]
     assert auto_flags(["--speculative-config", SPEC], OPTIONS) == [
-        "--enable-per-request-metrics", "--per-request-spec-decode-metrics", "summary", "--enable-prompt-tokens-details"]
+        "--enable-per-request-metrics",
+        "--per-request-spec-decode-metrics",
+        "summary",
+        "--enable-prompt-tokens-details",
+    ]
     assert auto_flags(["--disable-log-stats"], OPTIONS) == ["--enable-prompt-tokens-details"]
     assert auto_flags(["--enable-per-request-metrics"], OPTIONS) == ["--enable-prompt-tokens-details"]
-    assert auto_flags(["--speculative-config", SPEC], ["enable_prompt_tokens_details"]) == ["--enable-prompt-tokens-details"]
+    assert auto_flags(["--speculative-config", SPEC], ["enable_prompt_tokens_details"]) == [
+        "--enable-prompt-tokens-details"
+    ]
 
 
 def test_speculative_config_forms() -> None:
@@ -84,8 +112,16 @@ def test_speculative_config_forms() -> None:
 def test_both_timing_sources_agree_on_a_recorded_request() -> None:
     own = timing_from_response(RESPONSE, speculative=True)
     scraped = timing_from_delta(metrics_delta(BEFORE, AFTER), speculative=True)
-    assert own == StepTiming(prompt_tokens=304, cached_tokens=256, prompt_ms=11.770626999805245, generated_tokens=64,
-                             decode_ms=360.1360309999109, target_steps=62, drafted=16, accepted=1)
+    assert own == StepTiming(
+        prompt_tokens=304,
+        cached_tokens=256,
+        prompt_ms=11.770626999805245,
+        generated_tokens=64,
+        decode_ms=360.1360309999109,
+        target_steps=62,
+        drafted=16,
+        accepted=1,
+    )
     assert scraped.target_steps == own.target_steps == 64 - 1 - 1
     assert (scraped.generated_tokens, scraped.drafted, scraped.accepted) == (64, 16, 1)
     assert scraped.decode_ms == pytest.approx(own.decode_ms, rel=1e-9)
@@ -112,25 +148,36 @@ def test_streamed_reply_without_metrics_takes_the_scraped_fields() -> None:
     assert (own.decode_ms, own.target_steps) == (None, None)
     scraped = StepTiming(prompt_tokens=15, generated_tokens=24, decode_ms=226.9, target_steps=23, drafted=0, accepted=0)
     merged = merge(own, scraped)
-    assert merged == StepTiming(prompt_tokens=15, generated_tokens=24, decode_ms=226.9, target_steps=23, drafted=0, accepted=0)
+    assert merged == StepTiming(
+        prompt_tokens=15, generated_tokens=24, decode_ms=226.9, target_steps=23, drafted=0, accepted=0
+    )
     plain = timing_from_response({"usage": {"prompt_tokens": 15, "completion_tokens": 24}}, speculative=False)
     assert (plain.target_steps, plain.accepted) == (23, None)
 
 
 def test_prompt_topk_leaves_out_the_actual_token_below_k() -> None:
-    entry = {"868": {"logprob": -51.2, "rank": 1376, "decoded_token": " main"},
-             "1356": {"logprob": -0.0008, "rank": 1, "decoded_token": "The"},
-             "33": {"logprob": -7.67, "rank": 2, "decoded_token": "?"}}
+    entry = {
+        "868": {"logprob": -51.2, "rank": 1376, "decoded_token": " main"},
+        "1356": {"logprob": -0.0008, "rank": 1, "decoded_token": "The"},
+        "33": {"logprob": -7.67, "rank": 2, "decoded_token": "?"},
+    }
     assert prompt_topk(entry, 2) == ([1356, 33], [-0.0008, -7.67])
     assert prompt_topk(entry, 1) == ([1356], [-0.0008])
     assert prompt_topk(None, 5) == ([], [])
 
 
 def test_capabilities_from_openapi() -> None:
-    spec = {"paths": {"/health": {}, "/metrics": {}, "/tokenize": {}, "/v1/completions": {}},
-            "components": {"schemas": {
-                "CompletionRequest": {"properties": {p: {} for p in ("prompt", "logprobs", "prompt_logprobs", "ignore_eos")}},
-                "ChatCompletionRequest": {"properties": {"messages": {}, "top_logprobs": {}}}}}}
+    spec = {
+        "paths": {"/health": {}, "/metrics": {}, "/tokenize": {}, "/v1/completions": {}},
+        "components": {
+            "schemas": {
+                "CompletionRequest": {
+                    "properties": {p: {} for p in ("prompt", "logprobs", "prompt_logprobs", "ignore_eos")}
+                },
+                "ChatCompletionRequest": {"properties": {"messages": {}, "top_logprobs": {}}},
+            }
+        },
+    }
     caps = capabilities_from_openapi(spec, ["--enable-per-request-metrics"], None)
     assert caps["step_timing"] == "per-request metrics" and caps["metrics_deltas"] and caps["tokenize"]
     assert caps["prompt_logprobs"] and caps["top_logprobs"] and caps["forced_decode"]
@@ -169,7 +216,9 @@ def test_user_command_is_launched_as_written(tmp_path: Path) -> None:
     script = tmp_path / "serve.sh"
     script.write_text("#!/bin/sh\nexit 0\n")
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
-    eng = VllmEngine(_recipe(model="", command=[str(script), "--port", "{port}", "--speculative-config", SPEC]), tmp_path)
+    eng = VllmEngine(
+        _recipe(model="", command=[str(script), "--port", "{port}", "--speculative-config", SPEC]), tmp_path
+    )
     eng.check_recipe()
     assert eng.command(1234) == [str(script), "--port", "1234", "--speculative-config", SPEC]
     assert eng.speculative == json.loads(SPEC)

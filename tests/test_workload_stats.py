@@ -12,8 +12,14 @@ from frankenstein.workload.trace import RecordedOutput, Turn, load_trace, worklo
 
 
 def turn(session: str, i: int, messages: list[dict[str, str]], out: RecordedOutput) -> Turn:
-    return Turn(turn_id=f"{session}-{i}", session_id=session, turn_index=i, endpoint="/v1/chat/completions",
-                request={"messages": messages}, output=out)
+    return Turn(
+        turn_id=f"{session}-{i}",
+        session_id=session,
+        turn_index=i,
+        endpoint="/v1/chat/completions",
+        request={"messages": messages},
+        output=out,
+    )
 
 
 def sample() -> list[Turn]:
@@ -55,8 +61,13 @@ def test_format_says_what_is_estimated() -> None:
 
 
 def test_tools_are_part_of_the_prompt_text() -> None:
-    t = Turn(turn_id="t", session_id="s", turn_index=0, endpoint="/v1/chat/completions",
-             request={"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]})
+    t = Turn(
+        turn_id="t",
+        session_id="s",
+        turn_index=0,
+        endpoint="/v1/chat/completions",
+        request={"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]},
+    )
     assert prompt_text(t) == '[{"type": "function"}]\n<user>hi'
 
 
@@ -77,5 +88,6 @@ def test_cli_stats_bad_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     with pytest.raises(SystemExit) as info:
         main(["workload", "stats", str(path)])
     assert info.value.code == 1
-    assert capsys.readouterr().err == (f"frank: error: {path}: line 1: frank_trace: unknown trace version 9 "
-                                       "(this frank reads version 1)\n")
+    assert capsys.readouterr().err == (
+        f"frank: error: {path}: line 1: frank_trace: unknown trace version 9 (this frank reads version 1)\n"
+    )

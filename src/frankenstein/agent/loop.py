@@ -45,23 +45,49 @@ Always answer with a tool call."""
 
 
 def _fn(name: str, description: str, properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
-    return {"type": "function", "function": {"name": name, "description": description, "parameters": {
-        "type": "object", "properties": properties, "required": required}}}
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {"type": "object", "properties": properties, "required": required},
+        },
+    }
 
 
 TOOLS: list[dict[str, Any]] = [
-    _fn("bash", "Run a bash command in the workspace and return its exit code and output.",
-        {"command": {"type": "string", "description": "The command line to run."}}, ["command"]),
-    _fn("read_file", "Return the text of a file in the workspace (long files are cut in the middle).",
-        {"path": {"type": "string", "description": "Path relative to the workspace."}}, ["path"]),
-    _fn("write_file", "Create or replace a file in the workspace with the given text.",
-        {"path": {"type": "string", "description": "Path relative to the workspace."},
-         "content": {"type": "string", "description": "The whole new file content."}}, ["path", "content"]),
-    _fn("submit", "Finish the task: call this once the work in the workspace is complete.",
-        {"summary": {"type": "string", "description": "One line on what you did."}}, []),
+    _fn(
+        "bash",
+        "Run a bash command in the workspace and return its exit code and output.",
+        {"command": {"type": "string", "description": "The command line to run."}},
+        ["command"],
+    ),
+    _fn(
+        "read_file",
+        "Return the text of a file in the workspace (long files are cut in the middle).",
+        {"path": {"type": "string", "description": "Path relative to the workspace."}},
+        ["path"],
+    ),
+    _fn(
+        "write_file",
+        "Create or replace a file in the workspace with the given text.",
+        {
+            "path": {"type": "string", "description": "Path relative to the workspace."},
+            "content": {"type": "string", "description": "The whole new file content."},
+        },
+        ["path", "content"],
+    ),
+    _fn(
+        "submit",
+        "Finish the task: call this once the work in the workspace is complete.",
+        {"summary": {"type": "string", "description": "One line on what you did."}},
+        [],
+    ),
 ]
 REQUIRED_ARGS = {t["function"]["name"]: tuple(t["function"]["parameters"]["required"]) for t in TOOLS}
-FORMAT_NUDGE = "Your answer had no usable tool call. Answer with exactly one call of bash, read_file, write_file or submit."
+FORMAT_NUDGE = (
+    "Your answer had no usable tool call. Answer with exactly one call of bash, read_file, write_file or submit."
+)
 MAX_COMMANDS_KEPT = 200
 
 
@@ -85,8 +111,15 @@ class ChatClient:
 
     def complete(self, body: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         try:
-            resp = fetch(self.host, self.port, "POST", self.path, json.dumps(body).encode(), timeout_s=timeout_s,
-                         headers=self.headers)
+            resp = fetch(
+                self.host,
+                self.port,
+                "POST",
+                self.path,
+                json.dumps(body).encode(),
+                timeout_s=timeout_s,
+                headers=self.headers,
+            )
         except TimeoutError as exc:
             raise EngineFailure(TIME_LIMIT, f"no answer within the {timeout_s:.0f} s left") from exc
         except TransportError as exc:
@@ -105,7 +138,8 @@ class ChatClient:
 def _http_failure(resp: Answer) -> EngineFailure:
     text = resp.text[:500]
     too_long = resp.status_code in (400, 413) and any(
-        w in text.lower() for w in ("context", "too long", "exceed", "maximum"))
+        w in text.lower() for w in ("context", "too long", "exceed", "maximum")
+    )
     status = CONTEXT_LIMIT if too_long else ENGINE_ERROR
     return EngineFailure(status, f"HTTP {resp.status_code}: {text}")
 
@@ -138,21 +172,39 @@ class _State:
 class AgentLoop:
     """One episode's conversation. ``session_id`` names it in the trace."""
 
-    def __init__(self, client: ChatClient, sandbox: Sandbox, limits: Limits, trace_path: Path, session_id: str, *,
-                 model: str, temperature: float = 0.0, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        client: ChatClient,
+        sandbox: Sandbox,
+        limits: Limits,
+        trace_path: Path,
+        session_id: str,
+        *,
+        model: str,
+        temperature: float = 0.0,
+        seed: int | None = None,
+    ) -> None:
         self.client, self.sandbox, self.limits = client, sandbox, limits
         self.trace_path, self.session_id = trace_path, session_id
         self.model, self.temperature, self.seed = model, temperature, seed
 
     def run(self, prompt: str) -> AgentRun:
-        st = _State(messages=[{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": prompt}],
-                    started=time.monotonic())
+        st = _State(
+            messages=[{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": prompt}],
+            started=time.monotonic(),
+        )
         status, reason = self._loop(st)
-        detail = {"stop_reason": reason, "format_errors": st.format_errors, "tool_calls": st.tool_counts,
-                  "refusals": st.refusals, "commands": st.commands[:MAX_COMMANDS_KEPT],
-                  "usage": {"last_prompt_tokens": st.prompt_tokens, "completion_tokens": st.completion_tokens},
-                  "wall_s": round(time.monotonic() - st.started, 3), "submit_summary": st.submitted,
-                  "trace_session": self.session_id}
+        detail = {
+            "stop_reason": reason,
+            "format_errors": st.format_errors,
+            "tool_calls": st.tool_counts,
+            "refusals": st.refusals,
+            "commands": st.commands[:MAX_COMMANDS_KEPT],
+            "usage": {"last_prompt_tokens": st.prompt_tokens, "completion_tokens": st.completion_tokens},
+            "wall_s": round(time.monotonic() - st.started, 3),
+            "submit_summary": st.submitted,
+            "trace_session": self.session_id,
+        }
         return AgentRun(status=status, turns=st.turns, reason=reason, detail=detail)
 
     def _left(self, st: _State) -> float:
@@ -172,8 +224,15 @@ class AgentLoop:
         return TURN_LIMIT, f"{self.limits.turns} turns without a submit"
 
     def _request(self, st: _State) -> dict[str, Any]:
-        body = {"model": self.model, "messages": st.messages, "tools": TOOLS, "tool_choice": "auto",
-                "max_tokens": self.limits.output_tokens, "temperature": self.temperature, "stream": False}
+        body = {
+            "model": self.model,
+            "messages": st.messages,
+            "tools": TOOLS,
+            "tool_choice": "auto",
+            "max_tokens": self.limits.output_tokens,
+            "temperature": self.temperature,
+            "stream": False,
+        }
         if self.seed is not None:
             body["seed"] = self.seed
         t0 = time.monotonic()
@@ -186,10 +245,17 @@ class AgentLoop:
     def _turn(self, body: dict[str, Any], answer: dict[str, Any], index: int, e2e_ms: float) -> Turn:
         # ``body`` is serialised now, before the history grows: the trace keeps this request's bytes.
         request = json.loads(json.dumps(body))
-        return Turn(turn_id=make_turn_id(self.session_id, index), session_id=self.session_id, turn_index=index,
-                    endpoint=CHAT, request=request, output=output_from_response(CHAT, answer),
-                    timings=RecordedTimings(server=server_timings(answer), e2e_ms=round(e2e_ms, 3)),
-                    recorded_at=time.time(), source="agent")
+        return Turn(
+            turn_id=make_turn_id(self.session_id, index),
+            session_id=self.session_id,
+            turn_index=index,
+            endpoint=CHAT,
+            request=request,
+            output=output_from_response(CHAT, answer),
+            timings=RecordedTimings(server=server_timings(answer), e2e_ms=round(e2e_ms, 3)),
+            recorded_at=time.time(),
+            source="agent",
+        )
 
     def _handle(self, st: _State, answer: dict[str, Any]) -> tuple[str, str] | None:
         choice = answer["choices"][0]
@@ -267,9 +333,16 @@ def _normalise_calls(raw: Any, turn: int) -> list[dict[str, Any]]:
     for i, c in enumerate(raw or []):
         fn = (c or {}).get("function") or {}
         args = fn.get("arguments")
-        calls.append({"id": c.get("id") or f"call_{turn}_{i}", "type": "function",
-                      "function": {"name": str(fn.get("name") or ""),
-                                   "arguments": args if isinstance(args, str) else json.dumps(args or {})}})
+        calls.append(
+            {
+                "id": c.get("id") or f"call_{turn}_{i}",
+                "type": "function",
+                "function": {
+                    "name": str(fn.get("name") or ""),
+                    "arguments": args if isinstance(args, str) else json.dumps(args or {}),
+                },
+            }
+        )
     return calls
 
 

@@ -20,8 +20,16 @@ from frankenstein.engines.sglang import SglangEngine
 from frankenstein.engines.vllm import VllmEngine
 from frankenstein.errors import ConfigError
 
-__all__ = ["ADAPTERS", "Engine", "ForcedDecoder", "ProcessEngine", "Reply", "TopLogprobs", "adapter_for",
-           "start_engine"]
+__all__ = [
+    "ADAPTERS",
+    "Engine",
+    "ForcedDecoder",
+    "ProcessEngine",
+    "Reply",
+    "TopLogprobs",
+    "adapter_for",
+    "start_engine",
+]
 
 ADAPTERS: dict[str, type[ProcessEngine]] = {
     "llamacpp": LlamaCppEngine,

@@ -31,7 +31,9 @@ class ProcessEngine:
     ready_path = "/health"
     endpoints: tuple[str, ...] = ("/v1/chat/completions", "/v1/completions")
 
-    def __init__(self, recipe: ResolvedRecipe, log_dir: Path, *, port: int | None = None, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, recipe: ResolvedRecipe, log_dir: Path, *, port: int | None = None, host: str = "127.0.0.1"
+    ) -> None:
         self.recipe = recipe
         self.host = host
         self.port = port
@@ -48,8 +50,10 @@ class ProcessEngine:
     def user_command(self, port: int) -> list[str]:
         """The recipe's own ``command`` with ``{port}`` and ``{host}`` filled in."""
         if not self.recipe.command:
-            raise ConfigError(f"a {self.kind} recipe without a model launch needs `command` (use {{port}} for the port)",
-                              field=f"recipes.{self.recipe.name}.command")
+            raise ConfigError(
+                f"a {self.kind} recipe without a model launch needs `command` (use {{port}} for the port)",
+                field=f"recipes.{self.recipe.name}.command",
+            )
         return [a.replace("{port}", str(port)).replace("{host}", self.host) for a in self.recipe.command]
 
     def is_ready(self, response: Answer) -> bool:
@@ -98,7 +102,9 @@ class ProcessEngine:
         """Wait until the engine answers ready; return the seconds waited."""
         if self.process is None:
             raise EngineError(f"{self.kind} was not launched")
-        self.ready_s = self.process.wait_ready(self.base_url + self.ready_path, self.recipe.start_timeout_s, self.is_ready)
+        self.ready_s = self.process.wait_ready(
+            self.base_url + self.ready_path, self.recipe.start_timeout_s, self.is_ready
+        )
         self.running = True
         self.version = self.read_version()
         return self.ready_s
@@ -155,15 +161,19 @@ class ProcessEngine:
         content = body if isinstance(body, bytes) else json.dumps(body).encode()
         r = self._fetch("POST", path, content, DEFAULT_TIMEOUT_S)
         if r.status_code >= 400:
-            raise EngineRequestError(f"{self.kind} answered {r.status_code} to {path}: {r.text[:300]}",
-                                     turn_id=turn_id, status=r.status_code)
+            raise EngineRequestError(
+                f"{self.kind} answered {r.status_code} to {path}: {r.text[:300]}", turn_id=turn_id, status=r.status_code
+            )
         try:
             answer = r.json()
         except ValueError as exc:
-            raise EngineRequestError(f"{self.kind} answered non-JSON to {path}: {r.text[:200]!r}", turn_id=turn_id) from exc
+            raise EngineRequestError(
+                f"{self.kind} answered non-JSON to {path}: {r.text[:200]!r}", turn_id=turn_id
+            ) from exc
         if not isinstance(answer, dict):
-            raise EngineRequestError(f"{self.kind} answered {type(answer).__name__}, not an object, to {path}",
-                                     turn_id=turn_id)
+            raise EngineRequestError(
+                f"{self.kind} answered {type(answer).__name__}, not an object, to {path}", turn_id=turn_id
+            )
         return answer
 
     def get(self, path: str) -> Answer:
@@ -184,12 +194,21 @@ class ProcessEngine:
         assert self.port is not None
         bound = DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s
         try:
-            return stream_request(self.host, self.port, path, body, kind=self.kind, step_timing=self.step_timing,
-                                  timeout_s=bound, turn_id=turn_id)
+            return stream_request(
+                self.host,
+                self.port,
+                path,
+                body,
+                kind=self.kind,
+                step_timing=self.step_timing,
+                timeout_s=bound,
+                turn_id=turn_id,
+            )
         except TimeoutError as exc:
             if self.process is not None and self.process.exited() is not None:
                 raise self.died(exc) from exc
-            raise EngineRequestError(f"{self.kind} sent nothing for {bound:.1f} s (request timeout) on {path}",
-                                     turn_id=turn_id) from exc
+            raise EngineRequestError(
+                f"{self.kind} sent nothing for {bound:.1f} s (request timeout) on {path}", turn_id=turn_id
+            ) from exc
         except TransportError as exc:
             raise self.died(exc) from exc

@@ -31,8 +31,15 @@ def timing_row(i: int, reply: Reply) -> str:
     )
 
 
-def check_recipe(recipe: ResolvedRecipe, log_dir: Path, *, n_predict: int = 48, requests: int = 4,
-                 port: int | None = None, echo: Callable[[str], None] = print) -> list[Reply]:
+def check_recipe(
+    recipe: ResolvedRecipe,
+    log_dir: Path,
+    *,
+    n_predict: int = 48,
+    requests: int = 4,
+    port: int | None = None,
+    echo: Callable[[str], None] = print,
+) -> list[Reply]:
     replies = []
     with start_engine(recipe, log_dir, port=port) as eng:
         echo(f"{eng.kind} {eng.version} ready at {eng.base_url} in {eng.ready_s:.2f} s ({recipe.name})")

@@ -66,8 +66,9 @@ class Engine(Protocol):
 
     def start(self) -> Engine: ...
 
-    def request(self, path: str, body: bytes, *, turn_id: str | None = None,
-                timeout_s: float | None = None) -> Reply: ...
+    def request(
+        self, path: str, body: bytes, *, turn_id: str | None = None, timeout_s: float | None = None
+    ) -> Reply: ...
 
     def post(self, path: str, body: dict[str, Any] | bytes, *, turn_id: str | None = None) -> dict[str, Any]: ...
 
@@ -90,13 +91,19 @@ class ForcedDecoder(Protocol):
 
     def generate(self, prompt: list[int], n: int, *, turn_id: str | None = None) -> tuple[list[int], str]: ...
 
-    def forced_decode(self, turns: Sequence[ForcedTurn], k: int, skipped: list[str] | None = None,
-                      progress: Callable[[int, int], None] | None = None) -> ForcedResult: ...
+    def forced_decode(
+        self,
+        turns: Sequence[ForcedTurn],
+        k: int,
+        skipped: list[str] | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> ForcedResult: ...
 
 
 @runtime_checkable
 class TopLogprobs(Protocol):
     """Top-k (ids, logprobs) of each position of ``continuation`` given ``prompt`` and what precedes it."""
 
-    def forced_topk(self, prompt: list[int], continuation: list[int], k: int, *,
-                    turn_id: str | None = None) -> list[tuple[list[int], list[float]]]: ...
+    def forced_topk(
+        self, prompt: list[int], continuation: list[int], k: int, *, turn_id: str | None = None
+    ) -> list[tuple[list[int], list[float]]]: ...

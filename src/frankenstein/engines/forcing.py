@@ -65,9 +65,18 @@ class ForcedResult:
         return int(self.turn.size)
 
     def meta(self) -> dict[str, Any]:
-        return {"format": FORMAT_VERSION, "path": self.path, "k_requested": self.k_requested, "k_used": self.k_used,
-                "turn_ids": self.turn_ids, "turn_sha": self.turn_sha, "skipped": self.skipped,
-                "sources": self.sources, "seconds": self.seconds, "errors": self.errors[:20]}
+        return {
+            "format": FORMAT_VERSION,
+            "path": self.path,
+            "k_requested": self.k_requested,
+            "k_used": self.k_used,
+            "turn_ids": self.turn_ids,
+            "turn_sha": self.turn_sha,
+            "skipped": self.skipped,
+            "sources": self.sources,
+            "seconds": self.seconds,
+            "errors": self.errors[:20],
+        }
 
 
 class Collector:
@@ -90,14 +99,26 @@ class Collector:
             m = min(len(row_ids), len(row_lps))
             ids[i, :m], lps[i, :m], n[i] = row_ids[:m], row_lps[:m], m
         col = lambda j, dt: np.array([r[j] for r in self.rows], dt)  # noqa: E731
-        return {"turn": col(0, np.int32), "pos": col(1, np.int32), "token": col(2, np.int32), "ids": ids,
-                "logprobs": lps, "n": n, "error": col(5, bool)}
+        return {
+            "turn": col(0, np.int32),
+            "pos": col(1, np.int32),
+            "token": col(2, np.int32),
+            "ids": ids,
+            "logprobs": lps,
+            "n": n,
+            "error": col(5, bool),
+        }
 
 
-def forced_per_turn(forced_topk: Callable[..., list[tuple[list[int], list[float]]]], turns: Sequence[ForcedTurn],
-                    k: int, path: str, skipped: list[str] | None = None,
-                    progress: Callable[[int, int], None] | None = None, k_used: int | None = None,
-                    ) -> ForcedResult:
+def forced_per_turn(
+    forced_topk: Callable[..., list[tuple[list[int], list[float]]]],
+    turns: Sequence[ForcedTurn],
+    k: int,
+    path: str,
+    skipped: list[str] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    k_used: int | None = None,
+) -> ForcedResult:
     """Forced decode for engines that score a whole continuation in one request (vLLM
     ``prompt_logprobs``, SGLang ``input_top_logprobs``): ``forced_topk(prompt, continuation, k,
     turn_id=...)`` returns (ids, logprobs) per position. A 4xx on a turn is counted as error positions."""
@@ -119,9 +140,18 @@ def forced_per_turn(forced_topk: Callable[..., list[tuple[list[int], list[float]
         done += len(ft.continuation)
         if progress:
             progress(done, total)
-    return ForcedResult(path=path, k_requested=k, k_used=k_used if k_used is not None else k, turn_ids=[t.turn_id for t in turns],
-                        turn_sha=[t.sha for t in turns], skipped=list(skipped or []), sources=sources_of(turns),
-                        seconds=time.perf_counter() - t0, errors=errors, **col.arrays())
+    return ForcedResult(
+        path=path,
+        k_requested=k,
+        k_used=k_used if k_used is not None else k,
+        turn_ids=[t.turn_id for t in turns],
+        turn_sha=[t.sha for t in turns],
+        skipped=list(skipped or []),
+        sources=sources_of(turns),
+        seconds=time.perf_counter() - t0,
+        errors=errors,
+        **col.arrays(),
+    )
 
 
 def sources_of(turns: Sequence[ForcedTurn]) -> dict[str, int]:

@@ -46,15 +46,25 @@ def split_url(url: str) -> tuple[str, int, str]:
     return parts.hostname, parts.port or 80, path + (f"?{parts.query}" if parts.query else "")
 
 
-def open_request(host: str, port: int, method: str, path: str, body: bytes | None = None, *,
-                 timeout_s: float, headers: dict[str, str] | None = None,
-                 ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+def open_request(
+    host: str,
+    port: int,
+    method: str,
+    path: str,
+    body: bytes | None = None,
+    *,
+    timeout_s: float,
+    headers: dict[str, str] | None = None,
+) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
     """Send a request and return the connection and its response, unread (for streams).
     The caller closes the connection."""
     conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
     try:
-        hdrs = {"Connection": "close", **({"Content-Type": "application/json"} if body is not None else {}),
-                **(headers or {})}
+        hdrs = {
+            "Connection": "close",
+            **({"Content-Type": "application/json"} if body is not None else {}),
+            **(headers or {}),
+        }
         conn.request(method, path, body=body, headers=hdrs)
         return conn, conn.getresponse()
     except BaseException:
@@ -62,8 +72,16 @@ def open_request(host: str, port: int, method: str, path: str, body: bytes | Non
         raise
 
 
-def fetch(host: str, port: int, method: str, path: str, body: bytes | None = None, *,
-          timeout_s: float, headers: dict[str, str] | None = None) -> Answer:
+def fetch(
+    host: str,
+    port: int,
+    method: str,
+    path: str,
+    body: bytes | None = None,
+    *,
+    timeout_s: float,
+    headers: dict[str, str] | None = None,
+) -> Answer:
     """One request, answer read to its end."""
     conn, resp = open_request(host, port, method, path, body, timeout_s=timeout_s, headers=headers)
     try:
@@ -72,8 +90,9 @@ def fetch(host: str, port: int, method: str, path: str, body: bytes | None = Non
         conn.close()
 
 
-def fetch_url(url: str, method: str = "GET", body: bytes | None = None, *, timeout_s: float,
-              headers: dict[str, str] | None = None) -> Answer:
+def fetch_url(
+    url: str, method: str = "GET", body: bytes | None = None, *, timeout_s: float, headers: dict[str, str] | None = None
+) -> Answer:
     host, port, path = split_url(url)
     return fetch(host, port, method, path, body, timeout_s=timeout_s, headers=headers)
 
@@ -101,8 +120,16 @@ class Streamed:
             self.slots = None
 
 
-def open_stream(url: str, method: str, body: bytes | None, headers: dict[str, str], *, timeout_s: float,
-                connect_retries: int = 0, slots: threading.BoundedSemaphore | None = None) -> Streamed:
+def open_stream(
+    url: str,
+    method: str,
+    body: bytes | None,
+    headers: dict[str, str],
+    *,
+    timeout_s: float,
+    connect_retries: int = 0,
+    slots: threading.BoundedSemaphore | None = None,
+) -> Streamed:
     """Send one request on a fresh connection (``http://`` or ``https://``); connect failures, when
     nothing was sent yet, are retried ``connect_retries`` times. Errors are ``TransportError``.
     ``slots`` bounds how many such requests are open at once (held until :meth:`Streamed.close`)."""
@@ -118,8 +145,9 @@ def open_stream(url: str, method: str, body: bytes | None, headers: dict[str, st
     return answer
 
 
-def _open(url: str, method: str, body: bytes | None, headers: dict[str, str], timeout_s: float,
-          connect_retries: int) -> Streamed:
+def _open(
+    url: str, method: str, body: bytes | None, headers: dict[str, str], timeout_s: float, connect_retries: int
+) -> Streamed:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"{url!r}: expected an http:// or https:// URL")

@@ -44,7 +44,10 @@ HOW_TO_INSTALL = (
 
 def find_llama_server(explicit: str | None = None) -> str:
     """Locate ``llama-server`` (see module docstring for the order)."""
-    for source, candidate in (("recipe binary", explicit), ("FRANK_LLAMA_SERVER", os.environ.get("FRANK_LLAMA_SERVER"))):
+    for source, candidate in (
+        ("recipe binary", explicit),
+        ("FRANK_LLAMA_SERVER", os.environ.get("FRANK_LLAMA_SERVER")),
+    ):
         if candidate:
             if Path(candidate).is_file() and os.access(candidate, os.X_OK):
                 return str(Path(candidate).resolve())
@@ -99,12 +102,21 @@ class LlamaCppEngine(ProcessEngine):
             raise ConfigError(f"model file not found: {self.recipe.model}", field=f"recipes.{self.recipe.name}.model")
         for flag in ("--host", "--port"):
             if flag in self.recipe.args:
-                raise ConfigError(f"{flag} is chosen by Frankenstein; remove it", field=f"recipes.{self.recipe.name}.args")
+                raise ConfigError(
+                    f"{flag} is chosen by Frankenstein; remove it", field=f"recipes.{self.recipe.name}.args"
+                )
         self.binary = find_llama_server(self.recipe.binary)
 
     def command(self, port: int) -> list[str]:
         return [
-            self.binary, "-m", self.recipe.model, "--host", self.host, "--port", str(port), "--metrics",
+            self.binary,
+            "-m",
+            self.recipe.model,
+            "--host",
+            self.host,
+            "--port",
+            str(port),
+            "--metrics",
             *self.recipe.args,
         ]
 
@@ -112,8 +124,12 @@ class LlamaCppEngine(ProcessEngine):
         return binary_version(self.binary)
 
     def capabilities(self) -> dict[str, Any]:
-        return {"step_timing": "response timings", "logprobs": "n_probs (decode path)", "tokenize": True,
-                "forced_decode": LLAMACPP_PATH}
+        return {
+            "step_timing": "response timings",
+            "logprobs": "n_probs (decode path)",
+            "tokenize": True,
+            "forced_decode": LLAMACPP_PATH,
+        }
 
     def step_timing(self, body: dict[str, Any]) -> StepTiming:
         t = body.get("timings") or {}
@@ -151,8 +167,16 @@ class LlamaCppEngine(ProcessEngine):
 
     def generate(self, prompt: list[int], n: int, *, turn_id: str | None = None) -> tuple[list[int], str]:
         """Greedy continuation of ``n`` tokens through ``/completion`` (end-of-text ignored)."""
-        body = {"prompt": prompt, "n_predict": n, "temperature": 0.0, "seed": 1, "ignore_eos": True,
-                "cache_prompt": True, "return_tokens": True, "stream": False}
+        body = {
+            "prompt": prompt,
+            "n_predict": n,
+            "temperature": 0.0,
+            "seed": 1,
+            "ignore_eos": True,
+            "cache_prompt": True,
+            "return_tokens": True,
+            "stream": False,
+        }
         answer = self.post("/completion", body, turn_id=turn_id)
         return [int(t) for t in answer.get("tokens") or []], str(answer.get("content", ""))
 
@@ -165,12 +189,25 @@ class LlamaCppEngine(ProcessEngine):
 
     def position_topk(self, seq: list[int], k: int, turn_id: str | None = None) -> tuple[list[int], list[float]]:
         """Top-k of the next position after ``seq`` (one decode step)."""
-        body = {"prompt": seq, "n_predict": 1, "n_probs": k, "temperature": 0.0, "seed": 1, "cache_prompt": True,
-                "post_sampling_probs": False, "stream": False}
+        body = {
+            "prompt": seq,
+            "n_predict": 1,
+            "n_probs": k,
+            "temperature": 0.0,
+            "seed": 1,
+            "cache_prompt": True,
+            "post_sampling_probs": False,
+            "stream": False,
+        }
         return parse_llamacpp_probs(self.post("/completion", body, turn_id=turn_id))
 
-    def forced_decode(self, turns: Sequence[ForcedTurn], k: int, skipped: list[str] | None = None,
-                      progress: Callable[[int, int], None] | None = None) -> ForcedResult:
+    def forced_decode(
+        self,
+        turns: Sequence[ForcedTurn],
+        k: int,
+        skipped: list[str] | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> ForcedResult:
         """Every position of every turn, one ``/completion`` request each; a 4xx marks that position an error."""
         vocab = self.vocab_size()
         k_used = min(k, vocab) if vocab else k
@@ -192,14 +229,27 @@ class LlamaCppEngine(ProcessEngine):
                 done += 1
                 if progress:
                     progress(done, total)
-        return ForcedResult(path=LLAMACPP_PATH, k_requested=k, k_used=k_used, turn_ids=[t.turn_id for t in turns],
-                            turn_sha=[t.sha for t in turns], skipped=list(skipped or []), sources=sources_of(turns),
-                            seconds=time.perf_counter() - t0, errors=errors, **col.arrays())
+        return ForcedResult(
+            path=LLAMACPP_PATH,
+            k_requested=k,
+            k_used=k_used,
+            turn_ids=[t.turn_id for t in turns],
+            turn_sha=[t.sha for t in turns],
+            skipped=list(skipped or []),
+            sources=sources_of(turns),
+            seconds=time.perf_counter() - t0,
+            errors=errors,
+            **col.arrays(),
+        )
 
 
-def forced_decode_llamacpp(engine: LlamaCppEngine, turns: Sequence[ForcedTurn], k: int,
-                           skipped: list[str] | None = None,
-                           progress: Callable[[int, int], None] | None = None) -> ForcedResult:
+def forced_decode_llamacpp(
+    engine: LlamaCppEngine,
+    turns: Sequence[ForcedTurn],
+    k: int,
+    skipped: list[str] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> ForcedResult:
     """The llama.cpp forced decode of a running adapter (kept for callers of the old name)."""
     return engine.forced_decode(turns, k, skipped, progress)
 

@@ -115,17 +115,22 @@ class EngineProcess:
         log = open(self.log_path, "ab")
         try:
             self.proc = subprocess.Popen(
-                self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                env={**os.environ, **self.env}, start_new_session=True, preexec_fn=_child_setup(os.getpid()),
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **self.env},
+                start_new_session=True,
+                preexec_fn=_child_setup(os.getpid()),
             )
         except OSError as exc:
             raise EngineStartError(f"{self.name}: cannot execute {self.argv[0]}: {exc.strerror}") from exc
         finally:
             log.close()
         self._pidfile = runtime_dir() / f"{self.proc.pid}.json"
-        self._pidfile.write_text(json.dumps(
-            {"pid": self.proc.pid, "pgid": self.proc.pid, "owner": os.getpid(), "argv": self.argv[:3]}
-        ))
+        self._pidfile.write_text(
+            json.dumps({"pid": self.proc.pid, "pgid": self.proc.pid, "owner": os.getpid(), "argv": self.argv[:3]})
+        )
 
     def exited(self) -> int | None:
         return None if self.proc is None else self.proc.poll()

@@ -43,7 +43,9 @@ class ScrapedRequests(ProcessEngine):
                 alone = alone and self._inflight == 1 and self._sent == mine  # none began meanwhile
                 self._inflight -= 1
         own = self.step_timing(reply.body)
-        scraped = self.scraped_timing(metrics_delta(before, after, self.metrics_prefix)) if alone and after else StepTiming()
+        scraped = (
+            self.scraped_timing(metrics_delta(before, after, self.metrics_prefix)) if alone and after else StepTiming()
+        )
         self.last_sources = {"per_request": own, "metrics": scraped}
         reply.timing = merge(own, scraped)
         return reply

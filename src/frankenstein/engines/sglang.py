@@ -48,8 +48,10 @@ from frankenstein.workload.trace import CHAT, Turn
 
 LAUNCH_MODULE = "sglang.launch_server"
 PYTHON_ENV = "FRANK_SGLANG_PYTHON"
-HOW_TO_INSTALL = (f"install SGLang into its own virtual environment and set the recipe's `python` or ${PYTHON_ENV} "
-                  "to its interpreter (see docs/engines.md)")
+HOW_TO_INSTALL = (
+    f"install SGLang into its own virtual environment and set the recipe's `python` or ${PYTHON_ENV} "
+    "to its interpreter (see docs/engines.md)"
+)
 FORCED_PATH = "SGLang input_top_logprobs (prefill pass), one request per turn"
 ACCEPTED_KEYS = ("spec_accept_token_num", "spec_num_correct_drafts", "spec_accepted_drafts", "spec_accepted_tokens")
 DRAFTED_KEYS = ("spec_draft_token_num", "spec_num_proposed_drafts", "spec_proposed_drafts", "spec_draft_tokens")
@@ -67,6 +69,7 @@ def find_sglang_python(explicit: str | None = None) -> str:
 
 # ---------------------------------------------------------------- step timing (pure)
 
+
 def _first(d: dict[str, Any], keys: Sequence[str]) -> Any:
     return next((d[k] for k in keys if d.get(k) is not None), None)
 
@@ -83,8 +86,11 @@ def meta_of(body: dict[str, Any]) -> dict[str, Any]:
     """The numbers an SGLang answer carries: ``meta_info`` (native) over ``sglext`` (OpenAI routes),
     with ``usage`` token counts where ``meta_info`` has none."""
     usage = body.get("usage") or {}
-    meta: dict[str, Any] = {"prompt_tokens": usage.get("prompt_tokens"), "completion_tokens": usage.get("completion_tokens"),
-                            "cached_tokens": (usage.get("prompt_tokens_details") or {}).get("cached_tokens")}
+    meta: dict[str, Any] = {
+        "prompt_tokens": usage.get("prompt_tokens"),
+        "completion_tokens": usage.get("completion_tokens"),
+        "cached_tokens": (usage.get("prompt_tokens_details") or {}).get("cached_tokens"),
+    }
     ext = body.get("sglext") or {}
     for part in (ext, *(v for v in ext.values() if isinstance(v, dict)), body.get("meta_info") or {}):
         meta.update({k: v for k, v in part.items() if v is not None})
@@ -107,9 +113,14 @@ def timing_from_meta(meta: dict[str, Any], speculative: bool) -> StepTiming:
     if prefill is None:
         prefill = _diff_ms(meta.get("prefill_finished_ts"), meta.get("request_received_ts"))
     return StepTiming(
-        prompt_tokens=_int(meta.get("prompt_tokens")), cached_tokens=_int(meta.get("cached_tokens")),
-        prompt_ms=prefill, generated_tokens=gen, decode_ms=decode, target_steps=steps,
-        drafted=_int(_first(meta, DRAFTED_KEYS)), accepted=accepted if (speculative or verify is not None) else None,
+        prompt_tokens=_int(meta.get("prompt_tokens")),
+        cached_tokens=_int(meta.get("cached_tokens")),
+        prompt_ms=prefill,
+        generated_tokens=gen,
+        decode_ms=decode,
+        target_steps=steps,
+        drafted=_int(_first(meta, DRAFTED_KEYS)),
+        accepted=accepted if (speculative or verify is not None) else None,
     )
 
 
@@ -121,8 +132,10 @@ def timing_from_delta(delta: dict[str, float], speculative: bool) -> StepTiming:
     e2e = counter(delta, "sglang:e2e_request_latency_seconds_sum")
     ttft = counter(delta, "sglang:time_to_first_token_seconds_sum")
     return StepTiming(
-        prompt_tokens=_int(counter(delta, "sglang:prompt_tokens")), cached_tokens=_int(counter(delta, "sglang:cached_tokens")),
-        generated_tokens=gen, decode_ms=None if e2e is None or ttft is None else (e2e - ttft) * 1000.0,
+        prompt_tokens=_int(counter(delta, "sglang:prompt_tokens")),
+        cached_tokens=_int(counter(delta, "sglang:cached_tokens")),
+        generated_tokens=gen,
+        decode_ms=None if e2e is None or ttft is None else (e2e - ttft) * 1000.0,
         target_steps=None if speculative or gen is None else max(gen - 1, 0),
     )
 
@@ -133,13 +146,16 @@ def input_topk(meta: dict[str, Any], n: int, k: int) -> list[tuple[list[int], li
     if len(entries) < n:
         raise FidelityError(f"SGLang returned {len(entries)} input positions with top logprobs, {n} were forced")
     out = []
-    for entry in entries[len(entries) - n:]:
-        rows = sorted(((float(lp), int(tid)) for lp, tid, *_ in (entry or []) if lp is not None), key=lambda r: -r[0])[:k]
+    for entry in entries[len(entries) - n :]:
+        rows = sorted(((float(lp), int(tid)) for lp, tid, *_ in (entry or []) if lp is not None), key=lambda r: -r[0])[
+            :k
+        ]
         out.append(([tid for _, tid in rows], [lp for lp, _ in rows]))
     return out
 
 
 # ---------------------------------------------------------------- the adapter
+
 
 class SglangEngine(ScrapedRequests):
     kind = "sglang"
@@ -167,13 +183,25 @@ class SglangEngine(ScrapedRequests):
         if self.recipe.command:
             return self.user_command(port)
         metrics = [] if "--enable-metrics" in self.recipe.args else ["--enable-metrics"]
-        return [self.python, "-m", LAUNCH_MODULE, "--model-path", self.recipe.model, "--host", self.host,
-                "--port", str(port), *metrics, *self.recipe.args]
+        return [
+            self.python,
+            "-m",
+            LAUNCH_MODULE,
+            "--model-path",
+            self.recipe.model,
+            "--host",
+            self.host,
+            "--port",
+            str(port),
+            *metrics,
+            *self.recipe.args,
+        ]
 
     def start(self) -> SglangEngine:
         if "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION" not in self.recipe.env:
             self.recipe = self.recipe.model_copy(
-                update={"env": {**self.recipe.env, "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "0"}})
+                update={"env": {**self.recipe.env, "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "0"}}
+            )
         super().start()
         return self
 
@@ -205,10 +233,13 @@ class SglangEngine(ScrapedRequests):
     def capabilities(self) -> dict[str, Any]:
         info = self.server_info
         return {
-            "engine": "sglang", "version": self.version,
+            "engine": "sglang",
+            "version": self.version,
             "step_timing": "meta_info" + (" + /metrics deltas" if info.get("enable_metrics", True) else ""),
             "speculative": info.get("speculative_algorithm") or (True if self.speculative else None),
-            "logprobs": "return_logprob + top_logprobs_num", "forced_decode": FORCED_PATH, "tokenize": "/tokenize",
+            "logprobs": "return_logprob + top_logprobs_num",
+            "forced_decode": FORCED_PATH,
+            "tokenize": "/tokenize",
         }
 
     def step_timing(self, body: dict[str, Any]) -> StepTiming:
@@ -229,10 +260,16 @@ class SglangEngine(ScrapedRequests):
         if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
             return list(prompt)
         if turn.endpoint != CHAT and isinstance(prompt, str):
-            return [int(t) for t in self.post("/tokenize", {"prompt": prompt, "add_special_tokens": True},
-                                              turn_id=turn.turn_id)["tokens"]]
-        raise FidelityError(f"turn {turn.turn_id}: the SGLang adapter forces only completion turns with a text or "
-                            "token-id prompt (no chat-template tokenization route)")
+            return [
+                int(t)
+                for t in self.post("/tokenize", {"prompt": prompt, "add_special_tokens": True}, turn_id=turn.turn_id)[
+                    "tokens"
+                ]
+            ]
+        raise FidelityError(
+            f"turn {turn.turn_id}: the SGLang adapter forces only completion turns with a text or "
+            "token-id prompt (no chat-template tokenization route)"
+        )
 
     def generate(self, prompt: list[int], n: int, *, turn_id: str | None = None) -> tuple[list[int], str]:
         """Greedy continuation of ``n`` tokens through ``/generate`` (end-of-text ignored)."""
@@ -241,14 +278,30 @@ class SglangEngine(ScrapedRequests):
         ids = answer.get("output_ids") or (answer.get("meta_info") or {}).get("output_ids") or []
         return [int(t) for t in ids], str(answer.get("text", ""))
 
-    def forced_topk(self, prompt: list[int], continuation: list[int], k: int, *, turn_id: str | None = None,
-                    ) -> list[tuple[list[int], list[float]]]:
-        body = {"input_ids": prompt + continuation, "sampling_params": {"max_new_tokens": 1, "temperature": 0.0},
-                "return_logprob": True, "logprob_start_len": max(len(prompt) - 1, 0), "top_logprobs_num": k}
+    def forced_topk(
+        self,
+        prompt: list[int],
+        continuation: list[int],
+        k: int,
+        *,
+        turn_id: str | None = None,
+    ) -> list[tuple[list[int], list[float]]]:
+        body = {
+            "input_ids": prompt + continuation,
+            "sampling_params": {"max_new_tokens": 1, "temperature": 0.0},
+            "return_logprob": True,
+            "logprob_start_len": max(len(prompt) - 1, 0),
+            "top_logprobs_num": k,
+        }
         meta = self.post("/generate", body, turn_id=turn_id).get("meta_info") or {}
         return input_topk(meta, len(continuation), k)
 
-    def forced_decode(self, turns: Sequence[ForcedTurn], k: int, skipped: list[str] | None = None,
-                      progress: Callable[[int, int], None] | None = None) -> ForcedResult:
+    def forced_decode(
+        self,
+        turns: Sequence[ForcedTurn],
+        k: int,
+        skipped: list[str] | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> ForcedResult:
         """Every position of every turn, one request per turn (see fidelity.forced.forced_per_turn)."""
         return forced_per_turn(self.forced_topk, turns, k, FORCED_PATH, skipped, progress)

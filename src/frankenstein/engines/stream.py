@@ -62,9 +62,17 @@ class _Collected:
         self.ttft: float | None = None
 
 
-def stream_request(host: str, port: int, path: str, body: bytes, *, kind: str,
-                   step_timing: Callable[[dict[str, Any]], StepTiming], timeout_s: float,
-                   turn_id: str | None = None) -> Reply:
+def stream_request(
+    host: str,
+    port: int,
+    path: str,
+    body: bytes,
+    *,
+    kind: str,
+    step_timing: Callable[[dict[str, Any]], StepTiming],
+    timeout_s: float,
+    turn_id: str | None = None,
+) -> Reply:
     """POST exact bytes over a fresh loopback connection (the stdlib client: a fraction of a
     millisecond per request, so the driver measures the engine and not itself). ``timeout_s``
     bounds each wait for bytes from the engine."""
@@ -75,8 +83,9 @@ def stream_request(host: str, port: int, path: str, body: bytes, *, kind: str,
     try:
         if r.status >= 400:
             detail = r.read().decode(errors="replace")
-            raise EngineRequestError(f"{kind} answered {r.status} to {path}: {detail[:300]}", turn_id=turn_id,
-                                     status=r.status)
+            raise EngineRequestError(
+                f"{kind} answered {r.status} to {path}: {detail[:300]}", turn_id=turn_id, status=r.status
+            )
         if not streamed:
             got.last = json.loads(r.read())
             t, i, c, got.finish = _delta(got.last)
@@ -88,8 +97,16 @@ def stream_request(host: str, port: int, path: str, body: bytes, *, kind: str,
     finally:
         conn.close()
     e2e = (time.perf_counter() - t0) * 1000.0
-    return Reply(body=got.last, text="".join(got.text), token_ids=got.ids or None, finish_reason=got.finish,
-                 timing=step_timing(got.last), ttft_ms=got.ttft, e2e_ms=e2e, tool_calls=got.calls)
+    return Reply(
+        body=got.last,
+        text="".join(got.text),
+        token_ids=got.ids or None,
+        finish_reason=got.finish,
+        timing=step_timing(got.last),
+        ttft_ms=got.ttft,
+        e2e_ms=e2e,
+        tool_calls=got.calls,
+    )
 
 
 def _read_stream(r: Any, got: _Collected, t0: float, timeout_s: float, kind: str, turn_id: str | None) -> None:

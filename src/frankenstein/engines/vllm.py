@@ -66,6 +66,7 @@ AUTO_FLAGS: tuple[tuple[tuple[str, ...], str, str], ...] = (
 
 # ---------------------------------------------------------------- the installed package
 
+
 def find_vllm_python(explicit: str | None = None) -> str:
     """The interpreter that runs vLLM: the recipe's ``python``, else ``$FRANK_VLLM_PYTHON``."""
     for source, candidate in (("recipe python", explicit), (PYTHON_ENV, os.environ.get(PYTHON_ENV))):
@@ -148,6 +149,7 @@ def speculative_config(args: Sequence[str]) -> dict[str, Any] | None:
 
 # ---------------------------------------------------------------- step timing (pure)
 
+
 def _int(x: Any) -> int | None:
     return None if x is None else int(x)
 
@@ -171,7 +173,9 @@ def timing_from_delta(delta: dict[str, float], speculative: bool) -> StepTiming:
         prompt_ms=_ms(counter(delta, "vllm:request_prefill_time_seconds_sum")),
         generated_tokens=gen,
         decode_ms=_ms(counter(delta, "vllm:request_decode_time_seconds_sum")),
-        target_steps=steps, drafted=drafted, accepted=accepted,
+        target_steps=steps,
+        drafted=drafted,
+        accepted=accepted,
     )
 
 
@@ -186,15 +190,21 @@ def timing_from_response(body: dict[str, Any], speculative: bool) -> StepTiming:
     return StepTiming(
         prompt_tokens=_int(usage.get("prompt_tokens")),
         cached_tokens=_int((usage.get("prompt_tokens_details") or {}).get("cached_tokens")),
-        prompt_ms=m.get("time_to_first_token_ms"), generated_tokens=gen, decode_ms=m.get("generation_time_ms"),
-        target_steps=steps, drafted=_int(spec.get("num_draft_tokens")) if spec else None,
+        prompt_ms=m.get("time_to_first_token_ms"),
+        generated_tokens=gen,
+        decode_ms=m.get("generation_time_ms"),
+        target_steps=steps,
+        drafted=_int(spec.get("num_draft_tokens")) if spec else None,
         accepted=accepted if speculative else None,
     )
 
 
 # ---------------------------------------------------------------- capabilities (pure)
 
-def capabilities_from_openapi(spec: dict[str, Any], flags: Sequence[str], speculative: dict[str, Any] | None) -> dict[str, Any]:
+
+def capabilities_from_openapi(
+    spec: dict[str, Any], flags: Sequence[str], speculative: dict[str, Any] | None
+) -> dict[str, Any]:
     """What the running server offers, read from its OpenAPI document and the flags it runs with."""
     paths = set(spec.get("paths") or {})
     schemas = (spec.get("components") or {}).get("schemas") or {}
@@ -202,7 +212,9 @@ def capabilities_from_openapi(spec: dict[str, Any], flags: Sequence[str], specul
     chat = set((schemas.get("ChatCompletionRequest") or {}).get("properties") or {})
     per_request = "--enable-per-request-metrics" in flags
     return {
-        "step_timing": "per-request metrics" if per_request else ("/metrics deltas" if "/metrics" in paths else "usage only"),
+        "step_timing": "per-request metrics"
+        if per_request
+        else ("/metrics deltas" if "/metrics" in paths else "usage only"),
         "per_request_metrics": per_request,
         "per_request_spec_metrics": "--per-request-spec-decode-metrics" in flags,
         "metrics_deltas": "/metrics" in paths,
@@ -223,13 +235,16 @@ def prompt_topk(entry: dict[str, Any] | None, k: int) -> tuple[list[int], list[f
     to each entry even when it ranks below k; it is left out here so every list is a top-k list."""
     if not entry:
         return [], []
-    rows = sorted(((int(v.get("rank") or 0), int(tid), float(v["logprob"])) for tid, v in entry.items()),
-                  key=lambda r: (r[0], -r[2]))
+    rows = sorted(
+        ((int(v.get("rank") or 0), int(tid), float(v["logprob"])) for tid, v in entry.items()),
+        key=lambda r: (r[0], -r[2]),
+    )
     rows = [r for r in rows if 1 <= r[0] <= k][:k]
     return [r[1] for r in rows], [r[2] for r in rows]
 
 
 # ---------------------------------------------------------------- the adapter
+
 
 class VllmEngine(ScrapedRequests):
     kind = "vllm"
@@ -259,8 +274,19 @@ class VllmEngine(ScrapedRequests):
     def command(self, port: int) -> list[str]:
         if self.recipe.command:
             return self.user_command(port)
-        return [self.python, "-m", API_MODULE, "--model", self.recipe.model, "--host", self.host, "--port", str(port),
-                *self.flags, *self.recipe.args]
+        return [
+            self.python,
+            "-m",
+            API_MODULE,
+            "--model",
+            self.recipe.model,
+            "--host",
+            self.host,
+            "--port",
+            str(port),
+            *self.flags,
+            *self.recipe.args,
+        ]
 
     @property
     def speculative(self) -> dict[str, Any] | None:
@@ -281,8 +307,12 @@ class VllmEngine(ScrapedRequests):
             except (EngineError, ValueError):
                 spec = {}
             flags = self.flags if not self.recipe.command else list(self.recipe.command)
-            self._caps = {"engine": "vllm", "version": self.version,
-                          **capabilities_from_openapi(spec, flags, self.speculative), "auto_flags": list(self.flags)}
+            self._caps = {
+                "engine": "vllm",
+                "version": self.version,
+                **capabilities_from_openapi(spec, flags, self.speculative),
+                "auto_flags": list(self.flags),
+            }
         return dict(self._caps)
 
     # -- requests ------------------------------------------------------------------------------
@@ -310,25 +340,50 @@ class VllmEngine(ScrapedRequests):
 
     def generate(self, prompt: list[int], n: int, *, turn_id: str | None = None) -> tuple[list[int], str]:
         """Greedy continuation of ``n`` tokens (temperature 0, end-of-text ignored): ids and text."""
-        body = {"prompt": prompt, "max_tokens": n, "temperature": 0.0, "seed": 1, "ignore_eos": True,
-                "return_token_ids": True, "stream": False}
+        body = {
+            "prompt": prompt,
+            "max_tokens": n,
+            "temperature": 0.0,
+            "seed": 1,
+            "ignore_eos": True,
+            "return_token_ids": True,
+            "stream": False,
+        }
         choice = self.post("/v1/completions", body, turn_id=turn_id)["choices"][0]
         return [int(t) for t in choice.get("token_ids") or []], str(choice.get("text", ""))
 
-    def forced_topk(self, prompt: list[int], continuation: list[int], k: int, *, turn_id: str | None = None,
-                    ) -> list[tuple[list[int], list[float]]]:
+    def forced_topk(
+        self,
+        prompt: list[int],
+        continuation: list[int],
+        k: int,
+        *,
+        turn_id: str | None = None,
+    ) -> list[tuple[list[int], list[float]]]:
         """Per continuation position, the top-k (ids, logprobs) given everything before it."""
-        body = {"prompt": prompt + continuation, "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": k,
-                "stream": False}
+        body = {
+            "prompt": prompt + continuation,
+            "max_tokens": 1,
+            "temperature": 0.0,
+            "prompt_logprobs": k,
+            "stream": False,
+        }
         try:
             entries = self.post("/v1/completions", body, turn_id=turn_id)["choices"][0].get("prompt_logprobs") or []
         except EngineRequestError as exc:
             if exc.status == 400 and "logprobs" in str(exc):
-                raise FidelityError(f"{exc}; start vLLM with `--max-logprobs {k}` (recipe args) to get top-{k} lists") from exc
+                raise FidelityError(
+                    f"{exc}; start vLLM with `--max-logprobs {k}` (recipe args) to get top-{k} lists"
+                ) from exc
             raise
-        return [prompt_topk(e, k) for e in entries[len(prompt):]]
+        return [prompt_topk(e, k) for e in entries[len(prompt) :]]
 
-    def forced_decode(self, turns: Sequence[ForcedTurn], k: int, skipped: list[str] | None = None,
-                      progress: Callable[[int, int], None] | None = None) -> ForcedResult:
+    def forced_decode(
+        self,
+        turns: Sequence[ForcedTurn],
+        k: int,
+        skipped: list[str] | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> ForcedResult:
         """Every position of every turn, one request per turn (see fidelity.forced.forced_per_turn)."""
         return forced_per_turn(self.forced_topk, turns, k, FORCED_PATH, skipped, progress)

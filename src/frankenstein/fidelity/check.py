@@ -35,8 +35,9 @@ def _recipes(campaign: Any, recipe: str, part: str | None) -> tuple[Any, Any]:
     return served, (campaign.recipe(base, [*parts, part]) if part else None)
 
 
-def _generated(served: Any, workload: Any, log_dir: Path, max_positions: int | None,
-               echo: Callable[[str], None]) -> list[Any] | None:
+def _generated(
+    served: Any, workload: Any, log_dir: Path, max_positions: int | None, echo: Callable[[str], None]
+) -> list[Any] | None:
     """Continuations generated in an engine life of their own, when no turn records an output.
 
     Its own life, so that A and A′ send the same request sequence: a start that generated first
@@ -46,13 +47,24 @@ def _generated(served: Any, workload: Any, log_dir: Path, max_positions: int | N
         return None
     with start_engine(served, log_dir) as engine:
         forced = cut(generate_continuations(engine, workload.turns), max_positions)
-    echo(f"no recorded outputs: generated {sum(len(f.continuation) for f in forced)} tokens with {served.name} at temperature 0")
+    echo(
+        f"no recorded outputs: generated {sum(len(f.continuation) for f in forced)} tokens with {served.name} at temperature 0"
+    )
     return forced
 
 
-def check_fidelity(campaign_dir: str | Path, recipe: str, part: str, workload_path: str | Path, *, top_k: int = 64,
-                   max_positions: int | None = None, threshold: float = 0.5, tolerance: float | None = None,
-                   echo: Callable[[str], None] = print) -> dict[str, Any]:
+def check_fidelity(
+    campaign_dir: str | Path,
+    recipe: str,
+    part: str,
+    workload_path: str | Path,
+    *,
+    top_k: int = 64,
+    max_positions: int | None = None,
+    threshold: float = 0.5,
+    tolerance: float | None = None,
+    echo: Callable[[str], None] = print,
+) -> dict[str, Any]:
     """Run A, B, A′ and return the summary (also printed through ``echo``)."""
     wl_path = Path(expand(str(workload_path)))
     workload = load_trace(wl_path)
@@ -67,24 +79,38 @@ def check_fidelity(campaign_dir: str | Path, recipe: str, part: str, workload_pa
             results[label], versions[label] = res, out.engine_version
             echo(f"start {label} ({r.name}): {res.positions} positions in {res.seconds:.1f} s, k used {res.k_used}")
     summary: dict[str, Any] = {
-        "path": results["A"].path, "k": {"requested": top_k, "used": {"served": results["A"].k_used, "candidate": results["B"].k_used}},
+        "path": results["A"].path,
+        "k": {"requested": top_k, "used": {"served": results["A"].k_used, "candidate": results["B"].k_used}},
         "noise_floor": summarize_pairs([compare(results["A"], results["A′"], "A vs A′")], threshold),
         "candidate": summarize_pairs([compare(results["A"], results["B"], "A vs B")], threshold),
-        "skipped": results["A"].skipped, "sources": results["A"].sources, "engine_version": versions["A"],
+        "skipped": results["A"].skipped,
+        "sources": results["A"].sources,
+        "engine_version": versions["A"],
     }
-    echo(f"fidelity check (unregistered): {served.name} vs {candidate.name} on {wl_path.name}; "
-         f"forced continuations: {', '.join(f'{n} turn(s) {s}' for s, n in summary['sources'].items())}")
+    echo(
+        f"fidelity check (unregistered): {served.name} vs {candidate.name} on {wl_path.name}; "
+        f"forced continuations: {', '.join(f'{n} turn(s) {s}' for s, n in summary['sources'].items())}"
+    )
     for line in format_summary(summary):
         echo(line)
     if tolerance is not None:
         word, why = apply_rule(FidelityRule(tolerance=tolerance, threshold=threshold), summary["candidate"])
         summary["would_be"] = word
-        echo(f"the fidelity rule with tolerance {tolerance:g} would say: {word} ({why}); register a design for a verdict")
+        echo(
+            f"the fidelity rule with tolerance {tolerance:g} would say: {word} ({why}); register a design for a verdict"
+        )
     return summary
 
 
-def fill_outputs(campaign_dir: str | Path, recipe: str, workload_path: str | Path, out_path: str | Path, *,
-                 tokens: int = 16, echo: Callable[[str], None] = print) -> str:
+def fill_outputs(
+    campaign_dir: str | Path,
+    recipe: str,
+    workload_path: str | Path,
+    out_path: str | Path,
+    *,
+    tokens: int = 16,
+    echo: Callable[[str], None] = print,
+) -> str:
     """Write a copy of a workload whose recorded outputs are greedy continuations of ``recipe``.
 
     For workloads recorded without output (token ids and text), so that a fidelity design can force
@@ -100,6 +126,8 @@ def fill_outputs(campaign_dir: str | Path, recipe: str, workload_path: str | Pat
             texts: list[str] = []
             forced = generate_continuations(engine, workload.turns, tokens, texts)
     h = write_trace(out_path, with_outputs(workload.turns, forced, texts))
-    echo(f"wrote {out_path}: {len(forced)} turns, {sum(len(f.continuation) for f in forced)} tokens "
-         f"generated by {served.name} at temperature 0 (hash {h[:16]})")
+    echo(
+        f"wrote {out_path}: {len(forced)} turns, {sum(len(f.continuation) for f in forced)} tokens "
+        f"generated by {served.name} at temperature 0 (hash {h[:16]})"
+    )
     return h

@@ -87,8 +87,9 @@ def compare(a: ForcedResult, b: ForcedResult, label: str = "") -> PairComparison
     good_a, good_b = ia[~bad_rows], ib[~bad_rows]
     ka = max(1, int(a.n[good_a].max(initial=1)))
     kb = max(1, int(b.n[good_b].max(initial=1)))
-    stats = klmod.position_stats(a.ids[good_a, :ka], a.logprobs[good_a, :ka], b.ids[good_b, :kb],
-                                 b.logprobs[good_b, :kb], token=a.token[good_a])
+    stats = klmod.position_stats(
+        a.ids[good_a, :ka], a.logprobs[good_a, :ka], b.ids[good_b, :kb], b.logprobs[good_b, :kb], token=a.token[good_a]
+    )
     bad["duplicate"] = int(stats.duplicate.sum())
     keep = ~stats.duplicate
     stats = _select(stats, keep)
@@ -110,8 +111,15 @@ def pool(pairs: list[PairComparison]) -> klmod.PositionStats:
     keys = [k for p in pairs for k in p.keys]
     if not keys:
         empty = np.zeros(0)
-        return klmod.PositionStats(empty, empty.astype(np.float32), empty.astype(np.float32), empty.astype(bool),
-                                   empty.astype(np.float32), empty.astype(np.float32), empty.astype(bool))
+        return klmod.PositionStats(
+            empty,
+            empty.astype(np.float32),
+            empty.astype(np.float32),
+            empty.astype(bool),
+            empty.astype(np.float32),
+            empty.astype(np.float32),
+            empty.astype(bool),
+        )
     index = {k: i for i, k in enumerate(dict.fromkeys(keys))}
     inv = np.fromiter((index[k] for k in keys), np.intp, len(keys))
     n = len(index)
@@ -125,9 +133,12 @@ def pool(pairs: list[PairComparison]) -> klmod.PositionStats:
     with np.errstate(invalid="ignore", divide="ignore"):
         dp_mean = np.where(dp_n == counts, dp_sum / np.maximum(dp_n, 1), np.nan)
     return klmod.PositionStats(
-        kl=mean(cat["kl"]), captured=mean(cat["captured"]).astype(np.float32),
-        served_mass=mean(cat["served_mass"]).astype(np.float32), top1_agree=mean(cat["top1_agree"]),
-        served_top1_p=mean(cat["served_top1_p"]).astype(np.float32), dp=dp_mean.astype(np.float32),
+        kl=mean(cat["kl"]),
+        captured=mean(cat["captured"]).astype(np.float32),
+        served_mass=mean(cat["served_mass"]).astype(np.float32),
+        top1_agree=mean(cat["top1_agree"]),
+        served_top1_p=mean(cat["served_top1_p"]).astype(np.float32),
+        dp=dp_mean.astype(np.float32),
         duplicate=np.zeros(n, bool),
     )
 

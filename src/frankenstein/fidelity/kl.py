@@ -37,13 +37,13 @@ TAIL_FLOOR = 1e-5
 class PositionStats:
     """Per position (aligned rows of the two engines' answers)."""
 
-    kl: np.ndarray            # float64, lower bound of KL(served ‖ candidate), nats
-    captured: np.ndarray      # float32, served probability mass in the shared bins (what the KL resolves)
-    served_mass: np.ndarray   # float32, served probability mass in its own top-k
-    top1_agree: np.ndarray    # bool (pooled: share of pairs), both engines' most likely token is the same
+    kl: np.ndarray  # float64, lower bound of KL(served ‖ candidate), nats
+    captured: np.ndarray  # float32, served probability mass in the shared bins (what the KL resolves)
+    served_mass: np.ndarray  # float32, served probability mass in its own top-k
+    top1_agree: np.ndarray  # bool (pooled: share of pairs), both engines' most likely token is the same
     served_top1_p: np.ndarray  # float32, served probability of its most likely token
-    dp: np.ndarray            # float32, p_candidate − p_served of the recorded token; NaN where one did not list it
-    duplicate: np.ndarray     # bool, a list held the same token id twice (bad engine output)
+    dp: np.ndarray  # float32, p_candidate − p_served of the recorded token; NaN where one did not list it
+    duplicate: np.ndarray  # bool, a list held the same token id twice (bad engine output)
 
 
 def _key_layout(max_id: int, width: int) -> tuple[type, int]:
@@ -53,8 +53,9 @@ def _key_layout(max_id: int, width: int) -> tuple[type, int]:
     return np.int64, bits
 
 
-def _chunk_kl(s_ids: np.ndarray, s_lp: np.ndarray, c_ids: np.ndarray, c_lp: np.ndarray,
-              dtype: type, bits: int) -> tuple[np.ndarray, ...]:
+def _chunk_kl(
+    s_ids: np.ndarray, s_lp: np.ndarray, c_ids: np.ndarray, c_lp: np.ndarray, dtype: type, bits: int
+) -> tuple[np.ndarray, ...]:
     """Shared-bin KL terms and masses for one chunk: (kl_shared, mass_s, mass_c, served top-k mass, duplicate)."""
     n, ks = s_ids.shape
     kc = c_ids.shape[1]
@@ -101,8 +102,9 @@ def _tail_term(mass_s: np.ndarray, mass_c: np.ndarray) -> np.ndarray:
     return np.maximum(ts * (np.log(ts) - np.log(tc)) - ts + tc, 0.0)
 
 
-def topk_kl(s_ids: np.ndarray, s_lp: np.ndarray, c_ids: np.ndarray, c_lp: np.ndarray,
-            chunk: int = CHUNK) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def topk_kl(
+    s_ids: np.ndarray, s_lp: np.ndarray, c_ids: np.ndarray, c_lp: np.ndarray, chunk: int = CHUNK
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Lower bound of KL(served ‖ candidate) per row, and the served/candidate mass in shared bins.
 
     ``*_ids`` int (P, k) token ids (distinct within a row), ``*_lp`` (P, k) natural-log probabilities,
@@ -116,8 +118,9 @@ def topk_kl(s_ids: np.ndarray, s_lp: np.ndarray, c_ids: np.ndarray, c_lp: np.nda
     return kl + _tail_term(ms, mc), ms, mc
 
 
-def _all_chunks(s_ids: np.ndarray, s_lp: np.ndarray, c_ids: np.ndarray, c_lp: np.ndarray,
-                chunk: int) -> tuple[np.ndarray, ...]:
+def _all_chunks(
+    s_ids: np.ndarray, s_lp: np.ndarray, c_ids: np.ndarray, c_lp: np.ndarray, chunk: int
+) -> tuple[np.ndarray, ...]:
     """:func:`_chunk_kl` over all rows, in cache-sized chunks, on ``WORKERS`` threads (numpy
     releases the GIL in its loops, so two cores do about twice the work)."""
     p = s_ids.shape[0]
@@ -157,8 +160,14 @@ def _token_p(ids: np.ndarray, lp: np.ndarray, token: np.ndarray) -> np.ndarray:
     return np.where(found, p, np.float32(np.nan))
 
 
-def position_stats(s_ids: np.ndarray, s_lp: np.ndarray, c_ids: np.ndarray, c_lp: np.ndarray,
-                   token: np.ndarray | None = None, chunk: int = CHUNK) -> PositionStats:
+def position_stats(
+    s_ids: np.ndarray,
+    s_lp: np.ndarray,
+    c_ids: np.ndarray,
+    c_lp: np.ndarray,
+    token: np.ndarray | None = None,
+    chunk: int = CHUNK,
+) -> PositionStats:
     """All per-position numbers for aligned, valid rows (see :class:`PositionStats`)."""
     kl, ms, mc, served_mass, dup = _all_chunks(s_ids, s_lp, c_ids, c_lp, chunk)
     kl = kl + _tail_term(ms, mc)
@@ -170,8 +179,15 @@ def position_stats(s_ids: np.ndarray, s_lp: np.ndarray, c_ids: np.ndarray, c_lp:
         dp = np.full(len(kl), np.nan, np.float32)
     else:
         dp = _token_p(c_ids, c_lp, token) - _token_p(s_ids, s_lp, token)
-    return PositionStats(kl=kl, captured=ms.astype(np.float32), served_mass=served_mass.astype(np.float32), top1_agree=agree,
-                         served_top1_p=served_top1, dp=dp, duplicate=dup)
+    return PositionStats(
+        kl=kl,
+        captured=ms.astype(np.float32),
+        served_mass=served_mass.astype(np.float32),
+        top1_agree=agree,
+        served_top1_p=served_top1,
+        dp=dp,
+        duplicate=dup,
+    )
 
 
 def full_kl(s_lp: np.ndarray, c_lp: np.ndarray) -> np.ndarray:
@@ -200,25 +216,39 @@ def row_problems(n_returned: np.ndarray, logprobs: np.ndarray, k_used: int, erro
 
 # ---------------------------------------------------------------- summary
 
+
 def percentiles(kl: np.ndarray) -> dict[str, float]:
     if kl.size == 0:
         return {}
     q = np.percentile(kl, [50, 90, 99, 99.9])
-    return {"mean": float(kl.mean()), "median": float(q[0]), "p90": float(q[1]), "p99": float(q[2]),
-            "p99_9": float(q[3]), "max": float(kl.max())}
+    return {
+        "mean": float(kl.mean()),
+        "median": float(q[0]),
+        "p90": float(q[1]),
+        "p99": float(q[2]),
+        "p99_9": float(q[3]),
+        "max": float(kl.max()),
+    }
 
 
 def by_confidence(kl: np.ndarray, served_top1_p: np.ndarray) -> list[dict[str, float | int | str]]:
     """Mean KL per bucket of the served engine's top-1 probability."""
     edges = [*CONFIDENCE_EDGES, 1.0]
-    which = np.clip(np.searchsorted(np.asarray(CONFIDENCE_EDGES), served_top1_p, side="right") - 1, 0, len(CONFIDENCE_EDGES) - 1)
+    which = np.clip(
+        np.searchsorted(np.asarray(CONFIDENCE_EDGES), served_top1_p, side="right") - 1, 0, len(CONFIDENCE_EDGES) - 1
+    )
     counts = np.bincount(which, minlength=len(CONFIDENCE_EDGES))
     sums = np.bincount(which, weights=kl, minlength=len(CONFIDENCE_EDGES))
     out: list[dict[str, float | int | str]] = []
     for i, (lo, hi) in enumerate(zip(edges[:-1], edges[1:])):
         label = f"[{lo:g}, {hi:g}" + ("]" if i == len(CONFIDENCE_EDGES) - 1 else ")")
-        out.append({"bucket": label, "positions": int(counts[i]),
-                    "mean_kl": float(sums[i] / counts[i]) if counts[i] else float("nan")})
+        out.append(
+            {
+                "bucket": label,
+                "positions": int(counts[i]),
+                "mean_kl": float(sums[i] / counts[i]) if counts[i] else float("nan"),
+            }
+        )
     return out
 
 
@@ -236,7 +266,8 @@ def summarize(stats: PositionStats, threshold: float) -> dict[str, object]:
         "captured_mass_min": float(stats.captured.min()) if kl.size else float("nan"),
         "served_topk_mass_mean": float(stats.served_mass.mean()) if kl.size else float("nan"),
         "recorded_token_dp": {
-            "known": int(dp.size), "unknown": int(kl.size - dp.size),
+            "known": int(dp.size),
+            "unknown": int(kl.size - dp.size),
             "mean_abs": float(np.abs(dp).mean()) if dp.size else float("nan"),
             "max_abs": float(np.abs(dp).max()) if dp.size else float("nan"),
             "mean": float(dp.mean()) if dp.size else float("nan"),

@@ -10,5 +10,15 @@ from frankenstein.regioncache.cache import CacheStatus, RegionCache, load_tokeni
 from frankenstein.regioncache.cuts import NEWLINE_INDENT, NEWLINE_ISOLATED, NEWLINE_NONSPACE, NewlineRule
 from frankenstein.regioncache.pipeline import CutPlan, analyse, analyse_json
 
-__all__ = ["NEWLINE_INDENT", "NEWLINE_ISOLATED", "NEWLINE_NONSPACE", "CacheStatus", "CutPlan", "NewlineRule",
-           "RegionCache", "analyse", "analyse_json", "load_tokenizer"]
+__all__ = [
+    "NEWLINE_INDENT",
+    "NEWLINE_ISOLATED",
+    "NEWLINE_NONSPACE",
+    "CacheStatus",
+    "CutPlan",
+    "NewlineRule",
+    "RegionCache",
+    "analyse",
+    "analyse_json",
+    "load_tokenizer",
+]

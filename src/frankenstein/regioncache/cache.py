@@ -74,10 +74,18 @@ class RegionCache:
     """See the module docstring. ``cut_rule`` overrides the proven rule (negative controls only:
     an unproven rule can return wrong ids; the shadow check is the guard)."""
 
-    def __init__(self, tokenizer: Tokenizer, *, max_bytes: int = DEFAULT_MAX_BYTES,
-                 target_chunk: int = DEFAULT_TARGET_CHUNK, min_bytes: int = DEFAULT_MIN_BYTES,
-                 shadow_rate: float = 0.0, shadow_seed: int = 0, cut_rule: NewlineRule | None = None,
-                 on_disable: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        *,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        target_chunk: int = DEFAULT_TARGET_CHUNK,
+        min_bytes: int = DEFAULT_MIN_BYTES,
+        shadow_rate: float = 0.0,
+        shadow_seed: int = 0,
+        cut_rule: NewlineRule | None = None,
+        on_disable: Callable[[str], None] | None = None,
+    ) -> None:
         if not 0.0 <= shadow_rate <= 1.0:
             raise ValueError("shadow_rate must be within [0, 1]")
         self.tokenizer = tokenizer
@@ -123,20 +131,29 @@ class RegionCache:
     def status(self) -> CacheStatus:
         reason = self._shadow_failure or self.plan.reason
         return CacheStatus(
-            enabled=self.enabled, reason=reason, rule=self.rule.name if self.rule else None,
-            entries=len(self.lru), nbytes=self.lru.nbytes, max_bytes=self.lru.max_bytes,
-            evictions=self.lru.evictions, disabled_by_shadow=self._shadow_failure, **self._counts)
+            enabled=self.enabled,
+            reason=reason,
+            rule=self.rule.name if self.rule else None,
+            entries=len(self.lru),
+            nbytes=self.lru.nbytes,
+            max_bytes=self.lru.max_bytes,
+            evictions=self.lru.evictions,
+            disabled_by_shadow=self._shadow_failure,
+            **self._counts,
+        )
 
     # ------------------------------------------------------------------ internals
     @staticmethod
     def _plan(tokenizer: Tokenizer) -> CutPlan:
         plan = analyse_json(tokenizer.to_str())
         if plan.safe and getattr(tokenizer, "encode_special_tokens", False):
-            return CutPlan(identity=plan.identity, rule=None,
-                           reason="encode_special_tokens=True: special tokens are not split out")
+            return CutPlan(
+                identity=plan.identity, rule=None, reason="encode_special_tokens=True: special tokens are not split out"
+            )
         if plan.safe and not _specials_agree(tokenizer, plan):
-            return CutPlan(identity=plan.identity, rule=None,
-                           reason="post_processor: its special tokens differ from what was read")
+            return CutPlan(
+                identity=plan.identity, rule=None, reason="post_processor: its special tokens differ from what was read"
+            )
         return plan
 
     def _request(self, text: str, add_special: bool, need_ids: bool = True) -> tuple[list[Any], list[int] | None]:
@@ -169,7 +186,7 @@ class RegionCache:
         found = self.lru.get_many(ch.keys)
         todo = [i for i, ids in enumerate(found) if ids is None and (need_ids or ch.counts[i] < 0)]
         if todo:
-            fresh = self._encode_many([data[ch.bounds[i]:ch.bounds[i + 1]].decode("utf-8") for i in todo])
+            fresh = self._encode_many([data[ch.bounds[i] : ch.bounds[i + 1]].decode("utf-8") for i in todo])
             for i, ids in zip(todo, fresh):
                 found[i] = ids
                 self.lru.put(ch.keys[i], ids, ids_cost(ids))
@@ -240,5 +257,7 @@ def _specials_agree(tokenizer: Tokenizer, plan: CutPlan) -> bool:
 def _mismatch_message(cached: list[int], full: list[int], text: str) -> str:
     at = next((i for i, (a, b) in enumerate(zip(cached, full)) if a != b), min(len(cached), len(full)))
     digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-    return (f"shadow check: cached ids differ from a full encode at token {at} "
-            f"({len(cached)} vs {len(full)} tokens; text sha256 {digest}...)")
+    return (
+        f"shadow check: cached ids differ from a full encode at token {at} "
+        f"({len(cached)} vs {len(full)} tokens; text sha256 {digest}...)"
+    )

@@ -40,11 +40,11 @@ _MIX = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F], dtype=np.uint64)
 
 
 def _char_at(data: bytes, pos: int) -> str:
-    return data[pos:pos + 4].decode("utf-8", errors="ignore")[:1]
+    return data[pos : pos + 4].decode("utf-8", errors="ignore")[:1]
 
 
 def _char_before(data: bytes, end: int) -> str:
-    return data[max(0, end - 4):end].decode("utf-8", errors="ignore")[-1:]
+    return data[max(0, end - 4) : end].decode("utf-8", errors="ignore")[-1:]
 
 
 @dataclass(frozen=True)
@@ -134,11 +134,17 @@ class AddedTokenScanner:
         for t in raw_b:
             anchors.setdefault(t[:2], []).append(t)
         groups = tuple((a, _alternation(ts)) for a, ts in sorted(anchors.items()))
-        inside = tuple((t, k) for t in {x.encode() for x in raw + normalized if x}
-                       for k in range(1, len(t)) if t[k - 1] == _NL)
+        inside = tuple(
+            (t, k) for t in {x.encode() for x in raw + normalized if x} for k in range(1, len(t)) if t[k - 1] == _NL
+        )
         longest = max((len(t.encode()) for t in raw + normalized), default=0)
-        return cls(raw_b, _alternation([t.encode() for t in normalized if t]) if normalized else None,
-                   groups, tuple(sorted(inside)), longest)
+        return cls(
+            raw_b,
+            _alternation([t.encode() for t in normalized if t]) if normalized else None,
+            groups,
+            tuple(sorted(inside)),
+            longest,
+        )
 
     @property
     def empty(self) -> bool:
@@ -235,8 +241,9 @@ def _merge(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return c[np.concatenate(([True], c[1:] != c[:-1]))] if c.size else c
 
 
-def chunk_bounds(data: bytes, cuts: np.ndarray, target: int, start: int = 0,
-                 forced: np.ndarray | None = None) -> list[int]:
+def chunk_bounds(
+    data: bytes, cuts: np.ndarray, target: int, start: int = 0, forced: np.ndarray | None = None
+) -> list[int]:
     """Chunk boundaries ``[start, ..., len(data)]`` chosen among ``cuts`` (all > start; ``start`` is a
     cut or 0) by content (module docstring).
 
@@ -247,9 +254,9 @@ def chunk_bounds(data: bytes, cuts: np.ndarray, target: int, start: int = 0,
     if cuts.size == 0:
         return [start, len(data)]
     arr = np.frombuffer(data, np.uint8)
-    idx = cuts[:, None] + np.arange(-WINDOW, 0)                   # bytes [c-16, c) of each cut
+    idx = cuts[:, None] + np.arange(-WINDOW, 0)  # bytes [c-16, c) of each cut
     windows = np.where(idx >= 0, arr[np.maximum(idx, 0)], 0).astype(np.uint8)
-    words = np.ascontiguousarray(windows).view(np.uint64)        # two 64-bit words per cut
+    words = np.ascontiguousarray(windows).view(np.uint64)  # two 64-bit words per cut
     with np.errstate(over="ignore"):
         h = words[:, 0] * _MIX[0] ^ words[:, 1] * _MIX[1]
         h ^= h >> np.uint64(31)

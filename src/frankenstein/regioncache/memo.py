@@ -40,7 +40,7 @@ class Chunking:
         return len(self.data) + PER_CHUNK * len(self.keys) + ENTRY_OVERHEAD
 
     def prefix(self, n_chunks: int) -> Chunking:
-        return Chunking(self.data, self.bounds[:n_chunks + 1], self.keys[:n_chunks], self.counts[:n_chunks])
+        return Chunking(self.data, self.bounds[: n_chunks + 1], self.keys[:n_chunks], self.counts[:n_chunks])
 
 
 def memo_key(identity: bytes, data: bytes) -> bytes | None:
@@ -58,7 +58,7 @@ def reusable_chunks(old: Chunking, data: bytes, margin_bytes: int) -> int:
         lo, hi = 0, len(old.bounds) - 1
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if data.startswith(view[:old.bounds[mid]]):
+            if data.startswith(view[: old.bounds[mid]]):
                 lo = mid
             else:
                 hi = mid - 1

@@ -29,12 +29,18 @@ from frankenstein.regioncache.cuts import NEWLINE_INDENT, NEWLINE_ISOLATED, Adde
 FORMAT = "regioncache-1"
 
 # Split regexes, exactly as they appear in tokenizer.json.
-LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-          r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-         r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-DEEPSEEK_V3 = (r"""[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+"""
-               r"| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+LLAMA3 = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+QWEN2 = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+DEEPSEEK_V3 = (
+    r"""[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+"""
+    r"| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 DIGITS_1_3 = r"\p{N}{1,3}"
 DEEPSEEK_V3_CJK = "[一-龥぀-ゟ゠-ヿ]+"
 
@@ -150,8 +156,10 @@ def _stages(node: dict[str, Any], where: str) -> list[tuple[NewlineRule | None, 
     if kind == "ByteLevel":
         return [_byte_level_stage(node, where)]
     if kind == "Metaspace":
-        raise Refused(f"{where}: Metaspace prepends '▁' to the first piece (SentencePiece style); "
-                      "a chunk would get one the full text does not have")
+        raise Refused(
+            f"{where}: Metaspace prepends '▁' to the first piece (SentencePiece style); "
+            "a chunk would get one the full text does not have"
+        )
     raise Refused(f"{where}: {kind} is not proven safe at a cut")
 
 
@@ -161,8 +169,10 @@ def _split_stage(node: dict[str, Any], where: str) -> tuple[NewlineRule | None, 
     if regex is None:
         raise Refused(f"{where}: Split on a plain string is not proven safe at a cut")
     if node.get("behavior") != "Isolated" or node.get("invert"):
-        raise Refused(f"{where}: Split behavior {node.get('behavior')!r} invert={node.get('invert')} "
-                      "is not proven (only Isolated, not inverted)")
+        raise Refused(
+            f"{where}: Split behavior {node.get('behavior')!r} invert={node.get('invert')} "
+            "is not proven (only Isolated, not inverted)"
+        )
     if regex in BARRIER_REGEXES:
         return NEWLINE_INDENT, BARRIER_REGEXES[regex]
     if regex in TRANSPARENT_REGEXES:
@@ -172,8 +182,10 @@ def _split_stage(node: dict[str, Any], where: str) -> tuple[NewlineRule | None, 
 
 def _byte_level_stage(node: dict[str, Any], where: str) -> tuple[NewlineRule | None, str]:
     if node.get("add_prefix_space"):
-        raise Refused(f"{where}: ByteLevel with add_prefix_space=true prepends a space to every piece; "
-                      "a chunk would get one the full text does not have")
+        raise Refused(
+            f"{where}: ByteLevel with add_prefix_space=true prepends a space to every piece; "
+            "a chunk would get one the full text does not have"
+        )
     if node.get("use_regex", True):
         return NEWLINE_ISOLATED, "gpt2"
     return None, "bytelevel"
@@ -192,11 +204,14 @@ def _scanner(added: list[dict[str, Any]], normalizer_identity: bool) -> AddedTok
     for i, tok in enumerate(added):
         for flag in ("single_word", "lstrip", "rstrip"):
             if tok.get(flag):
-                raise Refused(f"added_tokens[{i}] ({tok.get('content')!r}): {flag}=true looks outside the token; "
-                              "not proven")
+                raise Refused(
+                    f"added_tokens[{i}] ({tok.get('content')!r}): {flag}=true looks outside the token; not proven"
+                )
         if tok.get("normalized", True) and not normalizer_identity:
-            raise Refused(f"added_tokens[{i}] ({tok.get('content')!r}): normalized=true under a normalizer; "
-                          "its matches move with normalization")
+            raise Refused(
+                f"added_tokens[{i}] ({tok.get('content')!r}): normalized=true under a normalizer; "
+                "its matches move with normalization"
+            )
         (normalized if tok.get("normalized", True) else raw).append(tok["content"])
     return AddedTokenScanner.build(raw, normalized)
 
@@ -238,4 +253,4 @@ def _template_specials(node: dict[str, Any], where: str) -> tuple[tuple[int, ...
             out += [int(x) for x in specials[name]["ids"]]
         return tuple(out)
 
-    return ids(items[:seq_at[0]]), ids(items[seq_at[0] + 1:])
+    return ids(items[: seq_at[0]]), ids(items[seq_at[0] + 1 :])

@@ -31,16 +31,37 @@ from frankenstein.engines.http import Streamed, TransportError, open_stream
 from frankenstein.errors import FrankError
 from frankenstein.regioncache.cache import RegionCache
 from frankenstein.regioncache.render import Renderer, Unrenderable
-from frankenstein.workload.listener import CONNECT_RETRIES, BadRequest, ProxyHTTPServer, bad_request, loads, read_body, send_json
+from frankenstein.workload.listener import (
+    CONNECT_RETRIES,
+    BadRequest,
+    ProxyHTTPServer,
+    bad_request,
+    loads,
+    read_body,
+    send_json,
+)
 
-_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
-        "transfer-encoding", "upgrade", "host", "content-length", "accept-encoding", "content-encoding"}
+_HOP = {
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "content-length",
+    "accept-encoding",
+    "content-encoding",
+}
 _NO_BODY = {204, 304}
 
 
 class FrontServer(ProxyHTTPServer):
-    def __init__(self, addr: tuple[str, int], upstream: str, cache: RegionCache, renderer: Renderer,
-                 timeout_s: float) -> None:
+    def __init__(
+        self, addr: tuple[str, int], upstream: str, cache: RegionCache, renderer: Renderer, timeout_s: float
+    ) -> None:
         super().__init__(addr, _Handler)
         self.upstream = upstream.rstrip("/")
         self.cache = cache
@@ -76,8 +97,11 @@ class _Handler(BaseHTTPRequestHandler):
             bad_request(self, exc)
             return
         path = urlsplit(self.path).path.rstrip("/")
-        local = {"/tokenize": self._tokenize, "/count": self._count,
-                 "/v1/messages/count_tokens": self._count_messages}.get(path)
+        local = {
+            "/tokenize": self._tokenize,
+            "/count": self._count,
+            "/v1/messages/count_tokens": self._count_messages,
+        }.get(path)
         if local is not None:
             try:
                 answer = local(_json_object(raw))
@@ -93,8 +117,11 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         if urlsplit(self.path).path.rstrip("/") == "/frank/status":
             st = self.server.cache.status().as_dict()
-            st.update(local_answers=self.server.local_answers, passed_through=self.server.passed_through,
-                      rendering=self.server.renderer.how)
+            st.update(
+                local_answers=self.server.local_answers,
+                passed_through=self.server.passed_through,
+                rendering=self.server.renderer.how,
+            )
             self._json(200, st)
             return
         self._pass_through(b"")
@@ -144,8 +171,15 @@ class _Handler(BaseHTTPRequestHandler):
         url = self.server.upstream + self.path
         headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
         try:
-            resp = open_stream(url, self.command, raw or None, headers, timeout_s=self.server.timeout_s,
-                               connect_retries=CONNECT_RETRIES, slots=self.server.upstream_slots)
+            resp = open_stream(
+                url,
+                self.command,
+                raw or None,
+                headers,
+                timeout_s=self.server.timeout_s,
+                connect_retries=CONNECT_RETRIES,
+                slots=self.server.upstream_slots,
+            )
         except TransportError as exc:
             self._json(502, {"error": {"message": f"upstream {self.server.upstream}: {exc}", "type": "bad_gateway"}})
             return
@@ -234,8 +268,15 @@ class Front:
         self.shutdown()
 
 
-def start_front(upstream: str, cache: RegionCache, *, renderer: Renderer | None = None, host: str = "127.0.0.1",
-                port: int = 0, timeout_s: float = 600.0) -> Front:
+def start_front(
+    upstream: str,
+    cache: RegionCache,
+    *,
+    renderer: Renderer | None = None,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    timeout_s: float = 600.0,
+) -> Front:
     """Serve the front in a background thread (``port=0``: a free port)."""
     if not upstream.startswith(("http://", "https://")):
         raise FrankError(f"upstream {upstream!r}: expected an http:// or https:// URL")

@@ -9,6 +9,8 @@ files do; Metaspace, ByteLevel-with-prefix and Llama-2 normalizer pipelines are 
 
 from __future__ import annotations
 
+import random
+
 from collections.abc import Iterable
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
@@ -70,8 +72,12 @@ def build(family: str, corpus: Iterable[str], *, vocab_size: int = 2000, bos: bo
     byte_level = family not in ("metaspace", "llama2-normalizer")
     alphabet = pre_tokenizers.ByteLevel.alphabet() if byte_level else []
     specials = SPECIAL + ([] if byte_level else ["<unk>"])
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, initial_alphabet=alphabet, show_progress=False,
-                                  special_tokens=[AddedToken(s, special=True, normalized=False) for s in specials])
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        initial_alphabet=alphabet,
+        show_progress=False,
+        special_tokens=[AddedToken(s, special=True, normalized=False) for s in specials],
+    )
     tok.train_from_iterator(corpus, trainer)
     tok.add_tokens([AddedToken(t, normalized=False) for t in PLAIN_ADDED])
     if family == "gpt2":  # GPT-2's own file marks its one special token normalized=true
@@ -80,7 +86,8 @@ def build(family: str, corpus: Iterable[str], *, vocab_size: int = 2000, bos: bo
     if bos if bos is not None else family in ("llama3", "deepseek-v3"):
         bos_id = tok.token_to_id(SPECIAL[0])
         tok.post_processor = processors.TemplateProcessing(
-            single=f"{SPECIAL[0]} $A", pair=f"{SPECIAL[0]} $A {SPECIAL[0]} $B", special_tokens=[(SPECIAL[0], bos_id)])
+            single=f"{SPECIAL[0]} $A", pair=f"{SPECIAL[0]} $A {SPECIAL[0]} $B", special_tokens=[(SPECIAL[0], bos_id)]
+        )
     return tok
 
 
@@ -88,24 +95,107 @@ def build(family: str, corpus: Iterable[str], *, vocab_size: int = 2000, bos: bo
 # spaces, combining marks (also right after a newline), CJK, emoji with joiners and modifiers, digits,
 # contractions, punctuation, added tokens whole and broken.
 ATOMS = (
-    "\n", "\n", "\n\n", "\n\n\n", "\r\n", "\r", "\r\n\r\n", " ", "  ", "    ", "\t", "\t\t", " \n", "\n ",
-    "\n\t", "\u00a0", "\u00a0\u00a0", "\u3000", "\u2003", "\u2028", "\u0085", "\x0b", "\x0c", "\x1c",
-    "\u0301", "e\u0301", "\u0308", "\u00e9", "\u1100\u1161", "\u1161",
-    "漢字", "日本語の文", "カタカナ", "中文，标点。", "한국어",
-    "👍", "👍🏽", "👨\u200d👩\u200d👧", "🇫🇷", "\u200b", "\ufeff",
-    "0", "7", "42", "123", "4567", "3.14159", "1,000,000",
-    "a", "x", "Hello", "world", "def", "return", "self", "QUOTE", "ßtraße", "İ", "Σίσυφος",
-    "'s", "'ll", "'T", "don't", "!", "?", ".", ",", "...", "()", "{", "}", "#", "//", "->", "==", "\"", "'",
-    "<", ">", "|", "<|", "|>", "<|im_", "im_start|>", "<tool", "call>",
-    "<|im_start|>", "<|im_end|>", "<|begin_of_text|>", "<tool_call>", "</tool_call>",
-    "<think>\n", "\n</think>\n\n", "</think>", "<|endoftext|>",
+    "\n",
+    "\n",
+    "\n\n",
+    "\n\n\n",
+    "\r\n",
+    "\r",
+    "\r\n\r\n",
+    " ",
+    "  ",
+    "    ",
+    "\t",
+    "\t\t",
+    " \n",
+    "\n ",
+    "\n\t",
+    "\u00a0",
+    "\u00a0\u00a0",
+    "\u3000",
+    "\u2003",
+    "\u2028",
+    "\u0085",
+    "\x0b",
+    "\x0c",
+    "\x1c",
+    "\u0301",
+    "e\u0301",
+    "\u0308",
+    "\u00e9",
+    "\u1100\u1161",
+    "\u1161",
+    "漢字",
+    "日本語の文",
+    "カタカナ",
+    "中文，标点。",
+    "한국어",
+    "👍",
+    "👍🏽",
+    "👨\u200d👩\u200d👧",
+    "🇫🇷",
+    "\u200b",
+    "\ufeff",
+    "0",
+    "7",
+    "42",
+    "123",
+    "4567",
+    "3.14159",
+    "1,000,000",
+    "a",
+    "x",
+    "Hello",
+    "world",
+    "def",
+    "return",
+    "self",
+    "QUOTE",
+    "ßtraße",
+    "İ",
+    "Σίσυφος",
+    "'s",
+    "'ll",
+    "'T",
+    "don't",
+    "!",
+    "?",
+    ".",
+    ",",
+    "...",
+    "()",
+    "{",
+    "}",
+    "#",
+    "//",
+    "->",
+    "==",
+    '"',
+    "'",
+    "<",
+    ">",
+    "|",
+    "<|",
+    "|>",
+    "<|im_",
+    "im_start|>",
+    "<tool",
+    "call>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|begin_of_text|>",
+    "<tool_call>",
+    "</tool_call>",
+    "<think>\n",
+    "\n</think>\n\n",
+    "</think>",
+    "<|endoftext|>",
 )
 
 
 def synthetic_corpus(seed: int, docs: int = 400, atoms_per_doc: int = 60) -> list[str]:
     """Seeded documents made of :data:`ATOMS`, so trained vocabularies hold tokens for whitespace
     runs, newline runs and mixed pieces (an unsafe cut then changes ids, not only pieces)."""
-    import random
 
     rng = random.Random(seed)
     return ["".join(rng.choice(ATOMS) for _ in range(rng.randint(1, atoms_per_doc))) for _ in range(docs)]

@@ -37,16 +37,30 @@ def to_chat(body: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, 
     if isinstance(system, str):
         messages.append({"role": "system", "content": system})
     elif isinstance(system, list):
-        messages.append({"role": "system", "content": "".join(
-            b.get("text", "") for b in system if isinstance(b, dict) and b.get("type") == "text")})
+        messages.append(
+            {
+                "role": "system",
+                "content": "".join(
+                    b.get("text", "") for b in system if isinstance(b, dict) and b.get("type") == "text"
+                ),
+            }
+        )
     for msg in body["messages"]:
         messages += _convert(msg)
     tools = body.get("tools")
     oai_tools = None
     if isinstance(tools, list):
-        oai_tools = [{"type": "function", "function": {
-            "name": t.get("name", ""), "description": t.get("description", ""),
-            "parameters": t.get("input_schema", {})}} for t in tools]
+        oai_tools = [
+            {
+                "type": "function",
+                "function": {
+                    "name": t.get("name", ""),
+                    "description": t.get("description", ""),
+                    "parameters": t.get("input_schema", {}),
+                },
+            }
+            for t in tools
+        ]
     return messages, oai_tools
 
 
@@ -66,11 +80,21 @@ def _convert(msg: dict[str, Any]) -> list[dict[str, Any]]:
             reasoning += block.get("thinking", "")
         elif kind == "tool_use":
             arguments = json.dumps(block.get("input", {}), separators=(",", ":"), ensure_ascii=False)
-            calls.append({"id": block.get("id", ""), "type": "function",
-                          "function": {"name": block.get("name", ""), "arguments": arguments}})
+            calls.append(
+                {
+                    "id": block.get("id", ""),
+                    "type": "function",
+                    "function": {"name": block.get("name", ""), "arguments": arguments},
+                }
+            )
         elif kind == "tool_result":
-            results.append({"role": "tool", "tool_call_id": block.get("tool_use_id", ""),
-                            "content": _tool_result_text(block.get("content"))})
+            results.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": block.get("tool_use_id", ""),
+                    "content": _tool_result_text(block.get("content")),
+                }
+            )
         else:
             raise Unrenderable(f"content block {kind!r} cannot be counted as text")
     out: list[dict[str, Any]] = []
@@ -107,12 +131,17 @@ class ChatTemplate:
 
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
         template = _environment().from_string(self.source)
-        return template.render(messages=messages, tools=tools, add_generation_prompt=True,
-                               bos_token=self.bos_token, eos_token=self.eos_token)
+        return template.render(
+            messages=messages,
+            tools=tools,
+            add_generation_prompt=True,
+            bos_token=self.bos_token,
+            eos_token=self.eos_token,
+        )
 
 
 def _environment() -> Any:
-    try:
+    try:  # optional dependency (the serve extra), imported on first use
         from jinja2.ext import loopcontrols
         from jinja2.sandbox import ImmutableSandboxedEnvironment
     except ImportError as exc:  # pragma: no cover - jinja2 is installed with the project's serve extra
@@ -121,8 +150,9 @@ def _environment() -> Any:
     def raise_exception(message: str) -> None:
         raise Unrenderable(f"chat template: {message}")
 
-    def tojson(x: Any, indent: int | None = None, separators: Any = None, sort_keys: bool = False,
-               ensure_ascii: bool = False) -> str:
+    def tojson(
+        x: Any, indent: int | None = None, separators: Any = None, sort_keys: bool = False, ensure_ascii: bool = False
+    ) -> str:
         return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
@@ -159,8 +189,9 @@ def find_template(tokenizer_path: Path | None, model_path: Path | None) -> ChatT
         if cfg.is_file():
             data = json.loads(cfg.read_text())
             if isinstance(data.get("chat_template"), str):
-                return ChatTemplate(data["chat_template"], _token_text(data.get("bos_token")),
-                                    _token_text(data.get("eos_token")))
+                return ChatTemplate(
+                    data["chat_template"], _token_text(data.get("bos_token")), _token_text(data.get("eos_token"))
+                )
     if model_path is not None and model_path.suffix == ".gguf" and model_path.is_file():
         return _gguf_template(model_path)
     return None
@@ -173,7 +204,7 @@ def _token_text(value: Any) -> str:
 
 
 def _gguf_template(path: Path) -> ChatTemplate | None:
-    try:
+    try:  # optional dependency, heavy (numpy-backed reader), imported on first use
         from gguf import GGUFReader
     except ImportError:
         return None

@@ -79,8 +79,10 @@ def check_tokenizer(cache: RegionCache, upstream: str, tokenizer_path: Path) -> 
             theirs = r.json().get("tokens")
             ours = cache.encode(probe, add_special_tokens=False)
             if theirs != ours:
-                raise FrankError(f"--tokenizer {tokenizer_path} does not match the engine's tokenizer: {probe!r} "
-                                 f"is {ours} here and {theirs} in the engine")
+                raise FrankError(
+                    f"--tokenizer {tokenizer_path} does not match the engine's tokenizer: {probe!r} "
+                    f"is {ours} here and {theirs} in the engine"
+                )
     return "tokenizer matches the engine's /tokenize"
 
 
@@ -91,8 +93,12 @@ def serving(opts: ServeOptions, echo: Callable[[str], None] = print) -> Iterator
     with ExitStack() as stack:
         upstream, model = _upstream(opts, stack)
         tok_path = opts.tokenizer or default_tokenizer(model or "")
-        cache = RegionCache(load_tokenizer(tok_path), max_bytes=opts.max_bytes, shadow_rate=opts.shadow_rate,
-                            on_disable=lambda why: echo(f"frank serve: region cache disabled: {why}"))
+        cache = RegionCache(
+            load_tokenizer(tok_path),
+            max_bytes=opts.max_bytes,
+            shadow_rate=opts.shadow_rate,
+            on_disable=lambda why: echo(f"frank serve: region cache disabled: {why}"),
+        )
         checked = check_tokenizer(cache, upstream, tok_path)
         engine = upstream
         if opts.record is not None:
@@ -103,8 +109,7 @@ def serving(opts: ServeOptions, echo: Callable[[str], None] = print) -> Iterator
         st = cache.status()
         recording = f" (recording turns to {opts.record})" if opts.record else ""
         echo(f"frank serve: listening on {front.url} -> {engine}{recording}")
-        echo(f"region cache: {'on' if st.enabled else 'off'} ({st.reason}); {checked}; "
-             f"count_tokens by {renderer.how}")
+        echo(f"region cache: {'on' if st.enabled else 'off'} ({st.reason}); {checked}; count_tokens by {renderer.how}")
         yield front
 
 

@@ -8,9 +8,25 @@ frankenstein.workload`` stays cheap.
 from __future__ import annotations
 
 from frankenstein.workload.trace import (
-    RecordedOutput, RecordedTimings, ToolCall, Turn, Workload, append_turn, load_trace, request_bytes,
+    RecordedOutput,
+    RecordedTimings,
+    ToolCall,
+    Turn,
+    Workload,
+    append_turn,
+    load_trace,
+    request_bytes,
     workload_hash,
 )
 
-__all__ = ["RecordedOutput", "RecordedTimings", "ToolCall", "Turn", "Workload", "append_turn", "load_trace",
-           "request_bytes", "workload_hash"]
+__all__ = [
+    "RecordedOutput",
+    "RecordedTimings",
+    "ToolCall",
+    "Turn",
+    "Workload",
+    "append_turn",
+    "load_trace",
+    "request_bytes",
+    "workload_hash",
+]

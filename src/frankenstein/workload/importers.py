@@ -28,13 +28,30 @@ from pydantic import ValidationError
 from frankenstein.errors import TraceError
 from frankenstein.workload.record import output_from_response, server_timings
 from frankenstein.workload.trace import (
-    CHAT, RecordedOutput, RecordedTimings, Turn, derive_session_id, make_turn_id, redact_request,
+    CHAT,
+    RecordedOutput,
+    RecordedTimings,
+    Turn,
+    derive_session_id,
+    make_turn_id,
+    redact_request,
 )
 
 Source = Literal["openai", "vllm", "sharegpt"]
-_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "chatgpt": "assistant",
-          "bard": "assistant", "bing": "assistant", "model": "assistant", "system": "system", "tool": "tool",
-          "observation": "tool", "function_response": "tool"}
+_ROLES = {
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "assistant": "assistant",
+    "chatgpt": "assistant",
+    "bard": "assistant",
+    "bing": "assistant",
+    "model": "assistant",
+    "system": "system",
+    "tool": "tool",
+    "observation": "tool",
+    "function_response": "tool",
+}
 
 
 class ImportResult:
@@ -68,23 +85,42 @@ class _Numberer:
     def __init__(self) -> None:
         self._next: dict[str, int] = {}
 
-    def turn(self, where: tuple[Path, str], session_id: str, endpoint: str, request: dict[str, Any],
-             output: RecordedOutput, source: str, timings: RecordedTimings | None = None) -> Turn:
+    def turn(
+        self,
+        where: tuple[Path, str],
+        session_id: str,
+        endpoint: str,
+        request: dict[str, Any],
+        output: RecordedOutput,
+        source: str,
+        timings: RecordedTimings | None = None,
+    ) -> Turn:
         index = self._next.get(session_id, 0)
         clean, redacted = redact_request(request)
         try:
-            turn = Turn(turn_id=make_turn_id(session_id, index), session_id=session_id, turn_index=index,
-                        endpoint=endpoint, request=clean, output=output,  # type: ignore[arg-type]
-                        timings=timings or RecordedTimings(), source=source, redacted=redacted or None)
+            turn = Turn(
+                turn_id=make_turn_id(session_id, index),
+                session_id=session_id,
+                turn_index=index,
+                endpoint=endpoint,  # type: ignore[arg-type]
+                request=clean,
+                output=output,
+                timings=timings or RecordedTimings(),
+                source=source,
+                redacted=redacted or None,
+            )
         except ValidationError as exc:
             err = exc.errors()[0]
             field = ".".join(str(p) for p in err["loc"])
-            raise TraceError(err["msg"].removeprefix("Value error, "), path=where[0], field=f"{where[1]}: {field}") from exc
+            raise TraceError(
+                err["msg"].removeprefix("Value error, "), path=where[0], field=f"{where[1]}: {field}"
+            ) from exc
         self._next[session_id] = index + 1
         return turn
 
 
 # ---------------------------------------------------------------- OpenAI
+
 
 def _endpoint_for(body: dict[str, Any], url: str | None) -> str:
     if url:
@@ -118,28 +154,39 @@ def import_openai(paths: Sequence[str | Path]) -> ImportResult:
             continue
         in_where, body, url = batch_in[cid]
         turns.append(_openai_turn(numberer, in_where, body, resp.get("body") or {}, url))
-    skipped += [f"{w[0]}: {w[1]}: custom_id {cid!r} has no response line"
-                for cid, (w, _, _) in batch_in.items() if cid not in batch_out]
+    skipped += [
+        f"{w[0]}: {w[1]}: custom_id {cid!r} has no response line"
+        for cid, (w, _, _) in batch_in.items()
+        if cid not in batch_out
+    ]
     return ImportResult(turns, skipped)
 
 
-def _sort_openai_line(obj: dict[str, Any], where: tuple[Path, str], pairs: list[Any],
-                      batch_in: dict[str, Any], batch_out: dict[str, Any]) -> None:
+def _sort_openai_line(
+    obj: dict[str, Any], where: tuple[Path, str], pairs: list[Any], batch_in: dict[str, Any], batch_out: dict[str, Any]
+) -> None:
     if "request" in obj:
         if not isinstance(obj["request"], dict) or not isinstance(obj.get("response"), dict):
-            raise TraceError("a pair needs 'request' and 'response' objects", path=where[0], field=f"{where[1]}: response")
+            raise TraceError(
+                "a pair needs 'request' and 'response' objects", path=where[0], field=f"{where[1]}: response"
+            )
         pairs.append((where, obj["request"], obj["response"], None))
     elif "custom_id" in obj and "body" in obj:
         batch_in[str(obj["custom_id"])] = (where, obj["body"], obj.get("url"))
     elif "custom_id" in obj and ("response" in obj or "error" in obj):
         batch_out[str(obj["custom_id"])] = (where, obj)
     else:
-        raise TraceError("not an OpenAI request/response pair nor a Batch API line (expected 'request' + "
-                         "'response', or 'custom_id' + 'body'/'response')", path=where[0], field=where[1])
+        raise TraceError(
+            "not an OpenAI request/response pair nor a Batch API line (expected 'request' + "
+            "'response', or 'custom_id' + 'body'/'response')",
+            path=where[0],
+            field=where[1],
+        )
 
 
-def _openai_turn(numberer: _Numberer, where: tuple[Path, str], request: dict[str, Any], response: dict[str, Any],
-                 url: str | None) -> Turn:
+def _openai_turn(
+    numberer: _Numberer, where: tuple[Path, str], request: dict[str, Any], response: dict[str, Any], url: str | None
+) -> Turn:
     endpoint = _endpoint_for(request, url)
     meta = request.get("metadata")
     metadata: dict[str, Any] = meta if isinstance(meta, dict) else {}
@@ -151,8 +198,14 @@ def _openai_turn(numberer: _Numberer, where: tuple[Path, str], request: dict[str
 
 # ---------------------------------------------------------------- vLLM custom dataset
 
-def import_vllm(path: str | Path, *, output_len: int | None = None, endpoint: Literal["chat", "completions"] = "chat",
-                model: str | None = None) -> ImportResult:
+
+def import_vllm(
+    path: str | Path,
+    *,
+    output_len: int | None = None,
+    endpoint: Literal["chat", "completions"] = "chat",
+    model: str | None = None,
+) -> ImportResult:
     """Each line is its own one-turn session ``line-N``; ``output_len`` overrides ``output_tokens``."""
     path, numberer, turns = Path(path), _Numberer(), []
     for lineno, obj in _jsonl(path):
@@ -187,6 +240,7 @@ def _vllm_fields(obj: dict[str, Any], where: tuple[Path, str], output_len: int |
 
 
 # ---------------------------------------------------------------- ShareGPT
+
 
 def _sharegpt_records(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     try:
@@ -242,8 +296,9 @@ def _sharegpt_messages(rec: dict[str, Any], where: tuple[Path, str]) -> list[dic
             raise TraceError("needs 'from' and a string 'value'", path=where[0], field=field)
         who = str(m.get("from", m.get("role", "")))
         if who.lower() not in _ROLES:
-            raise TraceError(f"unknown speaker {who!r} (known: {', '.join(sorted(_ROLES))})",
-                             path=where[0], field=f"{field}.from")
+            raise TraceError(
+                f"unknown speaker {who!r} (known: {', '.join(sorted(_ROLES))})", path=where[0], field=f"{field}.from"
+            )
         out.append({"role": _ROLES[who.lower()], "content": str(m.get("value", m.get("content")))})
     return out
 

@@ -60,16 +60,40 @@ from frankenstein.engines.sse import SseParser
 from frankenstein.errors import FrankError
 from frankenstein.workload.listener import CONNECT_RETRIES, BadRequest, ProxyHTTPServer, bad_request, loads, read_body
 from frankenstein.workload.trace import (
-    CHAT, RecordedOutput, RecordedTimings, ToolCall, Turn, append_turn, derive_session_id, load_trace,
-    make_turn_id, redact_request,
+    CHAT,
+    RecordedOutput,
+    RecordedTimings,
+    ToolCall,
+    Turn,
+    append_turn,
+    derive_session_id,
+    load_trace,
+    make_turn_id,
+    redact_request,
 )
 
 SESSION_HEADER = "X-Frank-Session"
-_ALIASES = {"/v1/chat/completions": "/v1/chat/completions", "/chat/completions": "/v1/chat/completions",
-            "/v1/completions": "/v1/completions", "/completions": "/v1/completions",
-            "/completion": "/completion"}
-_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
-        "transfer-encoding", "upgrade", "host", "content-length", "accept-encoding", "content-encoding"}
+_ALIASES = {
+    "/v1/chat/completions": "/v1/chat/completions",
+    "/chat/completions": "/v1/chat/completions",
+    "/v1/completions": "/v1/completions",
+    "/completions": "/v1/completions",
+    "/completion": "/completion",
+}
+_HOP = {
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "content-length",
+    "accept-encoding",
+    "content-encoding",
+}
 _LLAMA_STOP = {"eos": "stop", "word": "stop", "limit": "length"}
 
 
@@ -80,6 +104,7 @@ def canonical_endpoint(path: str) -> str | None:
 
 # ---------------------------------------------------------------- pure: answers → RecordedOutput
 
+
 def _usage(resp: Mapping[str, Any]) -> tuple[int | None, int | None]:
     """(prompt, completion) tokens: OpenAI ``usage``, llama.cpp ``/completion`` counts, else
     llama.cpp ``timings`` (a streamed chat without ``stream_options.include_usage`` has only those)."""
@@ -89,7 +114,9 @@ def _usage(resp: Mapping[str, Any]) -> tuple[int | None, int | None]:
     return _from_timings(prompt, completion, resp.get("timings") or {})
 
 
-def _from_timings(prompt: int | None, completion: int | None, timings: Mapping[str, Any]) -> tuple[int | None, int | None]:
+def _from_timings(
+    prompt: int | None, completion: int | None, timings: Mapping[str, Any]
+) -> tuple[int | None, int | None]:
     if prompt is None and isinstance(timings.get("prompt_n"), int):
         prompt = timings["prompt_n"] + int(timings.get("cache_n") or 0)
     if completion is None and isinstance(timings.get("predicted_n"), int):
@@ -110,8 +137,14 @@ def _tool_calls(raw: Any) -> list[ToolCall]:
     calls = []
     for c in raw or []:
         fn = c.get("function") or {}
-        calls.append(ToolCall(id=c.get("id") or "", type=c.get("type") or "function",
-                              name=fn.get("name") or "", arguments=fn.get("arguments") or ""))
+        calls.append(
+            ToolCall(
+                id=c.get("id") or "",
+                type=c.get("type") or "function",
+                name=fn.get("name") or "",
+                arguments=fn.get("arguments") or "",
+            )
+        )
     return calls
 
 
@@ -120,19 +153,33 @@ def output_from_response(endpoint: str, resp: Mapping[str, Any]) -> RecordedOutp
     prompt, completion = _usage(resp)
     if endpoint == "/completion":
         stop = resp.get("stop_type")
-        return RecordedOutput(text=resp.get("content") or "", token_ids=resp.get("tokens") or None,
-                              finish_reason=_LLAMA_STOP.get(str(stop), stop), prompt_tokens=prompt,
-                              completion_tokens=completion)
+        return RecordedOutput(
+            text=resp.get("content") or "",
+            token_ids=resp.get("tokens") or None,
+            finish_reason=_LLAMA_STOP.get(str(stop), stop),
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+        )
     choice = (resp.get("choices") or [{}])[0]
     ids = choice.get("token_ids") or None
     if endpoint == CHAT:
         msg = choice.get("message") or {}
-        return RecordedOutput(text=msg.get("content") or "", reasoning=msg.get("reasoning_content") or "",
-                              tool_calls=_tool_calls(msg.get("tool_calls")), token_ids=ids,
-                              finish_reason=choice.get("finish_reason"), prompt_tokens=prompt,
-                              completion_tokens=completion)
-    return RecordedOutput(text=choice.get("text") or "", token_ids=ids, finish_reason=choice.get("finish_reason"),
-                          prompt_tokens=prompt, completion_tokens=completion)
+        return RecordedOutput(
+            text=msg.get("content") or "",
+            reasoning=msg.get("reasoning_content") or "",
+            tool_calls=_tool_calls(msg.get("tool_calls")),
+            token_ids=ids,
+            finish_reason=choice.get("finish_reason"),
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+        )
+    return RecordedOutput(
+        text=choice.get("text") or "",
+        token_ids=ids,
+        finish_reason=choice.get("finish_reason"),
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+    )
 
 
 @dataclass
@@ -175,8 +222,10 @@ class StreamAssembler:
             self.error = json.dumps(chunk["error"])[:300]
             return
         if chunk.get("usage"):
-            self.usage = {"prompt_tokens": chunk["usage"].get("prompt_tokens"),
-                          "completion_tokens": chunk["usage"].get("completion_tokens")}
+            self.usage = {
+                "prompt_tokens": chunk["usage"].get("prompt_tokens"),
+                "completion_tokens": chunk["usage"].get("completion_tokens"),
+            }
         if timings := server_timings(chunk):
             self.timings = timings
         if self.endpoint == "/completion":
@@ -192,8 +241,10 @@ class StreamAssembler:
         if chunk.get("stop"):
             stop = chunk.get("stop_type")
             self.finish_reason = _LLAMA_STOP.get(str(stop), stop) or "stop"
-            self.usage = {"prompt_tokens": chunk.get("tokens_evaluated"),
-                          "completion_tokens": chunk.get("tokens_predicted")}
+            self.usage = {
+                "prompt_tokens": chunk.get("tokens_evaluated"),
+                "completion_tokens": chunk.get("tokens_predicted"),
+            }
             self.done = True
 
     def _choice(self, choice: dict[str, Any]) -> None:
@@ -227,19 +278,28 @@ class StreamAssembler:
         return self.error is None and self.finish_reason is not None
 
     def output(self) -> RecordedOutput:
-        calls = [ToolCall(id=c["id"], type=c["type"], name=c["name"], arguments="".join(c["args"]))
-                 for _, c in sorted(self._calls.items())]
-        prompt, completion = _from_timings(self.usage.get("prompt_tokens"), self.usage.get("completion_tokens"),
-                                           self.timings)
+        calls = [
+            ToolCall(id=c["id"], type=c["type"], name=c["name"], arguments="".join(c["args"]))
+            for _, c in sorted(self._calls.items())
+        ]
+        prompt, completion = _from_timings(
+            self.usage.get("prompt_tokens"), self.usage.get("completion_tokens"), self.timings
+        )
         if completion is None and self._ids:
             completion = len(self._ids)
-        return RecordedOutput(text="".join(self._text), reasoning="".join(self._reasoning),
-                              token_ids=list(self._ids) or None, tool_calls=calls,
-                              finish_reason=self.finish_reason, prompt_tokens=prompt,
-                              completion_tokens=completion)
+        return RecordedOutput(
+            text="".join(self._text),
+            reasoning="".join(self._reasoning),
+            token_ids=list(self._ids) or None,
+            tool_calls=calls,
+            finish_reason=self.finish_reason,
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+        )
 
 
 # ---------------------------------------------------------------- the recording core
+
 
 class TurnRecorder:
     """Appends finished turns to ``out``, numbering them per session (thread-safe).
@@ -256,16 +316,32 @@ class TurnRecorder:
             for t in load_trace(self.out).turns:
                 self._next[t.session_id] = max(self._next.get(t.session_id, 0), t.turn_index + 1)
 
-    def record(self, endpoint: str, body: Mapping[str, Any], session: str | None, output: RecordedOutput,
-               timings: RecordedTimings, *, client_disconnected: bool = False) -> Turn:
+    def record(
+        self,
+        endpoint: str,
+        body: Mapping[str, Any],
+        session: str | None,
+        output: RecordedOutput,
+        timings: RecordedTimings,
+        *,
+        client_disconnected: bool = False,
+    ) -> Turn:
         request, redacted = redact_request(body)
         session_id = session or derive_session_id(endpoint, request)
         with self._lock:
             index = self._next.get(session_id, 0)
-            turn = Turn(turn_id=make_turn_id(session_id, index), session_id=session_id, turn_index=index,
-                        endpoint=endpoint, request=request, output=output, timings=timings,  # type: ignore[arg-type]
-                        client_disconnected=client_disconnected, recorded_at=round(time.time(), 3),
-                        redacted=redacted or None)
+            turn = Turn(
+                turn_id=make_turn_id(session_id, index),
+                session_id=session_id,
+                turn_index=index,
+                endpoint=endpoint,  # type: ignore[arg-type]
+                request=request,
+                output=output,
+                timings=timings,
+                client_disconnected=client_disconnected,
+                recorded_at=round(time.time(), 3),
+                redacted=redacted or None,
+            )
             append_turn(self.out, turn)
             self._next[session_id] = index + 1
             self.recorded += 1
@@ -273,6 +349,7 @@ class TurnRecorder:
 
 
 # ---------------------------------------------------------------- the HTTP proxy
+
 
 class _UpstreamFailed(Exception):
     pass
@@ -307,8 +384,11 @@ class _Handler(BaseHTTPRequestHandler):
         except TransportError as exc:
             self.server.note_error(f"upstream: {exc!r}")
             if not self.client_gone:
-                self._reply(502, {"content-type": "application/json"},
-                            json.dumps({"error": {"message": f"upstream failed: {exc}", "type": "upstream"}}).encode())
+                self._reply(
+                    502,
+                    {"content-type": "application/json"},
+                    json.dumps({"error": {"message": f"upstream failed: {exc}", "type": "upstream"}}).encode(),
+                )
         except OSError:  # the client went away while headers were being written
             self.close_connection = True
 
@@ -372,8 +452,15 @@ class _Handler(BaseHTTPRequestHandler):
         finally:
             resp.close()
 
-    def _record(self, endpoint: str, body: dict[str, Any], output: RecordedOutput, server: dict[str, Any],
-                t0: float, ttft: float | None) -> None:
+    def _record(
+        self,
+        endpoint: str,
+        body: dict[str, Any],
+        output: RecordedOutput,
+        server: dict[str, Any],
+        t0: float,
+        ttft: float | None,
+    ) -> None:
         timings = RecordedTimings(server=server, ttft_ms=ttft, e2e_ms=round((time.perf_counter() - t0) * 1e3, 3))
         self.server.record(endpoint, body, self.headers.get(SESSION_HEADER), output, timings, self._peer_closed())
 
@@ -406,13 +493,16 @@ class _Handler(BaseHTTPRequestHandler):
         except TransportError as exc:
             self._fail_stream(f"upstream died mid-stream on {endpoint}: {exc!r}")
         if not asm.finished:
-            self._fail_stream(f"upstream stream on {endpoint} ended without finishing"
-                              + (f": {asm.error}" if asm.error else ""))
+            self._fail_stream(
+                f"upstream stream on {endpoint} ended without finishing" + (f": {asm.error}" if asm.error else "")
+            )
         self._record(endpoint, body, asm.output(), asm.timings, t0, ttft)
         self._write(b"0\r\n\r\n")
 
     def _fail_stream(self, reason: str) -> None:
-        event = b"event: error\ndata: " + json.dumps({"error": {"message": reason, "type": "upstream"}}).encode() + b"\n\n"
+        event = (
+            b"event: error\ndata: " + json.dumps({"error": {"message": reason, "type": "upstream"}}).encode() + b"\n\n"
+        )
         self._write(b"%x\r\n%s\r\n" % (len(event), event))
         self.close_connection = True  # no final chunk: the client's read fails
         raise _UpstreamFailed(reason)
@@ -429,9 +519,14 @@ def _json_object(raw: bytes) -> dict[str, Any] | None:
 
 
 class _ProxyServer(ProxyHTTPServer):
-
-    def __init__(self, addr: tuple[str, int], upstream: str, recorder: TurnRecorder, timeout_s: float,
-                 on_turn: Callable[[Turn], None] | None) -> None:
+    def __init__(
+        self,
+        addr: tuple[str, int],
+        upstream: str,
+        recorder: TurnRecorder,
+        timeout_s: float,
+        on_turn: Callable[[Turn], None] | None,
+    ) -> None:
         super().__init__(addr, _Handler)
         self.upstream = upstream.rstrip("/")
         self.recorder = recorder
@@ -445,16 +540,30 @@ class _ProxyServer(ProxyHTTPServer):
         close a kept-alive connection right after a stream, and a request racing that close fails
         with no response at all. Connect failures (nothing sent yet) are retried: a burst can
         overflow the engine's own accept backlog."""
-        return open_stream(self.upstream + path, method, raw or None, headers, timeout_s=self.timeout_s,
-                           connect_retries=CONNECT_RETRIES, slots=self.upstream_slots)
+        return open_stream(
+            self.upstream + path,
+            method,
+            raw or None,
+            headers,
+            timeout_s=self.timeout_s,
+            connect_retries=CONNECT_RETRIES,
+            slots=self.upstream_slots,
+        )
 
     def note_error(self, message: str) -> None:
         with self._err_lock:
             self.errors.append(message)
         print(f"frank record: {message}", file=sys.stderr)
 
-    def record(self, endpoint: str, body: dict[str, Any], session: str | None, output: RecordedOutput,
-               timings: RecordedTimings, client_gone: bool) -> None:
+    def record(
+        self,
+        endpoint: str,
+        body: dict[str, Any],
+        session: str | None,
+        output: RecordedOutput,
+        timings: RecordedTimings,
+        client_gone: bool,
+    ) -> None:
         try:
             turn = self.recorder.record(endpoint, body, session, output, timings, client_disconnected=client_gone)
         except (FrankError, OSError, ValueError) as exc:
@@ -471,8 +580,9 @@ class RecorderServer:
         self._httpd = httpd
         host, port = httpd.server_address[:2]
         self.url = f"http://{host!s}:{port}"
-        self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="frank-record", daemon=True)
+        self._thread = threading.Thread(
+            target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="frank-record", daemon=True
+        )
         self._thread.start()
 
     @property
@@ -495,8 +605,15 @@ class RecorderServer:
         self.shutdown()
 
 
-def serve_recorder(upstream: str, host: str = "127.0.0.1", port: int = 0, out: str | Path = "turns.jsonl", *,
-                   timeout_s: float = 600.0, on_turn: Callable[[Turn], None] | None = None) -> RecorderServer:
+def serve_recorder(
+    upstream: str,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    out: str | Path = "turns.jsonl",
+    *,
+    timeout_s: float = 600.0,
+    on_turn: Callable[[Turn], None] | None = None,
+) -> RecorderServer:
     """Start the recording proxy in a background thread and return it (see the module docstring).
 
     ``upstream``: base URL of the OpenAI-compatible server; ``port=0``: a free port; ``on_turn``:

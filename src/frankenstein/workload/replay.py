@@ -135,7 +135,9 @@ def check_validity(turns: list[Turn], rows: list[dict[str, Any]], settings: Repl
 
 
 def replay(
-    engine: Engine, workload: Workload, settings: ReplaySettings = ReplaySettings(),
+    engine: Engine,
+    workload: Workload,
+    settings: ReplaySettings = ReplaySettings(),
     progress: Callable[[int, int], None] | None = None,
 ) -> ReplayResult:
     """Send every turn in recorded order; warm-up turns (the first ``warmup_turns``) are sent but not measured."""
@@ -152,8 +154,9 @@ def replay(
         nonlocal done
         t = turns[i]
         try:
-            reply: Reply | None = engine.request(t.endpoint, bodies[i], turn_id=t.turn_id,
-                                                 timeout_s=request_timeout(t, settings))
+            reply: Reply | None = engine.request(
+                t.endpoint, bodies[i], turn_id=t.turn_id, timeout_s=request_timeout(t, settings)
+            )
             error = None
         except EngineRequestError as exc:
             if exc.status is None or exc.status >= 500:
@@ -175,4 +178,6 @@ def replay(
             list(pool.map(send, range(settings.warmup_turns, len(turns))))
     final = [r for r in rows if r is not None]
     measured = [r for r in final if not r["warmup"] and not r.get("error")]
-    return ReplayResult(rows=final, metrics=aggregate(measured), invalid=check_validity(turns, final, settings), sent=bodies)
+    return ReplayResult(
+        rows=final, metrics=aggregate(measured), invalid=check_validity(turns, final, settings), sent=bodies
+    )

@@ -48,7 +48,9 @@ def prompt_text(turn: Turn) -> str:
         for m in req["messages"]:
             content = m.get("content") if isinstance(m, dict) else m
             text = content if isinstance(content, str) else json.dumps(content, sort_keys=True)
-            tool_calls = json.dumps(m.get("tool_calls"), sort_keys=True) if isinstance(m, dict) and m.get("tool_calls") else ""
+            tool_calls = (
+                json.dumps(m.get("tool_calls"), sort_keys=True) if isinstance(m, dict) and m.get("tool_calls") else ""
+            )
             parts.append(f"<{m.get('role', '') if isinstance(m, dict) else ''}>{text}{tool_calls}")
         return "\n".join(parts)
     prompt: Any = req.get("prompt", "")
@@ -76,11 +78,25 @@ def compute_stats(workload: Workload) -> WorkloadStats:
         prompt_tokens += out.prompt_tokens if out.prompt_tokens is not None else _estimate(len(text))
         if out.completion_tokens is None:
             output_est += 1
-        output_tokens += out.completion_tokens if out.completion_tokens is not None else \
-            _estimate(len(out.text) + len(out.reasoning) + sum(len(c.arguments) + len(c.name) for c in out.tool_calls))
-    return WorkloadStats(turns=len(workload.turns), sessions=len(workload.sessions), prompt_tokens=prompt_tokens,
-                         prompt_estimated=prompt_est, output_tokens=output_tokens, output_estimated=output_est,
-                         prompt_chars=chars, repeated_prefix_chars=repeated, endpoints=endpoints, hash=workload.hash)
+        output_tokens += (
+            out.completion_tokens
+            if out.completion_tokens is not None
+            else _estimate(
+                len(out.text) + len(out.reasoning) + sum(len(c.arguments) + len(c.name) for c in out.tool_calls)
+            )
+        )
+    return WorkloadStats(
+        turns=len(workload.turns),
+        sessions=len(workload.sessions),
+        prompt_tokens=prompt_tokens,
+        prompt_estimated=prompt_est,
+        output_tokens=output_tokens,
+        output_estimated=output_est,
+        prompt_chars=chars,
+        repeated_prefix_chars=repeated,
+        endpoints=endpoints,
+        hash=workload.hash,
+    )
 
 
 def _count_note(estimated: int, turns: int) -> str:

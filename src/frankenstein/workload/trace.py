@@ -114,6 +114,7 @@ class Workload:
 
 # ---------------------------------------------------------------- bytes on the wire and the hash
 
+
 def request_bytes(turn: Turn, overrides: Mapping[str, Any] | None = None) -> bytes:
     """The exact body bytes replay sends, identical for every arm.
 
@@ -139,8 +140,13 @@ def _turn_digest_line(turn: Turn) -> bytes:
     (recorded key order), because that order is what goes on the wire.
     """
     head = _dumps(
-        {"turn_id": turn.turn_id, "session_id": turn.session_id, "turn_index": turn.turn_index,
-         "endpoint": turn.endpoint, "output": turn.output.model_dump(mode="json")},
+        {
+            "turn_id": turn.turn_id,
+            "session_id": turn.session_id,
+            "turn_index": turn.turn_index,
+            "endpoint": turn.endpoint,
+            "output": turn.output.model_dump(mode="json"),
+        },
         sort_keys=True,
     )
     return head.encode("utf-8") + b"\n" + request_bytes(turn) + b"\n"
@@ -161,6 +167,7 @@ def workload_hash(source: str | Path | Iterable[Turn]) -> str:
 
 
 # ---------------------------------------------------------------- writing
+
 
 def turn_line(turn: Turn) -> bytes:
     """One JSONL line (with its newline) for ``turn``; ``None`` fields left out."""
@@ -220,6 +227,7 @@ def write_trace(path: str | Path, turns: Iterable[Turn]) -> str:
 
 # ---------------------------------------------------------------- reading
 
+
 def iter_turns(path: str | Path) -> Iterator[tuple[int, Turn]]:
     """(line number, turn) for every line; :class:`TraceError` on the first bad line.
     ``pkg:NAME`` is a workload shipped with frank (as designs name them)."""
@@ -258,8 +266,11 @@ def parse_line(raw: bytes, path: str | Path, lineno: int) -> Turn:
     if version is None:
         raise TraceError("missing (not a frank trace line?)", path=path, field=f"{where}: frank_trace")
     if version != TRACE_VERSION:
-        raise TraceError(f"unknown trace version {version!r} (this frank reads version {TRACE_VERSION})",
-                         path=path, field=f"{where}: frank_trace")
+        raise TraceError(
+            f"unknown trace version {version!r} (this frank reads version {TRACE_VERSION})",
+            path=path,
+            field=f"{where}: frank_trace",
+        )
     try:
         return Turn.model_validate(data)
     except ValidationError as exc:
@@ -294,16 +305,23 @@ def load_trace(path: str | Path) -> Workload:
     return Workload(turns=tuple(turns), hash=h.hexdigest(), path=Path(expand(str(path))))
 
 
-def _check_unique(turn: Turn, lineno: int, ids: dict[str, int], pos: dict[tuple[str, int], int],
-                  path: str | Path) -> None:
+def _check_unique(
+    turn: Turn, lineno: int, ids: dict[str, int], pos: dict[tuple[str, int], int], path: str | Path
+) -> None:
     where = f"line {lineno}"
     if turn.turn_id in ids:
-        raise TraceError(f"duplicate turn id {turn.turn_id!r} (first on line {ids[turn.turn_id]})",
-                         path=path, field=f"{where}: turn_id")
+        raise TraceError(
+            f"duplicate turn id {turn.turn_id!r} (first on line {ids[turn.turn_id]})",
+            path=path,
+            field=f"{where}: turn_id",
+        )
     key = (turn.session_id, turn.turn_index)
     if key in pos:
-        raise TraceError(f"session {turn.session_id!r} already has turn index {turn.turn_index} "
-                         f"(line {pos[key]})", path=path, field=f"{where}: turn_index")
+        raise TraceError(
+            f"session {turn.session_id!r} already has turn index {turn.turn_index} (line {pos[key]})",
+            path=path,
+            field=f"{where}: turn_index",
+        )
     ids[turn.turn_id] = lineno
     pos[key] = lineno
 
@@ -316,12 +334,49 @@ def workload_from_turns(turns: Sequence[Turn], path: Path | None = None) -> Work
 # ---------------------------------------------------------------- sessions and credentials
 
 # What the model sees: never touched by redaction (a tool parameter named ``password`` is part of the prompt).
-MODEL_VISIBLE = frozenset({"messages", "prompt", "tools", "functions", "tool_choice", "function_call",
-                           "response_format", "grammar", "json_schema", "input_ids", "input", "text", "system",
-                           "chat_template", "chat_template_kwargs", "stop", "logit_bias"})
-_SECRET_NAMES = frozenset({"token", "refresh_token", "access_token", "id_token", "private_key", "secret", "password",
-                           "passwd", "api_key", "api_keys", "apikey", "authorization", "cookie", "cookies",
-                           "set_cookie", "client_secret", "bearer", "credentials"})
+MODEL_VISIBLE = frozenset(
+    {
+        "messages",
+        "prompt",
+        "tools",
+        "functions",
+        "tool_choice",
+        "function_call",
+        "response_format",
+        "grammar",
+        "json_schema",
+        "input_ids",
+        "input",
+        "text",
+        "system",
+        "chat_template",
+        "chat_template_kwargs",
+        "stop",
+        "logit_bias",
+    }
+)
+_SECRET_NAMES = frozenset(
+    {
+        "token",
+        "refresh_token",
+        "access_token",
+        "id_token",
+        "private_key",
+        "secret",
+        "password",
+        "passwd",
+        "api_key",
+        "api_keys",
+        "apikey",
+        "authorization",
+        "cookie",
+        "cookies",
+        "set_cookie",
+        "client_secret",
+        "bearer",
+        "credentials",
+    }
+)
 _SECRET_SUFFIXES = ("_key", "_token", "_secret", "_password")
 _NOT_SECRET = frozenset({"prompt_cache_key", "cache_key", "idempotency_key"})
 
@@ -343,8 +398,11 @@ def redact_request(body: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     removed whatever its value (a string, a list of keys, an object). Removed rather than masked, so a
     replayed request never carries a placeholder to the engine; the trace lists the paths instead."""
     paths: list[str] = []
-    out = {k: (v if k in MODEL_VISIBLE else _redact(v, k, paths)) for k, v in body.items()
-           if k in MODEL_VISIBLE or not _drop(k, k, paths)}
+    out = {
+        k: (v if k in MODEL_VISIBLE else _redact(v, k, paths))
+        for k, v in body.items()
+        if k in MODEL_VISIBLE or not _drop(k, k, paths)
+    }
     return out, paths
 
 
@@ -373,8 +431,10 @@ def derive_session_id(endpoint: str, body: Mapping[str, Any]) -> str:
     first user message (chat), or of the first 1,024 characters of the prompt (completions,
     where sessions that share a long prefix merge: send ``X-Frank-Session`` to keep them apart)."""
     if endpoint == CHAT:
-        first = next((m.get("content") for m in body.get("messages", [])
-                      if isinstance(m, dict) and m.get("role") == "user"), None)
+        first = next(
+            (m.get("content") for m in body.get("messages", []) if isinstance(m, dict) and m.get("role") == "user"),
+            None,
+        )
         key = _dumps(first, sort_keys=True)
     else:
         prompt = body.get("prompt")
