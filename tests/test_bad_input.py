@@ -126,3 +126,12 @@ def test_a_refused_registration_on_the_cli(tmp_path: Path) -> None:
     run = frank("register", str(path), "-c", str(root))
     assert run.returncode == 1
     assert run.stderr.strip() == f"frank: error: {path}: replay.temperature: must be a finite number >= 0, got nan"
+
+
+def test_replay_accepts_a_shipped_pkg_workload(tmp_path: Path, llama_server_bin: str) -> None:
+    """``frank replay`` takes ``pkg:NAME`` like a design's ``workload`` does (one real tiny start)."""
+    root = tmp_path / "c"
+    assert frank("init", str(root)).returncode == 0
+    run = frank("replay", "base", "pkg:demo-workload.jsonl", "-c", str(root), "--max-turns", "2", timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("start 1: ok")
