@@ -26,7 +26,7 @@ __all__ = ["Analysis", "analyze", "analyze_registered", "arm_values", "block_val
 def analyze(campaign: Campaign, design_id: str) -> Analysis:
     reg = registry.get(campaign, design_id)
     a = kind_of(reg.design.kind).analyze(campaign, reg)
-    a.warnings = load_warnings(campaign.store.starts_of(design_id))
+    a.warnings = [*load_warnings(campaign.store.starts_of(design_id)), *a.warnings]
     return a
 
 

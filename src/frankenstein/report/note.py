@@ -159,19 +159,20 @@ MACHINE_COLUMNS = ("host", "CPU", "governor", "GPU", "driver / CUDA", "engine")
 
 def format_machines(d: DesignReport) -> list[str]:
     """The metadata table (one row per distinct machine, with the starts it ran), the starts whose
-    machine differs, and the starts run on a busy machine."""
+    machine differs, and the noise guard's warnings (starts run on a busy machine, a large spread)."""
+    warnings = d.analysis.warnings if d.analysis is not None else list(d.facts.load_warnings)
+    tail = [f"- Warning: {w}" for w in warnings]
     if not d.facts.machines:
-        return []
+        return ["", "### Machine", "", *tail] if tail else []
     if all(cells.get("host") == "not recorded" for _, cells in d.facts.machines):
-        return ["", "### Machine", "", f"- Not recorded for any of the {len(d.facts.machines)} starts."]
+        return ["", "### Machine", "", f"- Not recorded for any of the {len(d.facts.machines)} starts.", *tail]
     groups: dict[tuple[str, ...], list[str]] = {}
     for label, cells in d.facts.machines:
         groups.setdefault(tuple(cells.get(c, "—") for c in MACHINE_COLUMNS), []).append(label)
     rows = [[*key, str(len(labels))] for key, labels in groups.items()]
     lines = ["", "### Machine", "", *md_table([*MACHINE_COLUMNS, "starts"], rows, "llllll" + "r")]
     lines += [f"- Differs: {flag}" for flag in d.facts.machine_flags]
-    lines += [f"- Warning: {w}" for w in d.facts.load_warnings]
-    return lines
+    return lines + tail
 
 
 def _design_head(d: DesignReport, base: str) -> list[str]:

@@ -27,6 +27,7 @@ from frankenstein.design.kinds.base import (
 from frankenstein.design.model import DesignFile, FidelityRule, Registered, Slot
 from frankenstein.design.start import StartOutcome, measure_start
 from frankenstein.errors import DesignError
+from frankenstein.measure.noise import judge_spread, resolvable_effect
 from frankenstein.measure.timings import METRICS
 from frankenstein.workload.trace import Turn, Workload
 
@@ -110,7 +111,18 @@ def analyze_blocks(campaign: Campaign, reg: Registered) -> Analysis:
     for metric in d.secondary:
         out.secondary[metric] = _secondary(out.per_block[metric])
     out.speculation = speculation_per_arm(campaign, reg)
+    spread = spread_warning(reg, s, out.verdict)
+    if spread:
+        out.warnings.append(spread)
     return out
+
+
+def spread_warning(reg: Registered, served: list[float], verdict: rules.Verdict | None) -> str | None:
+    """The noise guard's spread check: the served arm's start-to-start spread against the effect the
+    rule resolves (its ``min_effect``, else the effect observed)."""
+    threshold = reg.design.rule.min_effect if isinstance(reg.design.rule, rules.BlockRule) else None
+    effect = resolvable_effect(threshold, verdict.geomean_ratio if verdict is not None else None)
+    return judge_spread(served, effect, reg.design.primary_metric)
 
 
 def _curtailed(out: Analysis, served: list[float], candidate: list[float]) -> None:
