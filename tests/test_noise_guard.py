@@ -13,7 +13,7 @@ from pathlib import Path
 from frankenstein.design.analysis import analyze, format_analysis
 from frankenstein.design.registry import register
 from frankenstein.design.runner import run_design
-from frankenstein.design.start import machine_differences, start_label
+from frankenstein.design.start import load_warnings, machine_differences, start_label
 from frankenstein.report.note import write_report
 
 from helpers_campaign import make_campaign
@@ -74,13 +74,18 @@ def test_a_cpu_burner_during_a_start_makes_analyze_and_the_note_warn_naming_it(t
     assert burned.resources["load"]["runnable_mean"] > burned.resources["load"]["cores"]
     label = start_label(burned)
 
-    analysis = "\n".join(format_analysis(analyze(c, reg.design_id)))
-    assert f"warning: {label}: the machine was busier than its" in analysis
+    named = f"{burned.id} (block 1, candidate)"  # "start 3 (block 1, candidate)" alone, or among several
+    analysis = [x for x in format_analysis(analyze(c, reg.design_id)) if x.startswith("warning: ")]
+    assert any(named in x and "busier than its" in x for x in analysis), analysis
 
-    note = write_report(c, tmp_path / "out").read_text()
-    assert f"- Warning: {label}: the machine was busier than its" in note
-    assert f"| {socket.gethostname()} |" in note  # the metadata table
-    assert "no GPU or NVML" not in note
+    note = write_report(c, tmp_path / "out").read_text().splitlines()
+    assert any(x.startswith("- Warning: ") and named in x and "busier than its" in x for x in note)
+    # one line per start for a few, one line naming them all for many (this shared machine may be busy throughout)
+    assert f"{label}: the machine was busier than its" in "\n".join(load_warnings(rows, each=10))
+    (many,) = load_warnings(rows, each=0)
+    assert many.startswith(f"{len(load_warnings(rows, each=10))} of 4 starts ran while the machine was busier") and named in many
+    assert any(x.startswith(f"| {socket.gethostname()} |") for x in note)  # the metadata table
+    assert not any("no GPU or NVML" in x for x in note)
 
     moved = dataclasses.replace(rows[1], resources={**rows[1].resources,
                                                     "machine": {**rows[1].resources["machine"], "host": "elsewhere"}})

@@ -114,7 +114,7 @@ def engine_binary(out: StartOutcome) -> dict[str, str] | None:
     """The program the start ran and its sha256 (a version string cannot tell a CUDA build from a CPU
     build); None where it cannot be found (a Python engine, a missing binary)."""
     try:
-        if out.engine == "llamacpp":
+        if out.recipe.engine == "llamacpp" and not out.recipe.command:
             path: str | None = find_llama_server(out.recipe.binary)
         elif out.recipe.command:
             path = shutil.which(out.recipe.command[0])
@@ -153,16 +153,23 @@ def start_label(row: StartRow) -> str:
     return f"start {row.id} (block {row.block + 1}, {row.arm})"
 
 
-def load_warnings(rows: list[StartRow]) -> list[str]:
-    """One warning per start during which the machine was busier than its cores (the noise guard)."""
-    out = []
+def load_warnings(rows: list[StartRow], each: int = 3) -> list[str]:
+    """The noise guard: a warning per start during which the machine was busier than its cores, or,
+    when more than ``each`` starts were, one line naming them all with the busiest."""
+    busy = []
     for row in rows:
         load = row.resources.get("load")
         if isinstance(load, dict):
-            warning = judge_load(start_label(row), LoadRecord.model_validate(load))
+            record = LoadRecord.model_validate(load)
+            warning = judge_load(start_label(row), record)
             if warning:
-                out.append(warning)
-    return out
+                busy.append((record.runnable_mean or 0.0, row, warning))
+    if len(busy) <= each:
+        return [w for _, _, w in busy]
+    worst = max(busy, key=lambda t: t[0])
+    names = ", ".join(f"{r.id} (block {r.block + 1}, {r.arm})" for _, r, _ in busy)
+    return [f"{len(busy)} of {len(rows)} starts ran while the machine was busier than its cores: starts {names}; "
+            f"the busiest: {worst[2]}"]
 
 
 def machine_of(row: StartRow) -> MachineSnapshot | None:
