@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from frankenstein.campaign import init_campaign
+from frankenstein.design.registry import register
+
 from conftest import frank
 
 ARM = """\
@@ -44,14 +47,13 @@ kind = "all_blocks_better"
 
 
 def _campaign(tmp_path: Path, mode: str) -> tuple[Path, Path]:
-    root = tmp_path / "c"
-    assert frank("init", str(root)).returncode == 0
+    """A campaign with the command-arm design registered (in-process: only the run needs a real frank)."""
     (tmp_path / "arm.py").write_text(ARM)
-    design = root / "designs" / "arm.toml"
-    design.write_text(DESIGN.format(py=sys.executable, arm=tmp_path / "arm.py", mark=tmp_path / "mark", mode=mode))
-    reg = frank("register", str(design), "-c", str(root))
-    assert reg.returncode == 0, reg.stderr
-    return root, tmp_path / "mark"
+    with init_campaign(tmp_path / "c") as c:
+        design = c.root / "designs" / "arm.toml"
+        design.write_text(DESIGN.format(py=sys.executable, arm=tmp_path / "arm.py", mark=tmp_path / "mark", mode=mode))
+        assert register(c, design).design_id == "arm-1"
+    return c.root, tmp_path / "mark"
 
 
 def _alive(pid: int) -> bool:
