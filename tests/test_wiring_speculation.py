@@ -18,7 +18,7 @@ from frankenstein.design.start import speculation
 from frankenstein.errors import DesignError
 from frankenstein.report.note import write_report
 
-from helpers_campaign import make_campaign, write_design
+from helpers_campaign import make_campaign, make_workload, write_design
 
 # turns as replay records them: llama-server leaves out the draft fields where nothing was drafted
 ROWS = [
@@ -95,3 +95,14 @@ def test_a_draft_primary_metric_is_refused_when_an_arm_cannot_draft(tmp_path: Pa
                                           r"decoding, so it cannot produce acceptance_rate"):
         kind_of("speed").check_recipes(design, {"served": served, "candidate": draft}, path)
     kind_of("speed").check_recipes(design, {"served": draft, "candidate": draft}, path)  # both draft: accepted
+
+
+def test_registration_refuses_a_draft_primary_metric_an_arm_cannot_produce(tmp_path: Path) -> None:
+    c = make_campaign(tmp_path / "c")
+    (c.root / "workloads").mkdir(exist_ok=True)
+    make_workload(c.root / "workloads" / "w.jsonl")
+    path = write_design(c.root / "acc.toml", candidate_parts='["draft"]')
+    path.write_text(path.read_text().replace('primary_metric = "verify_step_ms"', 'primary_metric = "acceptance_rate"'))
+    with pytest.raises(DesignError, match=r"acc\.toml: primary_metric: arm served \(served\) launches no speculative"):
+        register(c, path)
+    assert "launches no speculative decoding" in c.store.refusals(None)[-1].reason

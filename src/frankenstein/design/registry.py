@@ -63,6 +63,7 @@ def check_design(campaign: Campaign, design: DesignFile, path: Path) -> FrozenDe
     direction: Literal["lower", "higher"] = design.direction or (
         "higher" if METRICS.get(design.primary_metric) == "higher" else "lower")
     recipes = resolve_arms(lambda arm: resolve_arm(campaign, design, arm), path)
+    kind.check_recipes(design, recipes, path)
     same = _same(recipes["served"], recipes["candidate"], design)
     if same and not kind.same_arms:
         raise DesignError("the two arms are identical; only an A/A design (kind = \"aa\") may compare a recipe with itself",
