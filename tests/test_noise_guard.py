@@ -11,9 +11,12 @@ import sys
 from pathlib import Path
 
 from frankenstein.design.analysis import analyze, format_analysis
+from frankenstein.design.facts import read_resources
 from frankenstein.design.registry import register
 from frankenstein.design.runner import run_design
 from frankenstein.design.start import load_warnings, machine_differences, start_label
+from frankenstein.gates import memory_gate
+from frankenstein.report.facts import resource_lines
 from frankenstein.report.note import write_report
 
 from helpers_campaign import make_campaign
@@ -91,3 +94,19 @@ def test_a_cpu_burner_during_a_start_makes_analyze_and_the_note_warn_naming_it(t
                                                     "machine": {**rows[1].resources["machine"], "host": "elsewhere"}})
     flags = machine_differences([rows[0], moved, *rows[2:]])
     assert flags == [f"{start_label(moved)} ran on a different machine: host: {socket.gethostname()} → elsewhere"]
+
+
+def test_a_start_that_could_not_look_at_a_gpu_is_not_sampled_never_no_gpu(tmp_path: Path) -> None:
+    c = make_campaign(tmp_path / "c")
+    (c.root / "bench.py").write_text(BENCH)
+    design = c.root / "noisy.toml"
+    design.write_text(DESIGN.format(py=sys.executable, bench=c.root / "bench.py", root=c.root).replace('"1"]', '"0"]'))
+    reg = register(c, design)
+    run_design(c, reg.design_id, echo=lambda s: None)
+    rows = c.store.starts_of(reg.design_id)
+    blind = [dataclasses.replace(r, resources={**r.resources, "gpu": None, "status": "not sampled",
+                                               "note": "not sampled: pynvml is not installed"}) for r in rows]
+    (line,) = resource_lines(read_resources(blind))
+    assert line == ("GPU memory and power: not sampled in 4 of the 4 ok starts (not sampled: pynvml is not installed); "
+                    "absent, not zero, and not a statement that there was no GPU.")
+    assert memory_gate(read_resources(blind), 512)[1] == "memory gate not checked: GPU not sampled in 4 of 4 ok starts"
