@@ -215,6 +215,10 @@ def test_ngram_speed_design_end_to_end(camp: Path, recorded: Path) -> None:
     accepted = sum(json.loads(m).get("accepted") or 0 for arm, m in rows if arm == "candidate")
     assert drafted > 0 and 0 < accepted <= drafted  # the candidate drafts on the real model's repetitive output
     assert all(json.loads(m).get("drafted") in (None, 0) for arm, m in rows if arm == "served")
+    # frank analyze prints the speculation per arm (issue 17.2): the candidate's own counts and rate
+    assert (f"candidate: drafted {drafted}, accepted {accepted}, acceptance rate {accepted / drafted:.4f} (5 starts)"
+            in a.stdout), a.stdout
+    assert "served: no drafts recorded (it cannot produce an acceptance rate)" in a.stdout
     print(f"\nngram candidate: drafted {drafted}, accepted {accepted}, rate {accepted / drafted:.3f}\n{a.stdout}")
 
 
