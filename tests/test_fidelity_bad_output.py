@@ -14,7 +14,7 @@ import pytest
 from conftest import frank
 from frankenstein.campaign import init_campaign, open_campaign
 from frankenstein.design.analysis import analyze
-from frankenstein.design.kind_fidelity import run_forced
+from frankenstein.design.kinds.fidelity import run_forced
 from frankenstein.fidelity.compare import compare, summarize_pairs
 from frankenstein.shipped import data_path
 from frankenstein.workload.trace import Turn, load_trace, write_trace

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import BASE_ARGS
 from frankenstein.config import ResolvedRecipe
-from frankenstein.design.kind_fidelity import run_forced
+from frankenstein.design.kinds.fidelity import run_forced
 from frankenstein.fidelity.compare import compare, summarize_pairs
 from frankenstein.engines import start_engine
 from frankenstein.fidelity.forced import (

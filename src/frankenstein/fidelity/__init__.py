@@ -7,6 +7,6 @@
     gate.py     the registered rule, its report lines, the gate a speed design names, the demo step
     check.py    ``frank fidelity check`` (unregistered A, B, A′) and ``frank fidelity fill``
 
-Designs of kind ``fidelity`` run and analyze through :mod:`frankenstein.design.kind_fidelity`.
+Designs of kind ``fidelity`` run and analyze through :mod:`frankenstein.design.kinds.fidelity`.
 See docs/fidelity.md.
 """
