@@ -33,8 +33,9 @@ class FrozenUserFile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-def field_error(path: object, exc: ValidationError, error_cls: type[ConfigError] = ConfigError,
-                prefix: str = "") -> ConfigError:
+def field_error(
+    path: object, exc: ValidationError, error_cls: type[ConfigError] = ConfigError, prefix: str = ""
+) -> ConfigError:
     """One message naming the file and the first bad field (``prefix`` is prepended to the field, e.g. a line)."""
     err = exc.errors()[0]
     ctx = err.get("ctx") or {}

@@ -4,20 +4,21 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
 from frankenstein.cli.app import app
 
-tasks_app = typer.Typer(help="Agent tasks: validate a suite, list it, run one draw against an engine.",
-                        no_args_is_help=True)
+tasks_app = typer.Typer(
+    help="Agent tasks: validate a suite, list it, run one draw against an engine.", no_args_is_help=True
+)
 app.add_typer(tasks_app, name="tasks")
 
 _DIR_HELP = "A suite folder (task folders inside) or one task folder; default: the shipped suite."
 
 
-def _load(directory: Optional[Path], ids: list[str] | None = None) -> list[Any]:
+def _load(directory: Path | None, ids: list[str] | None = None) -> list[Any]:
     from frankenstein.agent.tasks import load_suite, load_task, shipped_suite
 
     folder = directory or shipped_suite()
@@ -28,7 +29,7 @@ def _load(directory: Optional[Path], ids: list[str] | None = None) -> list[Any]:
 
 @tasks_app.command("validate")
 def validate_cmd(
-    directory: Optional[Path] = typer.Argument(None, help=_DIR_HELP),
+    directory: Path | None = typer.Argument(None, help=_DIR_HELP),
     k: int = typer.Option(3, "-k", min=1, help="Runs of the oracle and of the untouched workspace per task."),
 ) -> None:
     """Check every task: the oracle passes k of k, the untouched workspace fails k of k, repeated grader
@@ -50,15 +51,17 @@ def validate_cmd(
 
 
 @tasks_app.command("list")
-def list_cmd(directory: Optional[Path] = typer.Argument(None, help=_DIR_HELP)) -> None:
+def list_cmd(directory: Path | None = typer.Argument(None, help=_DIR_HELP)) -> None:
     """List the tasks of a suite with their version, hash and limits.
 
     Example: frank tasks list
     """
     for t in _load(directory):
         lim = t.config.limits
-        typer.echo(f"{t.id}  v{t.config.version}  {t.hash[:12]}  turns={lim.turns} "
-                   f"context={lim.context_tokens} wall={lim.wall_time_s:g}s  {t.config.description}")
+        typer.echo(
+            f"{t.id}  v{t.config.version}  {t.hash[:12]}  turns={lim.turns} "
+            f"context={lim.context_tokens} wall={lim.wall_time_s:g}s  {t.config.description}"
+        )
 
 
 @tasks_app.command("draw")
@@ -66,12 +69,12 @@ def draw_cmd(
     base_url: str = typer.Argument(..., help="OpenAI-compatible server, e.g. http://127.0.0.1:8080"),
     trace: Path = typer.Option(..., "--trace", help="Trace file (JSONL) the turns are appended to."),
     work_dir: Path = typer.Option(..., "--work-dir", help="Folder for the episodes' workspaces."),
-    directory: Optional[Path] = typer.Option(None, "--suite", help=_DIR_HELP),
+    directory: Path | None = typer.Option(None, "--suite", help=_DIR_HELP),
     task: list[str] = typer.Option([], "--task", help="Only this task id (repeatable)."),
     draw: int = typer.Option(0, help="Draw number (also the default seed)."),
     model: str = typer.Option("tiny", help="Model name sent in requests."),
-    turns: Optional[int] = typer.Option(None, help="Override every task's turn limit."),
-    output_tokens: Optional[int] = typer.Option(None, help="Override every task's output tokens per turn."),
+    turns: int | None = typer.Option(None, help="Override every task's turn limit."),
+    output_tokens: int | None = typer.Option(None, help="Override every task's output tokens per turn."),
 ) -> None:
     """Run one draw (every task once) against a running engine and print one JSON line per episode.
 
@@ -81,7 +84,8 @@ def draw_cmd(
 
     overrides = {k: v for k, v in (("turns", turns), ("output_tokens", output_tokens)) if v is not None}
     suite = _load(directory, task)
-    results = run_draw(base_url, suite[0].dir.parent, suite, draw, trace, work_dir, model,
-                       limit_overrides=overrides or None)
+    results = run_draw(
+        base_url, suite[0].dir.parent, suite, draw, trace, work_dir, model, limit_overrides=overrides or None
+    )
     for r in results:
         typer.echo(json.dumps({k: v for k, v in r.row().items() if k != "detail"}, sort_keys=True))

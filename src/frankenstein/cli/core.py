@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -43,10 +42,10 @@ def doctor() -> None:
 
 @engine_app.command("check")
 def engine_check(
-    recipe: Optional[str] = typer.Argument(None, help="Recipe name (default: the served recipe)."),
+    recipe: str | None = typer.Argument(None, help="Recipe name (default: the served recipe)."),
     campaign: Path = typer.Option(Path("."), "--campaign", "-c", help="Campaign folder."),
     part: list[str] = typer.Option([], "--part", "-p", help="Add a part to the recipe (repeatable)."),
-    port: Optional[int] = typer.Option(None, help="Port on 127.0.0.1 (default: a free one)."),
+    port: int | None = typer.Option(None, help="Port on 127.0.0.1 (default: a free one)."),
     n_predict: int = typer.Option(48, help="Tokens to generate per request."),
     requests: int = typer.Option(4, help="Number of requests."),
 ) -> None:
@@ -63,7 +62,9 @@ def engine_check(
 
 @app.command()
 def demo(
-    directory: Optional[Path] = typer.Option(None, "--dir", help="Campaign folder for the demo (default: a new temporary one)."),
+    directory: Path | None = typer.Option(
+        None, "--dir", help="Campaign folder for the demo (default: a new temporary one)."
+    ),
     blocks: int = typer.Option(5, min=1, help="Blocks in the demo's speed design."),
     turns: int = typer.Option(4, min=2, help="Workload turns replayed per start."),
 ) -> None:

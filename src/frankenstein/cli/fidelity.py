@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -11,7 +10,7 @@ from frankenstein.cli.app import app
 
 fidelity_app = typer.Typer(
     help="Fidelity: forced-decode top-k KL of a part against the served recipe.\n\n"
-         "Example: frank fidelity check base --part q8 -w workloads/w.jsonl -c camp",
+    "Example: frank fidelity check base --part q8 -w workloads/w.jsonl -c camp",
     no_args_is_help=True,
 )
 app.add_typer(fidelity_app, name="fidelity")
@@ -24,9 +23,11 @@ def check(
     workload: Path = typer.Option(..., "--workload", "-w", help="Workload (JSONL trace; pkg:NAME for shipped ones)."),
     campaign: Path = typer.Option(Path("."), "--campaign", "-c", help="Campaign folder."),
     top_k: int = typer.Option(64, "--top-k", min=1, help="Top-k logprobs per position (the engine may cap it)."),
-    max_positions: Optional[int] = typer.Option(None, "--max-positions", min=1, help="Stop after this many positions."),
+    max_positions: int | None = typer.Option(None, "--max-positions", min=1, help="Stop after this many positions."),
     threshold: float = typer.Option(0.5, "--threshold", help="KL (nats) above which a position is counted."),
-    tolerance: Optional[float] = typer.Option(None, "--tolerance", help="Also say what the rule would say with this mean-KL tolerance."),
+    tolerance: float | None = typer.Option(
+        None, "--tolerance", help="Also say what the rule would say with this mean-KL tolerance."
+    ),
 ) -> None:
     """Served (A), served + part (B), served again (A′): KL(A ‖ B) per position beside the noise floor KL(A ‖ A′).
 
@@ -37,8 +38,17 @@ def check(
     """
     from frankenstein.fidelity.check import check_fidelity
 
-    check_fidelity(campaign, recipe, part, workload,
-                   top_k=top_k, max_positions=max_positions, threshold=threshold, tolerance=tolerance, echo=typer.echo)
+    check_fidelity(
+        campaign,
+        recipe,
+        part,
+        workload,
+        top_k=top_k,
+        max_positions=max_positions,
+        threshold=threshold,
+        tolerance=tolerance,
+        echo=typer.echo,
+    )
 
 
 @fidelity_app.command("fill")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -13,17 +12,20 @@ from frankenstein.cli.app import app, check_listen
 @app.command()
 def serve(
     campaign: Path = typer.Option(Path("."), "--campaign", "-c", help="Campaign whose served recipe to start."),
-    listen: str = typer.Option("127.0.0.1:8088", "--listen", help="HOST:PORT of the front (127.0.0.1 by default).",
-                               callback=check_listen),
-    tokenizer: Optional[Path] = typer.Option(
-        None, "--tokenizer", help="The model's tokenizer.json (default: beside the model file)."),
-    record: Optional[Path] = typer.Option(
-        None, "--record", help="Append every generation turn to this workload JSONL."),
-    upstream: Optional[str] = typer.Option(
-        None, "--upstream", help="Front an engine already running at this URL instead of starting the recipe."),
+    listen: str = typer.Option(
+        "127.0.0.1:8088", "--listen", help="HOST:PORT of the front (127.0.0.1 by default).", callback=check_listen
+    ),
+    tokenizer: Path | None = typer.Option(
+        None, "--tokenizer", help="The model's tokenizer.json (default: beside the model file)."
+    ),
+    record: Path | None = typer.Option(None, "--record", help="Append every generation turn to this workload JSONL."),
+    upstream: str | None = typer.Option(
+        None, "--upstream", help="Front an engine already running at this URL instead of starting the recipe."
+    ),
     cache_mb: int = typer.Option(256, "--cache-mb", help="Memory budget of the region cache, MiB."),
     shadow: float = typer.Option(
-        0.0, "--shadow", help="Fraction of counts also encoded in full and compared; a mismatch turns the cache off."),
+        0.0, "--shadow", help="Fraction of counts also encoded in full and compared; a mismatch turns the cache off."
+    ),
 ) -> None:
     """Start the served recipe behind an OpenAI-compatible front that counts tokens from an exact cache.
 
@@ -37,6 +39,13 @@ def serve(
 
     if not 0.0 <= shadow <= 1.0:
         raise FrankError(f"--shadow {shadow}: expected a fraction between 0 and 1")
-    opts = ServeOptions(campaign=campaign, listen=listen, tokenizer=tokenizer, record=record, upstream=upstream,
-                        max_bytes=cache_mb * 1024 * 1024, shadow_rate=shadow)
+    opts = ServeOptions(
+        campaign=campaign,
+        listen=listen,
+        tokenizer=tokenizer,
+        record=record,
+        upstream=upstream,
+        max_bytes=cache_mb * 1024 * 1024,
+        shadow_rate=shadow,
+    )
     serve_until_interrupted(opts, echo=lambda line: typer.echo(line, err=line.startswith("frank serve: region")))

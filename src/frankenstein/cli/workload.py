@@ -47,11 +47,17 @@ def record(
 
 @workload_app.command("import")
 def import_cmd(
-    inputs: list[Path] = typer.Argument(..., help="Input file(s); OpenAI Batch input + output files may be given together."),
+    inputs: list[Path] = typer.Argument(
+        ..., help="Input file(s); OpenAI Batch input + output files may be given together."
+    ),
     source: str = typer.Option(..., "--from", help="openai | vllm | sharegpt"),
     out: Path = typer.Option(..., "--out", help="Trace file to write (refused if it exists, unless --force)."),
-    output_len: int = typer.Option(None, "--output-len", help="vllm: tokens to generate per turn (else output_tokens)."),
-    endpoint: str = typer.Option("chat", "--endpoint", help="vllm: chat (template applied, vLLM's default) | completions."),
+    output_len: int = typer.Option(
+        None, "--output-len", help="vllm: tokens to generate per turn (else output_tokens)."
+    ),
+    endpoint: str = typer.Option(
+        "chat", "--endpoint", help="vllm: chat (template applied, vLLM's default) | completions."
+    ),
     model: str = typer.Option(None, "--model", help="vllm/sharegpt: a model name to put in every request."),
     force: bool = typer.Option(False, "--force", help="Overwrite OUT."),
 ) -> None:

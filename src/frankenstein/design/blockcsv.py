@@ -18,7 +18,15 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from frankenstein.design.rules import DataKind, Direction, Rule, Verdict, evaluate, evaluate_differences, unreachable_reason
+from frankenstein.design.rules import (
+    DataKind,
+    Direction,
+    Rule,
+    Verdict,
+    evaluate,
+    evaluate_differences,
+    unreachable_reason,
+)
 from frankenstein.errors import AnalysisError
 
 LAYOUTS: dict[frozenset[str], DataKind] = {
@@ -41,8 +49,11 @@ class BlockData:
 def read_blocks_csv(path: str | Path) -> BlockData:
     """Read and check a block CSV; raises AnalysisError naming the file and line on bad input."""
     path = Path(path)
-    lines = [(i, line) for i, line in enumerate(_read_text(path).splitlines(), start=1)
-             if line.strip() and not line.lstrip().startswith("#")]
+    lines = [
+        (i, line)
+        for i, line in enumerate(_read_text(path).splitlines(), start=1)
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
     if not lines:
         raise AnalysisError(f"{path}: empty file; expected a header line: {EXPECTED}")
     (hline, header_text), rows = lines[0], lines[1:]
@@ -57,13 +68,16 @@ def read_blocks_csv(path: str | Path) -> BlockData:
     for lineno, text in rows:
         cells = [c.strip() for c in _split(text)]
         if len(cells) != len(header):
-            raise AnalysisError(f"{path}: line {lineno}: expected {len(header)} fields ({','.join(header)}), found {len(cells)}")
+            raise AnalysisError(
+                f"{path}: line {lineno}: expected {len(header)} fields ({','.join(header)}), found {len(cells)}"
+            )
         record = dict(zip(header, cells))
         _add_block(path, lineno, record["block"], seen)
         for name in columns:
             columns[name].append(_number(path, lineno, name, record[name], positive=data == "ratio"))
-    return BlockData(path, data, list(seen), columns.get("served", []), columns.get("candidate", []),
-                     columns.get("difference", []))
+    return BlockData(
+        path, data, list(seen), columns.get("served", []), columns.get("candidate", []), columns.get("difference", [])
+    )
 
 
 def analyze_blocks_file(path: str | Path, rule: Rule, direction: Direction) -> Verdict:

@@ -68,8 +68,14 @@ def run_guarded(command: list[str], stdout_path: Path, stderr_path: Path, timeou
     and reap the whole group whatever happened (exit, timeout, KeyboardInterrupt). Returns the exit code."""
     argv = [sys.executable, "-I", command_guard.__file__, str(os.getpid()), "--", *command]
     with open(stdout_path, "wb") as so, open(stderr_path, "wb") as se:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=so, stderr=se, start_new_session=True,
-                                preexec_fn=_parent_death(signal.SIGTERM))
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=so,
+            stderr=se,
+            start_new_session=True,
+            preexec_fn=_parent_death(signal.SIGTERM),
+        )
     pidfile = runtime_dir() / f"{proc.pid}.json"
     pidfile.write_text(json.dumps({"pid": proc.pid, "pgid": proc.pid, "owner": os.getpid(), "argv": command[:3]}))
     try:
@@ -83,11 +89,13 @@ def run_guarded(command: list[str], stdout_path: Path, stderr_path: Path, timeou
 
 def _parent_death(sig: int) -> Callable[[], None]:
     """preexec: ask the kernel for ``sig`` when frank dies (the guard then kills the group)."""
+
     def setup() -> None:
         try:
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(command_guard.PR_SET_PDEATHSIG, sig)
         except OSError:
             pass
+
     return setup
 
 
