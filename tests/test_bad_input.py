@@ -44,7 +44,7 @@ REFUSED = [
     ("starts_per_arm = 100000000", "draft", "starts_per_arm"),
     ("starts_per_arm = 101", "draft", "starts_per_arm"),
     ("agent = {{ temperature = inf }}", "draft", "agent.temperature"),
-    ("", "gone", "arms.candidate"),       # the part's model file does not exist
+    ("", "gone", "arms.candidate"),  # the part's model file does not exist
     ("", "nosuchpart", "arms.candidate"),  # an unknown part names the design file too
 ]
 TOML_EXTRA = """
@@ -63,7 +63,9 @@ def campaign(tmp_path: Path) -> Iterator[Campaign]:
 
 
 @pytest.mark.parametrize(("extra", "part", "field"), REFUSED, ids=[r[2] + ":" + (r[0] or r[1]) for r in REFUSED])
-def test_registration_refuses_a_design_that_cannot_finish(campaign: Campaign, extra: str, part: str, field: str) -> None:
+def test_registration_refuses_a_design_that_cannot_finish(
+    campaign: Campaign, extra: str, part: str, field: str
+) -> None:
     path = campaign.root / "designs" / "d.toml"
     path.write_text(BASE.format(extra=extra.replace("{{", "{").replace("}}", "}"), part=part))
     with pytest.raises(DesignError) as err:
@@ -96,8 +98,10 @@ def test_a_bad_start_timeout_in_frank_toml(tmp_path: Path) -> None:
 
 
 def test_listen_port_out_of_range_is_a_usage_error(tmp_path: Path) -> None:
-    for args in (["record", "--upstream", "http://127.0.0.1:9", "--out", str(tmp_path / "t.jsonl")],
-                 ["serve", "-c", str(tmp_path), "--upstream", "http://127.0.0.1:9"]):
+    for args in (
+        ["record", "--upstream", "http://127.0.0.1:9", "--out", str(tmp_path / "t.jsonl")],
+        ["serve", "-c", str(tmp_path), "--upstream", "http://127.0.0.1:9"],
+    ):
         for listen in ("127.0.0.1:99999", "127.0.0.1:-1", "127.0.0.1:http"):
             run = frank(*args, "--listen", listen, timeout=60)
             assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
@@ -109,7 +113,10 @@ def test_init_over_an_existing_file_refuses_and_keeps_it(tmp_path: Path) -> None
     target = tmp_path / "notes.txt"
     target.write_text("mine")
     run = frank("init", str(target))
-    assert run.returncode == 1 and run.stderr.strip() == f"frank: error: {target}: exists and is not a folder; refusing to overwrite it"
+    assert (
+        run.returncode == 1
+        and run.stderr.strip() == f"frank: error: {target}: exists and is not a folder; refusing to overwrite it"
+    )
     assert target.read_text() == "mine"
     root = tmp_path / "c"
     assert frank("init", str(root)).returncode == 0

@@ -82,8 +82,12 @@ def _gone_within(pids: list[int], timeout_s: float = 10.0) -> list[int]:
 
 
 def _run_frank(root: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "frankenstein", "run", "arm-1", "-c", str(root)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "frankenstein", "run", "arm-1", "-c", str(root)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGINT], ids=["kill-9", "ctrl-c"])
@@ -133,10 +137,17 @@ def _hold_lock(db: Path, seconds: float) -> subprocess.Popen[str]:
     return holder
 
 
-def _run_then_lock(tmp_path: Path, root: Path, seconds: float, env: dict[str, str]) -> tuple[subprocess.Popen[str], subprocess.Popen[str]]:
+def _run_then_lock(
+    tmp_path: Path, root: Path, seconds: float, env: dict[str, str]
+) -> tuple[subprocess.Popen[str], subprocess.Popen[str]]:
     """frank runs; as soon as its first start is under way a second process takes the write lock."""
-    proc = subprocess.Popen([sys.executable, "-m", "frankenstein", "run", "arm-1", "-c", str(root)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "frankenstein", "run", "arm-1", "-c", str(root)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **env},
+    )
     _grandchildren(tmp_path)
     return proc, _hold_lock(root / "frank.db", seconds)
 

@@ -32,33 +32,53 @@ from frankenstein.workload.trace import load_trace
 
 from conftest import frank
 
-FUZZ = settings(max_examples=300, deadline=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+FUZZ = settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 WORK = Path(tempfile.gettempdir())  # replaced by the module's folder in ``work``
 
 CONFIG = {
-    "name": "fuzz", "served": "base",
-    "recipes": {"base": {"engine": "llamacpp", "model": "pkg:tiny-target.gguf", "args": ["--ctx-size", "2048"],
-                         "start_timeout_s": 120}},
+    "name": "fuzz",
+    "served": "base",
+    "recipes": {
+        "base": {
+            "engine": "llamacpp",
+            "model": "pkg:tiny-target.gguf",
+            "args": ["--ctx-size", "2048"],
+            "start_timeout_s": 120,
+        }
+    },
     "parts": {"draft": {"description": "d", "args": ["-md", "pkg:tiny-draft.gguf"]}},
 }
 DESIGN = {
-    "name": "d", "kind": "speed", "blocks": 6, "starts_per_arm": 1, "workload": "pkg:demo-workload.jsonl",
+    "name": "d",
+    "kind": "speed",
+    "blocks": 6,
+    "starts_per_arm": 1,
+    "workload": "pkg:demo-workload.jsonl",
     "arms": {"served": {"recipe": "served"}, "candidate": {"recipe": "served", "parts": ["draft"]}},
     "replay": {"warmup_turns": 1, "max_turns": 4, "temperature": 0.0, "request_timeout_s": 60.0},
-    "rule": {"kind": "sign", "alpha": 0.05}, "agent": {"temperature": 0.0, "limits": {"turns": 4.0}},
+    "rule": {"kind": "sign", "alpha": 0.05},
+    "agent": {"temperature": 0.0, "limits": {"turns": 4.0}},
 }
 TURN = json.loads(data_path("demo-workload.jsonl").read_text().splitlines()[0])
 
 # ------------------------------------------------------------------ strategies
 
 scalars = st.one_of(
-    st.booleans(), st.integers(), st.integers(min_value=-(2**80), max_value=2**80),
-    st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([0, -1, 10**8, 10**18, 1e308, -0.0]),
-    st.text(max_size=16), st.sampled_from(["", "pkg:", "pkg:nope", "/", "../..", "served", "sign", "é\u202e\x00"]),
+    st.booleans(),
+    st.integers(),
+    st.integers(min_value=-(2**80), max_value=2**80),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([0, -1, 10**8, 10**18, 1e308, -0.0]),
+    st.text(max_size=16),
+    st.sampled_from(["", "pkg:", "pkg:nope", "/", "../..", "served", "sign", "é\u202e\x00"]),
 )
-values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
-                      max_leaves=8)
+values = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=8,
+)
 
 
 def _paths(doc: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
@@ -86,8 +106,14 @@ def _mutate(base: dict[str, Any], path: tuple[str, ...], action: str, value: Any
 
 
 def mutated(base: dict[str, Any]) -> st.SearchStrategy[dict[str, Any]]:
-    return st.builds(_mutate, st.just(base), st.sampled_from(_paths(base)), st.sampled_from(["set", "delete", "add"]),
-                     values, st.text(max_size=6))
+    return st.builds(
+        _mutate,
+        st.just(base),
+        st.sampled_from(_paths(base)),
+        st.sampled_from(["set", "delete", "add"]),
+        values,
+        st.text(max_size=6),
+    )
 
 
 def toml_value(v: Any) -> str:
@@ -110,6 +136,7 @@ def toml_text(doc: dict[str, Any]) -> str:
 
 def damaged(text_strategy: st.SearchStrategy[str]) -> st.SearchStrategy[bytes]:
     """Valid-ish text, or the same with invalid UTF-8 or a NUL spliced in, or raw bytes, or deep nesting."""
+
     def splice(text: str, at: int, junk: bytes) -> bytes:
         raw = text.encode("utf-8", "surrogatepass")
         at = at % (len(raw) + 1)
@@ -117,7 +144,9 @@ def damaged(text_strategy: st.SearchStrategy[str]) -> st.SearchStrategy[bytes]:
 
     return st.one_of(
         text_strategy.map(lambda t: t.encode("utf-8", "surrogatepass")),
-        st.builds(splice, text_strategy, st.integers(0, 10**6), st.sampled_from([b"\xff", b"\xc3", b"\xed\xa0\x80", b"\x00"])),
+        st.builds(
+            splice, text_strategy, st.integers(0, 10**6), st.sampled_from([b"\xff", b"\xc3", b"\xed\xa0\x80", b"\x00"])
+        ),
         st.binary(max_size=200),
         st.integers(50, 20000).map(lambda n: b"x = " + b"[" * n + b"]" * n + b"\n"),
         st.integers(50, 20000).map(lambda n: b"[" * n + b"]" * n + b"\n"),
@@ -125,6 +154,7 @@ def damaged(text_strategy: st.SearchStrategy[str]) -> st.SearchStrategy[bytes]:
 
 
 # ------------------------------------------------------------------ the property
+
 
 @pytest.fixture(scope="module", autouse=True)
 def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -190,21 +220,43 @@ def test_trace_lines(data: bytes, newline: bool) -> None:
     refused_cleanly(load_trace, _write("w.jsonl", data + (b"\n" if newline and not data.endswith(b"\n") else b"")))
 
 
-cells = st.one_of(st.sampled_from(["1", "2.5", "-3", "0", "nan", "inf", "-inf", "1e400", "", " ", "1,2", '"', "b1", "é"]),
-                  st.text(max_size=6), st.integers().map(str), st.floats().map(repr))
-headers = st.sampled_from(["block,served,candidate", "block,difference", "served,block,candidate", "block,block",
-                           "block,served", "", "# c\nblock,difference", "\ufeffblock,difference"])
+cells = st.one_of(
+    st.sampled_from(["1", "2.5", "-3", "0", "nan", "inf", "-inf", "1e400", "", " ", "1,2", '"', "b1", "é"]),
+    st.text(max_size=6),
+    st.integers().map(str),
+    st.floats().map(repr),
+)
+headers = st.sampled_from(
+    [
+        "block,served,candidate",
+        "block,difference",
+        "served,block,candidate",
+        "block,block",
+        "block,served",
+        "",
+        "# c\nblock,difference",
+        "\ufeffblock,difference",
+    ]
+)
 
 
 @FUZZ
-@given(damaged(st.builds(lambda h, rows: h + "\n" + "\n".join(",".join(r) for r in rows) + "\n",
-                         headers, st.lists(st.lists(cells, min_size=1, max_size=4), max_size=6))))
+@given(
+    damaged(
+        st.builds(
+            lambda h, rows: h + "\n" + "\n".join(",".join(r) for r in rows) + "\n",
+            headers,
+            st.lists(st.lists(cells, min_size=1, max_size=4), max_size=6),
+        )
+    )
+)
 def test_block_csvs(data: bytes) -> None:
     refused_cleanly(read_blocks_csv, _write("blocks.csv", data))
 
 
-@pytest.mark.parametrize("load", [load_config, _design, load_trace, read_blocks_csv],
-                         ids=["frank.toml", "design", "trace", "blocks.csv"])
+@pytest.mark.parametrize(
+    "load", [load_config, _design, load_trace, read_blocks_csv], ids=["frank.toml", "design", "trace", "blocks.csv"]
+)
 def test_a_directory_where_a_file_belongs(load: Callable[[Path], object]) -> None:
     path = Path(tempfile.mkdtemp(dir=WORK)) / "a-folder.toml"
     path.mkdir()
@@ -214,6 +266,7 @@ def test_a_directory_where_a_file_belongs(load: Callable[[Path], object]) -> Non
 
 
 # ------------------------------------------------------------------ the real CLI
+
 
 def _cli_cases(root: Path) -> list[tuple[list[str], Path]]:
     bad_utf8 = root / "designs" / "bad.toml"
