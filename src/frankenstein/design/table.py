@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from fractions import Fraction
 
 from frankenstein.design.plan import UPPER_BOUND_LEVEL, Plan, PlanRow
-from frankenstein.design.rules import AllBlocksBetter, HarmRule, PermutationRule, Rule, SignRule, Verdict
+from frankenstein.design.rules import (AllBlocksBetter, HarmRule, PermutationRule, Rule, SignRule, Verdict,
+                                       format_difference)
 from frankenstein.design.stats import MAX_ENUMERATED_BLOCKS
 
 
@@ -93,12 +94,12 @@ def format_summary(v: Verdict) -> list[str]:
     if v.geomean_ratio is not None:
         lines.append(f"geometric-mean ratio (candidate/served): {v.geomean_ratio:.4f} ({_pct(v.geomean_ratio - 1)})")
     if v.mean_difference is not None:
-        lines.append(f"mean difference (candidate - served): {v.mean_difference:+.6g}")
+        lines.append(f"mean difference (candidate - served): {format_difference(v.mean_difference)}")
     lines += _ci_lines(v)
     if v.p is not None:
         check = "" if v.p_scipy is None else f" (scipy: {v.p_scipy:.6g})"
         lines.append(f"p = {format_p(v.p)}{check}")
-    lines.append(f"verdict: {v.word} ({v.reason})")
+    lines.append(f"verdict: {v.says or v.word} ({v.reason})")
     return lines
 
 

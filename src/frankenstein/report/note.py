@@ -55,7 +55,7 @@ def result_phrase(d: DesignReport) -> str:
         est = f"{metric} mean difference {num(v.mean_difference)}"
     else:
         est = f"{metric} ratio {v.geomean_ratio:.4f} ({pct(v.geomean_ratio - 1)})" if v.geomean_ratio else metric
-    word = f"{a.word} (no harm shown)" if v.rule.kind == "harm" and a.word == "not confirmed" else a.word
+    word = v.rule.phrase(a.word)
     return f"{est}, {v.in_favour} of {v.n_blocks} blocks in its favour, {_p_text(v.p)}, verdict {word}"
 
 

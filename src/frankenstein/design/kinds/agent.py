@@ -105,7 +105,7 @@ class AgentKind:
             raise DesignError("rule \"fidelity\" is only for fidelity designs", path=path, field="rule.kind")
         if design.rule.kind != "harm":
             raise DesignError("an agent design uses rule \"harm\"", path=path, field="rule.kind")
-        check_block_rule(design, path)
+        check_block_rule(design, path, "difference")
         check_stopping(self.name, design, path)
 
     def check_recipes(self, design: DesignFile, recipes: dict[str, ResolvedRecipe | None], path: Path) -> None:

@@ -25,6 +25,7 @@ from frankenstein.design.kinds.base import (
     metric_scope, speculation_per_arm,
 )
 from frankenstein.design.model import DesignFile, FidelityRule, Registered, Slot
+from frankenstein.design.rules import DataKind
 from frankenstein.design.start import StartOutcome, measure_start
 from frankenstein.errors import DesignError
 from frankenstein.measure.noise import judge_spread, resolvable_effect
@@ -75,12 +76,12 @@ class SpeedKind:
         return "not adopted" if word == "confirmed" else "no adoption asked"
 
 
-def check_block_rule(design: DesignFile, path: Path) -> None:
+def check_block_rule(design: DesignFile, path: Path, data: DataKind = "ratio") -> None:
     """A block rule (not the fidelity rule) whose smallest reachable p can reach its alpha in ``blocks``."""
     rule = design.rule
     if isinstance(rule, FidelityRule):
         raise DesignError("rule \"fidelity\" is only for fidelity designs", path=path, field="rule.kind")
-    reason = rules.unreachable_reason(rule, design.blocks)
+    reason = rules.unreachable_reason(rule, design.blocks) or rules.check_computable(rule, design.blocks, data)
     if reason:
         raise DesignError(reason, path=path, field="blocks")
 
