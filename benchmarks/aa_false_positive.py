@@ -92,8 +92,10 @@ def resampler(path: str, center: bool) -> tuple[Draw, str]:
         return rng.choice(logs, n, replace=True)
 
     how = "centred" if center else "as recorded"
-    return draw, (f"resampled blocks of {path}, {how} ({len(raw)} A/A blocks, mean log ratio {raw.mean():+.4f}, "
-                  f"sd {raw.std(ddof=1):.4f})")
+    return draw, (
+        f"resampled blocks of {path}, {how} ({len(raw)} A/A blocks, mean log ratio {raw.mean():+.4f}, "
+        f"sd {raw.std(ddof=1):.4f})"
+    )
 
 
 def run(draw: Draw, blocks: list[int], designs: int, alpha: float, seed: int) -> list[list[str]]:
@@ -112,8 +114,19 @@ def run(draw: Draw, blocks: list[int], designs: int, alpha: float, seed: int) ->
             size = exact_size(name, n, alpha)
             inside = "yes" if ci.low <= float(size) <= ci.high else "NO"
             apart = "yes" if not ci.low <= alpha <= ci.high else "no"
-            rows.append([str(n), name, f"{fired}/{designs}", f"{confirmed} + {harm}", f"{fired / designs:.4f}",
-                         f"[{ci.low:.4f}, {ci.high:.4f}]", f"{size} = {float(size):.4f}", inside, apart])
+            rows.append(
+                [
+                    str(n),
+                    name,
+                    f"{fired}/{designs}",
+                    f"{confirmed} + {harm}",
+                    f"{fired / designs:.4f}",
+                    f"[{ci.low:.4f}, {ci.high:.4f}]",
+                    f"{size} = {float(size):.4f}",
+                    inside,
+                    apart,
+                ]
+            )
     return rows
 
 
@@ -141,8 +154,17 @@ def main() -> None:
     print(f"A/A false-positive rate: {a.designs} designs per block count, alpha = {a.alpha:g}, seed {a.seed}")
     print(f"source: {source}")
     print()
-    head = ["blocks", "rule", "fired", "confirmed + harm", "rate", "95% CI (exact)", "exact size", "size in CI",
-            "CI excludes alpha"]
+    head = [
+        "blocks",
+        "rule",
+        "fired",
+        "confirmed + harm",
+        "rate",
+        "95% CI (exact)",
+        "exact size",
+        "size in CI",
+        "CI excludes alpha",
+    ]
     for line in render_table(head, rows, "rlrrrrrll"):
         print(line)
     print()

@@ -61,20 +61,28 @@ def main() -> None:
     args = ap.parse_args()
     t0 = time.perf_counter()
     s, k = measure(args.blocks)
-    print(f"A/A on llama-server (tiny target, decode_ms_per_token, alpha 0.05): {len(s)} blocks in "
-          f"{time.perf_counter() - t0:.0f} s, cut into non-overlapping designs of each size")
+    print(
+        f"A/A on llama-server (tiny target, decode_ms_per_token, alpha 0.05): {len(s)} blocks in "
+        f"{time.perf_counter() - t0:.0f} s, cut into non-overlapping designs of each size"
+    )
     for n in args.windows:
         designs = len(s) // n
         for name, rule in RULES.items():
-            words = [rules.evaluate(rule, s[i * n:(i + 1) * n], k[i * n:(i + 1) * n], "lower").word
-                     for i in range(designs)]
+            words = [
+                rules.evaluate(rule, s[i * n : (i + 1) * n], k[i * n : (i + 1) * n], "lower").word
+                for i in range(designs)
+            ]
             fired = words.count("confirmed") + words.count("harm shown")
             ci = binomtest(fired, designs).proportion_ci(0.95, method="exact") if designs else None
             span = f"[{ci.low:.3f}, {ci.high:.3f}]" if ci else "-"
-            print(f"  {n:>3} blocks  {name:<22} fired {fired:>3}/{designs} (confirmed {words.count('confirmed')}, "
-                  f"harm {words.count('harm shown')})  95% CI {span}")
+            print(
+                f"  {n:>3} blocks  {name:<22} fired {fired:>3}/{designs} (confirmed {words.count('confirmed')}, "
+                f"harm {words.count('harm shown')})  95% CI {span}"
+            )
     if args.out:
-        args.out.write_text("block,served,candidate\n" + "".join(f"{i + 1},{x},{y}\n" for i, (x, y) in enumerate(zip(s, k))))
+        args.out.write_text(
+            "block,served,candidate\n" + "".join(f"{i + 1},{x},{y}\n" for i, (x, y) in enumerate(zip(s, k)))
+        )
         print(f"block values: {args.out}")
 
 

@@ -40,7 +40,7 @@ def main(n: int) -> None:
             ws = Path(d) / mode.mode  # one workspace per mode: as root the workspace is handed to another uid
             ws.mkdir()
             box = Sandbox(ws, SandboxLimits(), isolation=mode)
-            print(line(f"sandbox ({mode.mode})", timed(lambda: box.run("true", timeout_s=30), n)))
+            print(line(f"sandbox ({mode.mode})", timed(lambda box=box: box.run("true", timeout_s=30), n)))
 
 
 if __name__ == "__main__":

@@ -63,20 +63,40 @@ def speed(a: argparse.Namespace) -> None:
     s_ids, s_lp, c_ids, c_lp, token = synthetic(a.positions, a.k)
     wall, cpu, out = best_of(a.repeat, topk_kl, s_ids, s_lp, c_ids, c_lp)
     kl = out[0]  # type: ignore[index]
-    print(f"topk_kl        {a.positions:,} positions × top-{a.k}: wall {wall:.3f} s, cpu {cpu:.3f} s "
-          f"(mean KL {kl.mean():.6f} nats)")
+    print(
+        f"topk_kl        {a.positions:,} positions × top-{a.k}: wall {wall:.3f} s, cpu {cpu:.3f} s "
+        f"(mean KL {kl.mean():.6f} nats)"
+    )
     goal = wall
     wall, cpu, _ = best_of(a.repeat, position_stats, s_ids, s_lp, c_ids, c_lp, token)
-    print(f"position_stats {a.positions:,} positions × top-{a.k}: wall {wall:.3f} s, cpu {cpu:.3f} s "
-          f"(KL, masses, top-1 agreement, Δp of the recorded token)")
-    print(f"goal: KL over {a.positions:,} × top-{a.k} in ≤ 2 s wall → {'met' if goal <= 2.0 else 'NOT met'} ({goal:.3f} s)")
+    print(
+        f"position_stats {a.positions:,} positions × top-{a.k}: wall {wall:.3f} s, cpu {cpu:.3f} s "
+        f"(KL, masses, top-1 agreement, Δp of the recorded token)"
+    )
+    print(
+        f"goal: KL over {a.positions:,} × top-{a.k} in ≤ 2 s wall → {'met' if goal <= 2.0 else 'NOT met'} ({goal:.3f} s)"
+    )
 
 
 # ---------------------------------------------------------------- side by side with llama-perplexity
 
+
 def _perplexity(tool: str, model: str, text: Path, base: Path, ctx: int, chunks: int, kld: bool) -> str:
-    cmd = [tool, "-m", model, "-f", str(text), "-c", str(ctx), "--chunks", str(chunks), "-t", "2",
-           "--kl-divergence-base", str(base)] + (["--kl-divergence"] if kld else [])
+    cmd = [
+        tool,
+        "-m",
+        model,
+        "-f",
+        str(text),
+        "-c",
+        str(ctx),
+        "--chunks",
+        str(chunks),
+        "-t",
+        "2",
+        "--kl-divergence-base",
+        str(base),
+    ] + (["--kl-divergence"] if kld else [])
     print("$ " + " ".join(cmd))
     return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
 
@@ -87,7 +107,7 @@ def _base_tokens(base: Path) -> tuple[int, list[list[int]]]:
     assert data[:8] == b"_logits_", "not a llama-perplexity logits file"
     n_ctx, n_vocab, n_chunk = struct.unpack_from("<Iii", data, 8)
     toks = np.frombuffer(data, np.int32, n_ctx * n_chunk, 20)
-    return n_ctx, [toks[i * n_ctx:(i + 1) * n_ctx].tolist() for i in range(n_chunk)]
+    return n_ctx, [toks[i * n_ctx : (i + 1) * n_ctx].tolist() for i in range(n_chunk)]
 
 
 def side_by_side(a: argparse.Namespace) -> None:
@@ -109,11 +129,20 @@ def side_by_side(a: argparse.Namespace) -> None:
         report = _perplexity(tool, q8, text, base, a.ctx, a.chunks, kld=True)
         n_ctx, chunks = _base_tokens(base)
         first = n_ctx // 2
-        turns = [ForcedTurn(f"chunk{i}", c[: first + 1], c[first + 1:], "llama-perplexity chunk") for i, c in enumerate(chunks)]
+        turns = [
+            ForcedTurn(f"chunk{i}", c[: first + 1], c[first + 1 :], "llama-perplexity chunk")
+            for i, c in enumerate(chunks)
+        ]
         lists = {}
         for name, model in (("f16", f16), ("q8", q8)):
-            recipe = ResolvedRecipe(name=name, engine="llamacpp", model=model, env={}, start_timeout_s=120,
-                                    args=["-c", str(4 * n_ctx), "-t", "2", "-np", "1", "--seed", "1"])
+            recipe = ResolvedRecipe(
+                name=name,
+                engine="llamacpp",
+                model=model,
+                env={},
+                start_timeout_s=120,
+                args=["-c", str(4 * n_ctx), "-t", "2", "-np", "1", "--seed", "1"],
+            )
             with start_engine(recipe, Path(tmp)) as engine:
                 lists[name] = forced_decode_llamacpp(engine, turns, 100_000)
     print("\n".join(line for line in report.splitlines() if "KLD" in line or "Same top" in line))
@@ -121,8 +150,10 @@ def side_by_side(a: argparse.Namespace) -> None:
     vocab = s.k_used
     dense = lambda r: np.take_along_axis(r.logprobs, np.argsort(r.ids, axis=1), axis=1)  # noqa: E731
     full = full_kl(dense(s), dense(c))
-    print(f"ours: {s.positions} positions ({len(turns)} chunks × {n_ctx - 1 - first}), k used {vocab} (full vocabulary), "
-          f"llama.cpp decode path, one position per request")
+    print(
+        f"ours: {s.positions} positions ({len(turns)} chunks × {n_ctx - 1 - first}), k used {vocab} (full vocabulary), "
+        f"llama.cpp decode path, one position per request"
+    )
     rows = {"full vocabulary (exact)": full}
     for k in (64, 16, 4):
         rows[f"top-{k} bound"] = topk_kl(s.ids[:, :k], s.logprobs[:, :k], c.ids[:, :k], c.logprobs[:, :k])[0]
@@ -131,8 +162,10 @@ def side_by_side(a: argparse.Namespace) -> None:
         p = percentiles(kl)
         print(f"{label:26}" + "".join(f"{p[q]:10.6f}" for q in ("mean", "median", "p90", "p99", "p99_9", "max")))
     same = (s.ids[:, 0] == c.ids[:, 0]).mean()
-    print(f"same top token: {100 * same:.3f} %   bound ≤ full at every position: "
-          f"{all(bool(np.all(v <= full + 1e-6)) for v in rows.values())}")
+    print(
+        f"same top token: {100 * same:.3f} %   bound ≤ full at every position: "
+        f"{all(bool(np.all(v <= full + 1e-6)) for v in rows.values())}"
+    )
 
 
 def main() -> None:
@@ -141,8 +174,11 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--workers", type=int, default=2, help="threads for the KL (frankenstein.fidelity.kl.WORKERS)")
-    ap.add_argument("--vs-llama-perplexity", action="store_true",
-                    help="instead: the q8 vs f16 tiny models, ours beside `llama-perplexity --kl-divergence`")
+    ap.add_argument(
+        "--vs-llama-perplexity",
+        action="store_true",
+        help="instead: the q8 vs f16 tiny models, ours beside `llama-perplexity --kl-divergence`",
+    )
     ap.add_argument("--text", default="docs/models.md", help="text for --vs-llama-perplexity")
     ap.add_argument("--ctx", type=int, default=128)
     ap.add_argument("--chunks", type=int, default=8)

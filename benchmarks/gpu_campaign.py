@@ -46,8 +46,12 @@ SIZES = {
 }
 
 PROMPTS = [
-    "def parse(line):\n    ", "import json\n\nclass Config:\n", "# Fix the failing test in utils.py\n",
-    "for i in range(10):\n", "The function returns", "def main():\n    args = ",
+    "def parse(line):\n    ",
+    "import json\n\nclass Config:\n",
+    "# Fix the failing test in utils.py\n",
+    "for i in range(10):\n",
+    "The function returns",
+    "def main():\n    args = ",
     "<|im_start|>user\nWrite a function that sorts a list.<|im_end|>\n<|im_start|>assistant\n",
     "class Cache:\n    def __init__(self):\n",
 ]
@@ -168,19 +172,32 @@ class Sidecar:
         rows = [s for s in self.samples if t0 <= s["t"] <= t1]
         if not rows:
             return {"status": "not sampled", "note": "no sidecar sample inside the start's window"}
-        out: dict[str, Any] = {"status": "sampled", "samples": len(rows), "load1_max": max(r["load1"] for r in rows),
-                               "gpus": []}
+        out: dict[str, Any] = {
+            "status": "sampled",
+            "samples": len(rows),
+            "load1_max": max(r["load1"] for r in rows),
+            "gpus": [],
+        }
         for i in range(len(rows[0]["gpus"])):
             gs = [r["gpus"][i] for r in rows if len(r["gpus"]) > i]
-            power, sm, temp, mem = (_values(gs, k) for k in ("power_w", "sm_clock_mhz", "temperature_c", "memory_used_mib"))
+            power, sm, temp, mem = (
+                _values(gs, k) for k in ("power_w", "sm_clock_mhz", "temperature_c", "memory_used_mib")
+            )
             reasons = sorted({r for g in gs for r in g.get("throttle_reasons", []) if r != "gpu_idle"})
-            out["gpus"].append({
-                "index": i, "name": gs[0]["name"], "device_memory_mib_peak": max(mem) if mem else None,
-                "power_w_mean": sum(power) / len(power) if power else None, "power_w_max": max(power) if power else None,
-                "sm_clock_mhz_min": min(sm) if sm else None, "sm_clock_mhz_max": max(sm) if sm else None,
-                "memory_clock_mhz": gs[-1].get("memory_clock_mhz"), "temperature_c_max": max(temp) if temp else None,
-                "throttle_reasons": reasons,
-            })
+            out["gpus"].append(
+                {
+                    "index": i,
+                    "name": gs[0]["name"],
+                    "device_memory_mib_peak": max(mem) if mem else None,
+                    "power_w_mean": sum(power) / len(power) if power else None,
+                    "power_w_max": max(power) if power else None,
+                    "sm_clock_mhz_min": min(sm) if sm else None,
+                    "sm_clock_mhz_max": max(sm) if sm else None,
+                    "memory_clock_mhz": gs[-1].get("memory_clock_mhz"),
+                    "temperature_c_max": max(temp) if temp else None,
+                    "throttle_reasons": reasons,
+                }
+            )
         return out
 
 
@@ -201,9 +218,13 @@ class Log:
 
 def frank(log: Log, *args: str, cwd: Path | None = None) -> str:
     log("$ frank " + " ".join(args))
-    r = subprocess.run([sys.executable, "-m", "frankenstein", *args], capture_output=True, text=True, cwd=cwd,
-                       env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                           x for x in (SRC, os.environ.get("PYTHONPATH")) if x)})
+    r = subprocess.run(
+        [sys.executable, "-m", "frankenstein", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(x for x in (SRC, os.environ.get("PYTHONPATH")) if x)},
+    )
     for line in (r.stdout + r.stderr).splitlines():
         if "\r" not in line:
             log("  " + line)
@@ -229,9 +250,15 @@ def make_models(log: Log, size: str, models: Path) -> None:
 
 def write_workload(path: Path, turns: int, tokens: int) -> None:
     rows = [
-        Turn(turn_id=f"g-{i:04d}", session_id="g", turn_index=i, endpoint="/completion",
-             request={"prompt": PROMPTS[i % len(PROMPTS)], "cache_prompt": False},
-             output={"text": "", "completion_tokens": tokens}, source="gpu-campaign")
+        Turn(
+            turn_id=f"g-{i:04d}",
+            session_id="g",
+            turn_index=i,
+            endpoint="/completion",
+            request={"prompt": PROMPTS[i % len(PROMPTS)], "cache_prompt": False},
+            output={"text": "", "completion_tokens": tokens},
+            source="gpu-campaign",
+        )
         for i in range(turns)
     ]
     write_trace(path, rows)
@@ -251,9 +278,13 @@ def epoch(stamp: str) -> float:
 def read_starts(db: Path) -> list[dict[str, Any]]:
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     con.row_factory = sqlite3.Row
-    rows = [dict(r) for r in con.execute(
-        "SELECT id, design_id, block, position, arm, rep, status, reason, started_at, finished_at, engine_version, "
-        "metrics, resources FROM starts ORDER BY id")]
+    rows = [
+        dict(r)
+        for r in con.execute(
+            "SELECT id, design_id, block, position, arm, rep, status, reason, started_at, finished_at, engine_version, "
+            "metrics, resources FROM starts ORDER BY id"
+        )
+    ]
     for r in rows:
         r["metrics"], r["resources"] = json.loads(r["metrics"]), json.loads(r["resources"])
         # the start's own drafted/accepted counts, summed over its measured turns that report them
@@ -275,8 +306,10 @@ def _f(v: Any, fmt: str = ".1f") -> str:
 
 
 def start_table(starts: list[dict[str, Any]]) -> list[str]:
-    lines = ["| start | design | block | arm | status | decode ms/token | drafted / accepted | frank's own NVML: peak MiB (source), power W | sidecar: device MiB peak, power mean/max W, SM MHz, temp °C, throttle |",
-             "|---:|---|---:|---|---|---:|---|---|---|"]
+    lines = [
+        "| start | design | block | arm | status | decode ms/token | drafted / accepted | frank's own NVML: peak MiB (source), power W | sidecar: device MiB peak, power mean/max W, SM MHz, temp °C, throttle |",
+        "|---:|---|---:|---|---|---:|---|---|---|",
+    ]
     for s in starts:
         res = s["resources"]
         if res.get("gpu"):
@@ -287,27 +320,35 @@ def start_table(starts: list[dict[str, Any]]) -> list[str]:
         side = s.get("sidecar", {})
         if side.get("status") == "sampled":
             g = side["gpus"][0]
-            sc = (f"{_f(g['device_memory_mib_peak'], '.0f')}, {_f(g['power_w_mean'], '.0f')}/{_f(g['power_w_max'], '.0f')}, "
-                  f"{g['sm_clock_mhz_min']}–{g['sm_clock_mhz_max']}, {g['temperature_c_max']}, "
-                  f"{', '.join(g['throttle_reasons']) or 'none'}")
+            sc = (
+                f"{_f(g['device_memory_mib_peak'], '.0f')}, {_f(g['power_w_mean'], '.0f')}/{_f(g['power_w_max'], '.0f')}, "
+                f"{g['sm_clock_mhz_min']}–{g['sm_clock_mhz_max']}, {g['temperature_c_max']}, "
+                f"{', '.join(g['throttle_reasons']) or 'none'}"
+            )
         else:
             sc = f"{side.get('status')}: {side.get('note')}"
         da = "—" if s["drafted"] is None else f"{s['drafted']} / {s['accepted']}"
-        lines.append(f"| {s['id']} | {s['design_id']} | {s['block']} | {s['arm']} | {s['status']} | "
-                     f"{_f(s['metrics'].get('decode_ms_per_token'), '.3f')} | {da} | {own} | {sc} |")
+        lines.append(
+            f"| {s['id']} | {s['design_id']} | {s['block']} | {s['arm']} | {s['status']} | "
+            f"{_f(s['metrics'].get('decode_ms_per_token'), '.3f')} | {da} | {own} | {sc} |"
+        )
     return lines
 
 
 def machine_table(snaps: list[tuple[str, dict[str, Any]]]) -> list[str]:
-    lines = ["| when | host | CPU | cores | load (1 min) | governor | GPU | driver | CUDA | SM / mem MHz | temp °C | power W | throttle |",
-             "|---|---|---|---:|---:|---|---|---|---|---|---:|---:|---|"]
+    lines = [
+        "| when | host | CPU | cores | load (1 min) | governor | GPU | driver | CUDA | SM / mem MHz | temp °C | power W | throttle |",
+        "|---|---|---|---:|---:|---|---|---|---|---|---:|---:|---|",
+    ]
     for when, s in snaps:
         g = s["gpus"][0] if s["gpus"] else {}
         gpu = g.get("name") or s["gpu_status"]
-        lines.append(f"| {when} | {s['host']} | {s['cpu_model']} | {s['cpu_cores']} | {_f((s['load_avg'] or [None])[0], '.2f')} | "
-                     f"{s['cpu_governor'] or 'not readable'} | {gpu} | {s['driver_version'] or '—'} | {s['cuda_version'] or '—'} | "
-                     f"{g.get('sm_clock_mhz', '—')} / {g.get('memory_clock_mhz', '—')} | {g.get('temperature_c', '—')} | "
-                     f"{_f(g.get('power_w'), '.0f')} | {', '.join(g.get('throttle_reasons', [])) or 'none'} |")
+        lines.append(
+            f"| {when} | {s['host']} | {s['cpu_model']} | {s['cpu_cores']} | {_f((s['load_avg'] or [None])[0], '.2f')} | "
+            f"{s['cpu_governor'] or 'not readable'} | {gpu} | {s['driver_version'] or '—'} | {s['cuda_version'] or '—'} | "
+            f"{g.get('sm_clock_mhz', '—')} / {g.get('memory_clock_mhz', '—')} | {g.get('temperature_c', '—')} | "
+            f"{_f(g.get('power_w'), '.0f')} | {', '.join(g.get('throttle_reasons', [])) or 'none'} |"
+        )
     return lines
 
 
@@ -333,17 +374,38 @@ def main(argv: list[str] | None = None) -> int:
     gpu = "" if args.cpu else '"-ngl", "all", '
     gpud = "" if args.cpu else '"-ngld", "all", '
     threads = 2 if args.cpu else 4
-    (camp / "frank.toml").write_text(TOML.format(binary=binary, models=models.resolve(), gpu=gpu, gpud=gpud,
-                                                 threads=threads))
+    (camp / "frank.toml").write_text(
+        TOML.format(binary=binary, models=models.resolve(), gpu=gpu, gpud=gpud, threads=threads)
+    )
     frank(log, "init", str(camp))
     write_workload(camp / "workloads" / "w.jsonl", args.turns, args.tokens)
-    frank(log, "fidelity", "fill", "served", "-w", str(camp / "workloads" / "w.jsonl"),
-          "-o", str(camp / "workloads" / "wf.jsonl"), "-c", str(camp))
+    frank(
+        log,
+        "fidelity",
+        "fill",
+        "served",
+        "-w",
+        str(camp / "workloads" / "w.jsonl"),
+        "-o",
+        str(camp / "workloads" / "wf.jsonl"),
+        "-c",
+        str(camp),
+    )
     designs = {
-        "draft": SPEED.format(name="draft", hypothesis="the one-layer draft lowers decode time per token",
-                              blocks=args.blocks, served_parts="[]", candidate_parts='["draft"]'),
-        "fa": SPEED.format(name="fa", hypothesis="flash attention lowers decode time per token",
-                           blocks=args.blocks, served_parts='["fa_off"]', candidate_parts='["fa_on"]'),
+        "draft": SPEED.format(
+            name="draft",
+            hypothesis="the one-layer draft lowers decode time per token",
+            blocks=args.blocks,
+            served_parts="[]",
+            candidate_parts='["draft"]',
+        ),
+        "fa": SPEED.format(
+            name="fa",
+            hypothesis="flash attention lowers decode time per token",
+            blocks=args.blocks,
+            served_parts='["fa_off"]',
+            candidate_parts='["fa_on"]',
+        ),
         "kvq8": FIDELITY,
     }
     snaps: list[tuple[str, dict[str, Any]]] = [("before the campaign", snapshot().as_dict())]
@@ -364,12 +426,30 @@ def main(argv: list[str] | None = None) -> int:
         s["sidecar"] = side.window(epoch(s["started_at"]), epoch(s["finished_at"]))
     (args.out / "note.md").write_text((camp / "reports" / "note" / "note.md").read_text())
     (args.out / "analyze.txt").write_text("\n".join(analyses))
-    (args.out / "starts.json").write_text(json.dumps({"machine": snaps, "starts": starts, "binary_sha256": binary_sha256(binary),
-                                                      "version": (version.stdout + version.stderr).strip()}, indent=1))
-    md = ["## Machine (measure/machine.py snapshot, taken by the script)", "", *machine_table(snaps), "",
-          f"Engine binary: `{binary}`, sha256 `{binary_sha256(binary)}`, `--version`: "
-          f"{(version.stdout + version.stderr).strip().splitlines()[0]}", "",
-          "## Every start", "", *start_table(starts), ""]
+    (args.out / "starts.json").write_text(
+        json.dumps(
+            {
+                "machine": snaps,
+                "starts": starts,
+                "binary_sha256": binary_sha256(binary),
+                "version": (version.stdout + version.stderr).strip(),
+            },
+            indent=1,
+        )
+    )
+    md = [
+        "## Machine (measure/machine.py snapshot, taken by the script)",
+        "",
+        *machine_table(snaps),
+        "",
+        f"Engine binary: `{binary}`, sha256 `{binary_sha256(binary)}`, `--version`: "
+        f"{(version.stdout + version.stderr).strip().splitlines()[0]}",
+        "",
+        "## Every start",
+        "",
+        *start_table(starts),
+        "",
+    ]
     (args.out / "gpu_campaign.md").write_text("\n".join(md))
     log(f"done: {len(starts)} starts; results in {args.out}")
     return 0

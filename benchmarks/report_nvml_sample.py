@@ -71,8 +71,9 @@ def idle(seconds: float) -> dict:
 
 def busy(seconds: float, gib: float) -> tuple[dict, dict, list, int]:
     """Start the child in its own session, sample it until it exits, and always reap it."""
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(seconds), str(gib)], stdout=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(seconds), str(gib)], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
     sampler = ResourceSampler(interval_s=0.1)
     sampler.start(proc.pid)
     try:

@@ -65,7 +65,9 @@ def fetch(folder: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dir", type=Path, default=None, help="folder (default: $FRANK_MODELS_DIR or ~/.cache/frankenstein)")
+    parser.add_argument(
+        "--dir", type=Path, default=None, help="folder (default: $FRANK_MODELS_DIR or ~/.cache/frankenstein)"
+    )
     args = parser.parse_args(argv)
     print(fetch(args.dir or default_dir()))
     return 0

@@ -44,20 +44,43 @@ docstrings that say why, not what. Prefer the standard library. Do not add depen
 When a task is done, say DONE and summarise the change in one line."""
 
 TOOLS: list[dict[str, Any]] = [
-    {"type": "function", "function": {"name": name, "description": desc, "parameters": {
-        "type": "object", "properties": props, "required": list(props)}}}
+    {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": desc,
+            "parameters": {"type": "object", "properties": props, "required": list(props)},
+        },
+    }
     for name, desc, props in [
-        ("read_file", "Read a UTF-8 text file of the repository and return its content with line numbers.",
-         {"path": {"type": "string", "description": "Path relative to the repository root."}}),
-        ("write_file", "Replace the whole content of a file (creates it if missing).",
-         {"path": {"type": "string", "description": "Path relative to the repository root."},
-          "content": {"type": "string", "description": "The complete new content."}}),
-        ("run_tests", "Run pytest on a path or node id and return the last 40 lines of output.",
-         {"target": {"type": "string", "description": "A test file, directory or node id."}}),
-        ("search_code", "Search the repository for a regular expression; returns file:line: text matches.",
-         {"pattern": {"type": "string", "description": "A Python regular expression."}}),
-        ("list_dir", "List the files of a directory of the repository.",
-         {"path": {"type": "string", "description": "Directory relative to the repository root."}}),
+        (
+            "read_file",
+            "Read a UTF-8 text file of the repository and return its content with line numbers.",
+            {"path": {"type": "string", "description": "Path relative to the repository root."}},
+        ),
+        (
+            "write_file",
+            "Replace the whole content of a file (creates it if missing).",
+            {
+                "path": {"type": "string", "description": "Path relative to the repository root."},
+                "content": {"type": "string", "description": "The complete new content."},
+            },
+        ),
+        (
+            "run_tests",
+            "Run pytest on a path or node id and return the last 40 lines of output.",
+            {"target": {"type": "string", "description": "A test file, directory or node id."}},
+        ),
+        (
+            "search_code",
+            "Search the repository for a regular expression; returns file:line: text matches.",
+            {"pattern": {"type": "string", "description": "A Python regular expression."}},
+        ),
+        (
+            "list_dir",
+            "List the files of a directory of the repository.",
+            {"path": {"type": "string", "description": "Directory relative to the repository root."}},
+        ),
     ]
 ]
 
@@ -69,84 +92,128 @@ def _tool(name: str, text: str) -> tuple[str, str]:
 SESSIONS: dict[str, tuple[str, list[tuple[str, str]]]] = {
     "demo-fix-test": (
         "tests/test_dates.py::test_parse_iso fails since yesterday. Find out why and fix it.",
-        [_tool("run_tests", "FAILED tests/test_dates.py::test_parse_iso - ValueError: month must be in 1..12"),
-         _tool("read_file", "1 from datetime import date\n2 def parse_iso(s: str) -> date:\n3     y, d, m = s.split('-')\n4     return date(int(y), int(m), int(d))"),
-         ("user", "Yes, look at the order of the split."),
-         _tool("write_file", "wrote src/dates.py (4 lines)"),
-         _tool("run_tests", "tests/test_dates.py::test_parse_iso PASSED\n1 passed in 0.02s"),
-         ("user", "Run the whole test file too."),
-         _tool("run_tests", "tests/test_dates.py .... 4 passed in 0.03s"),
-         ("user", "Is parse_iso used anywhere else?"),
-         _tool("search_code", "src/report.py:12: when = parse_iso(row['day'])\nsrc/cli.py:40: start = parse_iso(args.start)"),
-         _tool("read_file", "10 def rows(data):\n11     for row in data:\n12         when = parse_iso(row['day'])\n13         yield when, row['n']"),
-         ("user", "Do those callers pass YYYY-MM-DD?"),
-         _tool("search_code", "tests/test_report.py:8: {'day': '2024-03-05', 'n': 3}"),
-         _tool("run_tests", "tests/test_report.py ... 3 passed in 0.02s"),
-         ("user", "Add a test for an invalid date string."),
-         _tool("write_file", "wrote tests/test_dates.py (22 lines)"),
-         _tool("run_tests", "FAILED tests/test_dates.py::test_parse_invalid - DID NOT RAISE ValueError"),
-         _tool("read_file", "2 def parse_iso(s: str) -> date:\n3     y, m, d = s.split('-')\n4     return date(int(y), int(m), int(d))"),
-         _tool("run_tests", "tests/test_dates.py ..... 5 passed in 0.03s"),
-         ("user", "Good. Summarise the change."),
-         ]),
+        [
+            _tool("run_tests", "FAILED tests/test_dates.py::test_parse_iso - ValueError: month must be in 1..12"),
+            _tool(
+                "read_file",
+                "1 from datetime import date\n2 def parse_iso(s: str) -> date:\n3     y, d, m = s.split('-')\n4     return date(int(y), int(m), int(d))",
+            ),
+            ("user", "Yes, look at the order of the split."),
+            _tool("write_file", "wrote src/dates.py (4 lines)"),
+            _tool("run_tests", "tests/test_dates.py::test_parse_iso PASSED\n1 passed in 0.02s"),
+            ("user", "Run the whole test file too."),
+            _tool("run_tests", "tests/test_dates.py .... 4 passed in 0.03s"),
+            ("user", "Is parse_iso used anywhere else?"),
+            _tool(
+                "search_code",
+                "src/report.py:12: when = parse_iso(row['day'])\nsrc/cli.py:40: start = parse_iso(args.start)",
+            ),
+            _tool(
+                "read_file",
+                "10 def rows(data):\n11     for row in data:\n12         when = parse_iso(row['day'])\n13         yield when, row['n']",
+            ),
+            ("user", "Do those callers pass YYYY-MM-DD?"),
+            _tool("search_code", "tests/test_report.py:8: {'day': '2024-03-05', 'n': 3}"),
+            _tool("run_tests", "tests/test_report.py ... 3 passed in 0.02s"),
+            ("user", "Add a test for an invalid date string."),
+            _tool("write_file", "wrote tests/test_dates.py (22 lines)"),
+            _tool("run_tests", "FAILED tests/test_dates.py::test_parse_invalid - DID NOT RAISE ValueError"),
+            _tool(
+                "read_file",
+                "2 def parse_iso(s: str) -> date:\n3     y, m, d = s.split('-')\n4     return date(int(y), int(m), int(d))",
+            ),
+            _tool("run_tests", "tests/test_dates.py ..... 5 passed in 0.03s"),
+            ("user", "Good. Summarise the change."),
+        ],
+    ),
     "demo-add-flag": (
         "Add a --json flag to the `report` command that prints the rows as JSON instead of a table.",
-        [_tool("list_dir", "src/cli.py\nsrc/report.py\nsrc/dates.py\ntests/test_cli.py\ntests/test_report.py"),
-         _tool("read_file", "30 def report(args):\n31     rows = load(args.path)\n32     print(table(rows))\n33 \n34 def main():\n35     p = argparse.ArgumentParser()"),
-         _tool("read_file", "36     p.add_argument('path')\n37     p.add_argument('--start')\n38     args = p.parse_args()\n39     report(args)"),
-         ("user", "Keep the table as the default."),
-         _tool("write_file", "wrote src/cli.py (44 lines)"),
-         _tool("run_tests", "tests/test_cli.py .. 2 passed in 0.05s"),
-         ("user", "Add a test for --json."),
-         _tool("write_file", "wrote tests/test_cli.py (31 lines)"),
-         _tool("run_tests", "FAILED tests/test_cli.py::test_json - TypeError: Object of type date is not JSON serializable"),
-         _tool("search_code", "src/report.py:13:         yield when, row['n']"),
-         ("user", "Dates should be ISO strings in the JSON."),
-         _tool("write_file", "wrote src/cli.py (46 lines)"),
-         _tool("run_tests", "tests/test_cli.py ... 3 passed in 0.05s"),
-         ("user", "What does the output look like now?"),
-         _tool("run_tests", "captured stdout: [{\"day\": \"2024-03-05\", \"n\": 3}]"),
-         ("user", "Document the flag in the README."),
-         _tool("read_file", "1 # report\n2 Usage: report PATH [--start DAY]"),
-         _tool("write_file", "wrote README.md (3 lines)"),
-         ("user", "Thanks. Summarise."),
-         ]),
+        [
+            _tool("list_dir", "src/cli.py\nsrc/report.py\nsrc/dates.py\ntests/test_cli.py\ntests/test_report.py"),
+            _tool(
+                "read_file",
+                "30 def report(args):\n31     rows = load(args.path)\n32     print(table(rows))\n33 \n34 def main():\n35     p = argparse.ArgumentParser()",
+            ),
+            _tool(
+                "read_file",
+                "36     p.add_argument('path')\n37     p.add_argument('--start')\n38     args = p.parse_args()\n39     report(args)",
+            ),
+            ("user", "Keep the table as the default."),
+            _tool("write_file", "wrote src/cli.py (44 lines)"),
+            _tool("run_tests", "tests/test_cli.py .. 2 passed in 0.05s"),
+            ("user", "Add a test for --json."),
+            _tool("write_file", "wrote tests/test_cli.py (31 lines)"),
+            _tool(
+                "run_tests",
+                "FAILED tests/test_cli.py::test_json - TypeError: Object of type date is not JSON serializable",
+            ),
+            _tool("search_code", "src/report.py:13:         yield when, row['n']"),
+            ("user", "Dates should be ISO strings in the JSON."),
+            _tool("write_file", "wrote src/cli.py (46 lines)"),
+            _tool("run_tests", "tests/test_cli.py ... 3 passed in 0.05s"),
+            ("user", "What does the output look like now?"),
+            _tool("run_tests", 'captured stdout: [{"day": "2024-03-05", "n": 3}]'),
+            ("user", "Document the flag in the README."),
+            _tool("read_file", "1 # report\n2 Usage: report PATH [--start DAY]"),
+            _tool("write_file", "wrote README.md (3 lines)"),
+            ("user", "Thanks. Summarise."),
+        ],
+    ),
     "demo-refactor": (
         "src/report.py has grown a 70-line function `summarise`. Split it into smaller functions without changing behaviour.",
-        [_tool("read_file", "40 def summarise(rows, by='week'):\n41     buckets = {}\n42     for when, n in rows:\n43         key = when.isocalendar()[:2] if by == 'week' else (when.year, when.month)"),
-         _tool("run_tests", "tests/test_report.py ... 3 passed in 0.02s"),
-         ("user", "Start with the bucketing."),
-         _tool("write_file", "wrote src/report.py (96 lines)"),
-         _tool("run_tests", "tests/test_report.py ... 3 passed in 0.02s"),
-         ("user", "Next, the totals."),
-         _tool("read_file", "60     totals = {k: sum(v) for k, v in buckets.items()}\n61     best = max(totals, key=totals.get)"),
-         _tool("write_file", "wrote src/report.py (101 lines)"),
-         _tool("run_tests", "FAILED tests/test_report.py::test_empty - ValueError: max() arg is an empty sequence"),
-         ("user", "The old code returned None for no rows."),
-         _tool("write_file", "wrote src/report.py (103 lines)"),
-         _tool("run_tests", "tests/test_report.py ... 3 passed in 0.02s"),
-         _tool("search_code", "src/cli.py:33:     print(summarise(rows))"),
-         ("user", "Any function still over 30 lines?"),
-         _tool("search_code", "src/report.py:40: def summarise(rows, by='week'):  # 18 lines"),
-         ("user", "Run everything once more."),
-         _tool("run_tests", "tests ........... 11 passed in 0.09s"),
-         _tool("read_file", "40 def summarise(rows, by='week'):\n41     buckets = bucket(rows, by)\n42     return totals_and_best(buckets)"),
-         ("user", "Good. Summarise the refactor."),
-         ]),
+        [
+            _tool(
+                "read_file",
+                "40 def summarise(rows, by='week'):\n41     buckets = {}\n42     for when, n in rows:\n43         key = when.isocalendar()[:2] if by == 'week' else (when.year, when.month)",
+            ),
+            _tool("run_tests", "tests/test_report.py ... 3 passed in 0.02s"),
+            ("user", "Start with the bucketing."),
+            _tool("write_file", "wrote src/report.py (96 lines)"),
+            _tool("run_tests", "tests/test_report.py ... 3 passed in 0.02s"),
+            ("user", "Next, the totals."),
+            _tool(
+                "read_file",
+                "60     totals = {k: sum(v) for k, v in buckets.items()}\n61     best = max(totals, key=totals.get)",
+            ),
+            _tool("write_file", "wrote src/report.py (101 lines)"),
+            _tool("run_tests", "FAILED tests/test_report.py::test_empty - ValueError: max() arg is an empty sequence"),
+            ("user", "The old code returned None for no rows."),
+            _tool("write_file", "wrote src/report.py (103 lines)"),
+            _tool("run_tests", "tests/test_report.py ... 3 passed in 0.02s"),
+            _tool("search_code", "src/cli.py:33:     print(summarise(rows))"),
+            ("user", "Any function still over 30 lines?"),
+            _tool("search_code", "src/report.py:40: def summarise(rows, by='week'):  # 18 lines"),
+            ("user", "Run everything once more."),
+            _tool("run_tests", "tests ........... 11 passed in 0.09s"),
+            _tool(
+                "read_file",
+                "40 def summarise(rows, by='week'):\n41     buckets = bucket(rows, by)\n42     return totals_and_best(buckets)",
+            ),
+            ("user", "Good. Summarise the refactor."),
+        ],
+    ),
 }
 
 
-def record_session(proxy_url: str, session: str, task: str, script: list[tuple[str, str]],
-                   turns: list[Turn], start: int) -> None:
+def record_session(
+    proxy_url: str, session: str, task: str, script: list[tuple[str, str]], turns: list[Turn], start: int
+) -> None:
     """Run one session: send, take the *recorded* reply into the history, add the next scripted message."""
     messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": task}]
     with httpx.Client(timeout=120) as client:
         for k in range(len(script) + 1):
-            body = {"model": "tiny", "messages": messages, "tools": TOOLS,
-                    "max_tokens": MAX_TOKENS[(start + k) % len(MAX_TOKENS)], "temperature": 0.0, "seed": 1,
-                    "stream": True}
-            with client.stream("POST", proxy_url + "/v1/chat/completions", json=body,
-                               headers={"X-Frank-Session": session}) as r:
+            body = {
+                "model": "tiny",
+                "messages": messages,
+                "tools": TOOLS,
+                "max_tokens": MAX_TOKENS[(start + k) % len(MAX_TOKENS)],
+                "temperature": 0.0,
+                "seed": 1,
+                "stream": True,
+            }
+            with client.stream(
+                "POST", proxy_url + "/v1/chat/completions", json=body, headers={"X-Frank-Session": session}
+            ) as r:
                 r.raise_for_status()
                 r.read()
             turn = turns[-1]
@@ -169,12 +236,20 @@ def main() -> None:
     args = parser.parse_args()
     if args.out.exists() and not args.force:
         sys.exit(f"{args.out}: exists; pass --force to overwrite")
-    recipe = ResolvedRecipe(name="tiny", engine="llamacpp", model=str(data_path("tiny-target.gguf")),
-                            args=ENGINE_ARGS, env={}, start_timeout_s=120)
+    recipe = ResolvedRecipe(
+        name="tiny",
+        engine="llamacpp",
+        model=str(data_path("tiny-target.gguf")),
+        args=ENGINE_ARGS,
+        env={},
+        start_timeout_s=120,
+    )
     with tempfile.TemporaryDirectory() as tmp:
         trace, turns = Path(tmp) / "demo.jsonl", []
-        with start_engine(recipe, Path(tmp)) as eng, \
-                serve_recorder(eng.base_url, "127.0.0.1", 0, trace, on_turn=turns.append) as proxy:
+        with (
+            start_engine(recipe, Path(tmp)) as eng,
+            serve_recorder(eng.base_url, "127.0.0.1", 0, trace, on_turn=turns.append) as proxy,
+        ):
             start = 0
             for session, (task, script) in SESSIONS.items():
                 record_session(proxy.url, session, task, script, turns, start)

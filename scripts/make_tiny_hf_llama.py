@@ -56,10 +56,15 @@ def hf_weights(tm: ModuleType, seed: int) -> dict[str, np.ndarray]:
     """The target's weights under Hugging Face ``LlamaForCausalLM`` names, float32."""
     shape = tm.TARGET_SHAPE
     silent = tm.silent_tokens(Tokenizer.from_file(str(TOKENIZER)))
-    g = {k: (v.astype(np.float16) if v.ndim == 2 else v).astype(np.float32)
-         for k, v in tm.target_weights(seed, shape, silent).items()}
-    out = {"model.embed_tokens.weight": g["token_embd.weight"], "model.norm.weight": g["output_norm.weight"],
-           "lm_head.weight": g["output.weight"]}
+    g = {
+        k: (v.astype(np.float16) if v.ndim == 2 else v).astype(np.float32)
+        for k, v in tm.target_weights(seed, shape, silent).items()
+    }
+    out = {
+        "model.embed_tokens.weight": g["token_embd.weight"],
+        "model.norm.weight": g["output_norm.weight"],
+        "lm_head.weight": g["output.weight"],
+    }
     for i in range(shape.n_layer):
         b, p = f"blk.{i}.", f"model.layers.{i}."
         out[p + "input_layernorm.weight"] = g[b + "attn_norm.weight"]
@@ -93,20 +98,40 @@ def write_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
 def config(tm: ModuleType, context: int) -> dict[str, object]:
     s = tm.TARGET_SHAPE
     return {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "torch_dtype": "float32",
-        "hidden_size": s.n_embd, "intermediate_size": s.n_ff, "num_hidden_layers": s.n_layer,
-        "num_attention_heads": s.n_head, "num_key_value_heads": s.n_head_kv, "head_dim": s.n_embd // s.n_head,
-        "vocab_size": s.n_vocab, "max_position_embeddings": context, "rms_norm_eps": 1e-5,
-        "rope_theta": 10000.0, "hidden_act": "silu", "tie_word_embeddings": False, "attention_bias": False,
-        "mlp_bias": False, "bos_token_id": tm.BOS_ID, "eos_token_id": tm.EOS_ID, "pad_token_id": tm.BOS_ID,
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "torch_dtype": "float32",
+        "hidden_size": s.n_embd,
+        "intermediate_size": s.n_ff,
+        "num_hidden_layers": s.n_layer,
+        "num_attention_heads": s.n_head,
+        "num_key_value_heads": s.n_head_kv,
+        "head_dim": s.n_embd // s.n_head,
+        "vocab_size": s.n_vocab,
+        "max_position_embeddings": context,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "hidden_act": "silu",
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "bos_token_id": tm.BOS_ID,
+        "eos_token_id": tm.EOS_ID,
+        "pad_token_id": tm.BOS_ID,
     }
 
 
 def tokenizer_config(tm: ModuleType, context: int) -> dict[str, object]:
     return {
-        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<|endoftext|>", "eos_token": "<|im_end|>",
-        "pad_token": "<|endoftext|>", "add_bos_token": False, "add_eos_token": False,
-        "model_max_length": context, "clean_up_tokenization_spaces": False, "chat_template": tm.CHAT_TEMPLATE,
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": "<|endoftext|>",
+        "eos_token": "<|im_end|>",
+        "pad_token": "<|endoftext|>",
+        "add_bos_token": False,
+        "add_eos_token": False,
+        "model_max_length": context,
+        "clean_up_tokenization_spaces": False,
+        "chat_template": tm.CHAT_TEMPLATE,
     }
 
 

@@ -240,7 +240,7 @@ def _ident(rng: np.random.Generator, n_parts: int) -> str:
 def _sentence(rng: np.random.Generator) -> str:
     words = [str(w) for w in rng.choice(COMMON_WORDS, size=int(rng.integers(4, 14)))]
     if rng.random() < 0.3:
-        words.insert(int(rng.integers(0, len(words))), str(int(rng.integers(0, 10**int(rng.integers(1, 7))))))
+        words.insert(int(rng.integers(0, len(words))), str(int(rng.integers(0, 10 ** int(rng.integers(1, 7))))))
     if rng.random() < 0.3:
         words.insert(int(rng.integers(1, len(words))), ",")
     text = " ".join(words).replace(" ,", ",")
@@ -258,7 +258,7 @@ def _function(rng: np.random.Generator) -> str:
     sig = ", ".join(f"{a}: {rng.choice(PY_TYPES)}" for a in args)
     body = [f'    """{_sentence(rng)}"""']
     for a in args:
-        body.append(f"    if {a} is None:\n        raise ValueError(\"{a} must be set\")")
+        body.append(f'    if {a} is None:\n        raise ValueError("{a} must be set")')
     var = _ident(rng, 2)
     body.append(f"    {var} = [{', '.join(args) or '0'}]")
     body.append(f"    for i, item in enumerate({var}):\n        print(i, item)")
@@ -396,8 +396,9 @@ def draft_weights(target: dict[str, np.ndarray], shape: Shape) -> dict[str, np.n
 # GGUF
 
 
-def write_gguf(path: Path, name: str, shape: Shape, weights: dict[str, np.ndarray], tok: Tokenizer,
-               file_type: LlamaFileType) -> None:
+def write_gguf(
+    path: Path, name: str, shape: Shape, weights: dict[str, np.ndarray], tok: Tokenizer, file_type: LlamaFileType
+) -> None:
     """One llama GGUF: hyperparameters, tokenizer, chat template, tensors (2-D ones converted)."""
     writer = GGUFWriter(str(path), "llama")
     _add_model_metadata(writer, name, shape, file_type)
@@ -459,8 +460,9 @@ def _add_tensor(writer: GGUFWriter, name: str, array: np.ndarray, file_type: Lla
 # ---------------------------------------------------------------------------------------------
 
 
-def make_all(out: Path, seed: int = SEED, target_shape: Shape = TARGET_SHAPE, draft_shape: Shape = DRAFT_SHAPE,
-             q8: bool = True) -> dict[str, str]:
+def make_all(
+    out: Path, seed: int = SEED, target_shape: Shape = TARGET_SHAPE, draft_shape: Shape = DRAFT_SHAPE, q8: bool = True
+) -> dict[str, str]:
     """Write the files into ``out``; return their sha256 by file name."""
     out.mkdir(parents=True, exist_ok=True)
     tok = train_tokenizer(build_corpus(seed))
@@ -487,11 +489,19 @@ def _sha256(path: Path) -> str:
 def shapes_from_args(args: argparse.Namespace) -> tuple[Shape, Shape]:
     """Target and draft shapes from the size options (defaults: the shipped tiny shapes)."""
     t = TARGET_SHAPE
-    target = Shape(n_layer=args.layers or t.n_layer, n_embd=args.hidden or t.n_embd, n_head=args.heads or t.n_head,
-                   n_head_kv=args.kv_heads or t.n_head_kv, n_ff=args.ff or t.n_ff, n_ctx=args.ctx or t.n_ctx)
+    target = Shape(
+        n_layer=args.layers or t.n_layer,
+        n_embd=args.hidden or t.n_embd,
+        n_head=args.heads or t.n_head,
+        n_head_kv=args.kv_heads or t.n_head_kv,
+        n_ff=args.ff or t.n_ff,
+        n_ctx=args.ctx or t.n_ctx,
+    )
     if target.n_embd % target.n_head or target.n_head % target.n_head_kv:
-        raise SystemExit(f"--hidden {target.n_embd} must divide by --heads {target.n_head}, "
-                         f"and --heads by --kv-heads {target.n_head_kv}")
+        raise SystemExit(
+            f"--hidden {target.n_embd} must divide by --heads {target.n_head}, "
+            f"and --heads by --kv-heads {target.n_head_kv}"
+        )
     layers = args.draft_layers or DRAFT_SHAPE.n_layer
     if not 1 <= layers <= target.n_layer:
         raise SystemExit(f"--draft-layers {layers}: must be between 1 and --layers {target.n_layer}")
@@ -502,9 +512,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default: the package data)")
     parser.add_argument("--seed", type=int, default=SEED, help=f"random seed (default: {SEED})")
-    for flag, what in (("--layers", "target layers"), ("--hidden", "n_embd"), ("--heads", "attention heads"),
-                       ("--kv-heads", "KV heads"), ("--ff", "feed-forward width"), ("--draft-layers", "draft layers"),
-                       ("--ctx", "context length")):
+    for flag, what in (
+        ("--layers", "target layers"),
+        ("--hidden", "n_embd"),
+        ("--heads", "attention heads"),
+        ("--kv-heads", "KV heads"),
+        ("--ff", "feed-forward width"),
+        ("--draft-layers", "draft layers"),
+        ("--ctx", "context length"),
+    ):
         parser.add_argument(flag, type=int, default=None, help=f"{what} (default: the shipped tiny model's)")
     parser.add_argument("--no-q8", action="store_true", help="skip the Q8_0 copy of the target")
     args = parser.parse_args(argv)
@@ -512,7 +528,9 @@ def main(argv: list[str] | None = None) -> int:
     if (target, draft) != (TARGET_SHAPE, DRAFT_SHAPE) and args.out.resolve() == DEFAULT_OUT.resolve():
         raise SystemExit("other sizes need --out DIR: the package data holds the shipped tiny models")
     params = parameters(target)
-    print(f"target: {target.n_layer} layers, n_embd {target.n_embd}, {params:,} parameters; draft: {draft.n_layer} layer(s)")
+    print(
+        f"target: {target.n_layer} layers, n_embd {target.n_embd}, {params:,} parameters; draft: {draft.n_layer} layer(s)"
+    )
     for name, digest in make_all(args.out, args.seed, target, draft, q8=not args.no_q8).items():
         size = (args.out / name).stat().st_size
         print(f"{digest}  {size:>9}  {name}")

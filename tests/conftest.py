@@ -35,7 +35,11 @@ def llama_server_bin() -> str:
 @pytest.fixture
 def tiny_recipe(llama_server_bin: str) -> ResolvedRecipe:
     return ResolvedRecipe(
-        name="tiny", engine="llamacpp", model=str(data_path("tiny-target.gguf")), args=list(BASE_ARGS), env={},
+        name="tiny",
+        engine="llamacpp",
+        model=str(data_path("tiny-target.gguf")),
+        args=list(BASE_ARGS),
+        env={},
         start_timeout_s=120,
     )
 
@@ -43,16 +47,27 @@ def tiny_recipe(llama_server_bin: str) -> ResolvedRecipe:
 @pytest.fixture
 def tiny_spec_recipe(llama_server_bin: str) -> ResolvedRecipe:
     return ResolvedRecipe(
-        name="tiny+draft", engine="llamacpp", model=str(data_path("tiny-target.gguf")),
-        args=[*BASE_ARGS, *DRAFT_ARGS], env={}, parts=["draft"], start_timeout_s=120,
+        name="tiny+draft",
+        engine="llamacpp",
+        model=str(data_path("tiny-target.gguf")),
+        args=[*BASE_ARGS, *DRAFT_ARGS],
+        env={},
+        parts=["draft"],
+        start_timeout_s=120,
     )
 
 
-def frank(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def frank(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
     """Run the real `frank` CLI in a subprocess."""
     return subprocess.run(
-        [sys.executable, "-m", "frankenstein", *args], capture_output=True, text=True, cwd=cwd,
-        env={**os.environ, **(env or {})}, timeout=timeout,
+        [sys.executable, "-m", "frankenstein", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        timeout=timeout,
     )
 
 

@@ -43,17 +43,32 @@ def make_campaign(root: Path, toml: str = TOML) -> Campaign:
 
 def make_workload(path: Path, turns: int = 6, tokens: int = 16) -> Path:
     rows = [
-        Turn(turn_id=f"s1-{i:04d}", session_id="s1", turn_index=i, endpoint="/completion",
-             request={"prompt": PROMPTS[i % len(PROMPTS)], "cache_prompt": True},
-             output={"text": "    return x  # recorded", "completion_tokens": tokens}, source="test")
+        Turn(
+            turn_id=f"s1-{i:04d}",
+            session_id="s1",
+            turn_index=i,
+            endpoint="/completion",
+            request={"prompt": PROMPTS[i % len(PROMPTS)], "cache_prompt": True},
+            output={"text": "    return x  # recorded", "completion_tokens": tokens},
+            source="test",
+        )
         for i in range(turns)
     ]
     write_trace(path, rows)
     return path
 
 
-def write_design(path: Path, *, name: str = "d", kind: str = "speed", blocks: int = 5, rule: str = "sign",
-                 candidate_parts: str = '["threads1"]', workload: str = "workloads/w.jsonl", extra: str = "") -> Path:
+def write_design(
+    path: Path,
+    *,
+    name: str = "d",
+    kind: str = "speed",
+    blocks: int = 5,
+    rule: str = "sign",
+    candidate_parts: str = '["threads1"]',
+    workload: str = "workloads/w.jsonl",
+    extra: str = "",
+) -> Path:
     path.write_text(f"""\
 name = "{name}"
 kind = "{kind}"

@@ -17,31 +17,68 @@ NO_GPU: dict[str, Any] = {"gpu": None, "note": "absent: no GPU or NVML on this m
 
 def gpu(peak_mib: float, power_w: float, index: int = 0) -> dict[str, Any]:
     """A start's resources as the NVML sampler records them (one GPU)."""
-    return {"gpu": [{"index": index, "samples": 40, "memory_mib_peak": peak_mib, "memory_mib_mean": peak_mib - 100.0,
-                     "power_w_mean": power_w, "power_w_max": power_w + 25.0}],
-            "memory_source": "per-process", "interval_s": 0.1, "sampled_at": 1.0}
+    return {
+        "gpu": [
+            {
+                "index": index,
+                "samples": 40,
+                "memory_mib_peak": peak_mib,
+                "memory_mib_mean": peak_mib - 100.0,
+                "power_w_mean": power_w,
+                "power_w_max": power_w + 25.0,
+            }
+        ],
+        "memory_source": "per-process",
+        "interval_s": 0.1,
+        "sampled_at": 1.0,
+    }
 
 
 def stored_design(
-    camp: Campaign, *, name: str, served: Sequence[float], candidate: Sequence[float], parts: str = '["draft"]',
-    blocks: int | None = None, rule: str = "sign", extra: str = "", kind: str = "speed",
+    camp: Campaign,
+    *,
+    name: str,
+    served: Sequence[float],
+    candidate: Sequence[float],
+    parts: str = '["draft"]',
+    blocks: int | None = None,
+    rule: str = "sign",
+    extra: str = "",
+    kind: str = "speed",
     resources: Callable[[str, int], dict[str, Any]] = lambda arm, b: NO_GPU,
-    fail: Callable[[str, int], str | None] = lambda arm, b: None, day: int = 1,
+    fail: Callable[[str, int], str | None] = lambda arm, b: None,
+    day: int = 1,
 ) -> Registered:
     """Register a design and record one ok start per arm for each value given (block by block, in the
     registered arm order). Fewer values than blocks leaves the remaining blocks unrun."""
-    path = write_design(camp.root / f"{name}.toml", name=name, kind=kind, blocks=blocks or len(served), rule=rule,
-                        candidate_parts=parts, extra=extra)
+    path = write_design(
+        camp.root / f"{name}.toml",
+        name=name,
+        kind=kind,
+        blocks=blocks or len(served),
+        rule=rule,
+        candidate_parts=parts,
+        extra=extra,
+    )
     reg = register(camp, path)
     for b in range(len(served)):
         for pos, arm in enumerate(reg.schedule[b]):
             v = served[b] if arm == "served" else candidate[b]
             reason = fail(arm, b)
             camp.store.insert_start(
-                design_id=reg.design_id, block=b, position=pos, arm=arm, status="failed" if reason else "ok",
-                reason=reason, started_at=f"2025-03-{day:02d}T10:{b:02d}:{pos * 30:02d}.000Z",
-                metrics={} if reason else {"verify_step_ms": v, "tokens_per_step": 1.0 if arm == "served" else 1.5 + b / 100},
-                engine="llamacpp", engine_version="b6000 (test build)", resources=resources(arm, b),
+                design_id=reg.design_id,
+                block=b,
+                position=pos,
+                arm=arm,
+                status="failed" if reason else "ok",
+                reason=reason,
+                started_at=f"2025-03-{day:02d}T10:{b:02d}:{pos * 30:02d}.000Z",
+                metrics={}
+                if reason
+                else {"verify_step_ms": v, "tokens_per_step": 1.0 if arm == "served" else 1.5 + b / 100},
+                engine="llamacpp",
+                engine_version="b6000 (test build)",
+                resources=resources(arm, b),
             )
     return reg
 

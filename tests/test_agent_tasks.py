@@ -11,14 +11,26 @@ import pytest
 
 from frankenstein.agent.scripted import write_task
 from frankenstein.agent.tasks import (
-    MAX_TASK_BYTES, folder_bytes, load_suite, load_task, make_workspace, shipped_suite, task_hash,
+    MAX_TASK_BYTES,
+    folder_bytes,
+    load_suite,
+    load_task,
+    make_workspace,
+    shipped_suite,
+    task_hash,
 )
 from frankenstein.agent.validate import check_task, table
 from frankenstein.errors import TaskError
 
 SUITE = shipped_suite()
-SHIPPED = ["fix-ledger-month", "latency-report", "log-incident", "regression-csvstats", "spec-durations",
-           "todo-feature"]
+SHIPPED = [
+    "fix-ledger-month",
+    "latency-report",
+    "log-incident",
+    "regression-csvstats",
+    "spec-durations",
+    "todo-feature",
+]
 
 
 def frank(*args: str) -> subprocess.CompletedProcess[str]:
@@ -35,8 +47,11 @@ def test_shipped_suite_loads() -> None:
 
 
 def test_shipped_graders_share_one_harness() -> None:
-    copies = {(SUITE / t / "grader" / "harness.py").read_bytes() for t in SHIPPED
-              if (SUITE / t / "grader" / "harness.py").exists()}
+    copies = {
+        (SUITE / t / "grader" / "harness.py").read_bytes()
+        for t in SHIPPED
+        if (SUITE / t / "grader" / "harness.py").exists()
+    }
     assert len(copies) == 1
 
 
@@ -55,15 +70,18 @@ def test_hash_covers_every_file(tmp_path: Path) -> None:
     assert task_hash(folder) != first
 
 
-@pytest.mark.parametrize(("toml", "field", "message"), [
-    ('id = "t1"\n', "version", "missing"),
-    ('id = "t1"\nversion = 1\ncolour = "red"\n', "colour", "unknown field"),
-    ('id = "t1"\nversion = 1\n[limits]\nturns = 0\n', "limits.turns", "Input should be greater than or equal to 1"),
-    ('id = "t1"\nversion = 1\n[sandbox]\nprocess = 5\n', "sandbox.process", "unknown field"),
-    ('id = "T 1"\nversion = 1\n', "id", "String should match pattern '^[a-z0-9][a-z0-9-]*$'"),
-    ('id = "other"\nversion = 1\n', "id", "id 'other' differs from the folder name 't1'"),
-    ('id = "t1"\nversion = 1\nsetup = "../../etc/passwd"\n', "setup", "must name a file inside the task folder"),
-])
+@pytest.mark.parametrize(
+    ("toml", "field", "message"),
+    [
+        ('id = "t1"\n', "version", "missing"),
+        ('id = "t1"\nversion = 1\ncolour = "red"\n', "colour", "unknown field"),
+        ('id = "t1"\nversion = 1\n[limits]\nturns = 0\n', "limits.turns", "Input should be greater than or equal to 1"),
+        ('id = "t1"\nversion = 1\n[sandbox]\nprocess = 5\n', "sandbox.process", "unknown field"),
+        ('id = "T 1"\nversion = 1\n', "id", "String should match pattern '^[a-z0-9][a-z0-9-]*$'"),
+        ('id = "other"\nversion = 1\n', "id", "id 'other' differs from the folder name 't1'"),
+        ('id = "t1"\nversion = 1\nsetup = "../../etc/passwd"\n', "setup", "must name a file inside the task folder"),
+    ],
+)
 def test_bad_task_toml_names_file_and_field(tmp_path: Path, toml: str, field: str, message: str) -> None:
     folder = write_task(tmp_path, "t1")
     (folder / "task.toml").write_text(toml)
@@ -114,14 +132,19 @@ def test_validate_accepts_a_good_task(tmp_path: Path) -> None:
     assert (check.oracle, check.untouched, check.agree, check.problems) == (["pass"] * 2, ["fail"] * 2, True, [])
 
 
-@pytest.mark.parametrize(("grader", "problem"), [
-    ("import sys\nsys.exit(0)\n", "untouched workspace run 1: pass (want fail)"),
-    ("import sys\nsys.exit(1)\n", "oracle run 1: fail (want pass)"),
-    ("import sys\nsys.exit(2)\n", "oracle run 1: error (want pass)"),
-    ("import os, sys, time\nprint(time.time_ns())\np = sys.argv[1] + '/answer.txt'\n"
-     "sys.exit(0 if os.path.exists(p) and open(p).read().strip() == '42' else 1)\n",
-     "repeated grader runs disagree (exit code or output differ)"),
-])
+@pytest.mark.parametrize(
+    ("grader", "problem"),
+    [
+        ("import sys\nsys.exit(0)\n", "untouched workspace run 1: pass (want fail)"),
+        ("import sys\nsys.exit(1)\n", "oracle run 1: fail (want pass)"),
+        ("import sys\nsys.exit(2)\n", "oracle run 1: error (want pass)"),
+        (
+            "import os, sys, time\nprint(time.time_ns())\np = sys.argv[1] + '/answer.txt'\n"
+            "sys.exit(0 if os.path.exists(p) and open(p).read().strip() == '42' else 1)\n",
+            "repeated grader runs disagree (exit code or output differ)",
+        ),
+    ],
+)
 def test_validate_catches_bad_tasks(tmp_path: Path, grader: str, problem: str) -> None:
     check = check_task(load_task(write_task(tmp_path, "bad", grader=grader)), k=1)
     assert not check.ok
@@ -132,8 +155,14 @@ def test_validate_table() -> None:
     from frankenstein.agent.validate import TaskCheck
 
     ok = TaskCheck("a", "0123456789ab", 1500, ["pass"] * 3, ["fail"] * 3)
-    bad = TaskCheck("long-name", "ba9876543210", 250, ["pass", "fail", "pass"], ["fail"] * 3,
-                    problems=["oracle run 2: fail (want pass): x"])
+    bad = TaskCheck(
+        "long-name",
+        "ba9876543210",
+        250,
+        ["pass", "fail", "pass"],
+        ["fail"] * 3,
+        problems=["oracle run 2: fail (want pass): x"],
+    )
     assert table([ok, bad], 3) == [
         "task       hash          size   oracle    untouched  agree  ok",
         "a          0123456789ab  1.5kB  3/3 pass  3/3 fail   yes    ok",

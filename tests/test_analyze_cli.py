@@ -63,28 +63,47 @@ def test_differences_with_permutation(tmp_path: Path, capsys: pytest.CaptureFixt
 
 
 def test_columns_in_any_order_comments_and_blank_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    p = write(tmp_path, "# measured on box A\nCandidate, Served ,block\n\n11,10,1\n10.5,10,2\n10.2,10,3\n10.9,10,4\n10.1,10,5\n")
-    rc, out, _ = run(["analyze", "--blocks", str(p), "--rule", "harm", "--test", "sign", "--direction", "lower"], capsys)
+    p = write(
+        tmp_path,
+        "# measured on box A\nCandidate, Served ,block\n\n11,10,1\n10.5,10,2\n10.2,10,3\n10.9,10,4\n10.1,10,5\n",
+    )
+    rc, out, _ = run(
+        ["analyze", "--blocks", str(p), "--rule", "harm", "--test", "sign", "--direction", "lower"], capsys
+    )
     assert rc == 0 and out.splitlines()[-1] == "verdict: harm shown (p <= alpha = 0.05)"
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("", "{p}: empty file; expected a header line: block,served,candidate or block,difference"),
-    ("\n# only a comment\n", "{p}: empty file; expected a header line: block,served,candidate or block,difference"),
-    ("block,served,candidate\n", "{p}: no blocks after the header"),
-    ("block,base,new\n1,2,3\n", "{p}: line 1: unknown header 'block,base,new'; expected block,served,candidate or block,difference"),
-    ("block,served,served\n1,2,3\n", "{p}: line 1: unknown header 'block,served,served'; expected block,served,candidate or block,difference"),
-    ("block,served,candidate\n1,10,9\n2,10,fast\n", "{p}: line 3, column candidate: not a number: 'fast'"),
-    ("block,served,candidate\n1,10,9\n\n2,nan,9\n", "{p}: line 4, column served: not a finite number: 'nan'"),
-    ("block,served,candidate\n1,10,9\n2,10,0\n", "{p}: line 3, column candidate: must be positive for a ratio, found 0"),
-    ("block,served,candidate\n1,-3,9\n", "{p}: line 2, column served: must be positive for a ratio, found -3"),
-    ("block,served,candidate\n1,10,9\n2,10,9\n1,10,9\n", "{p}: line 4: duplicate block '1' (first on line 2)"),
-    ("block,served,candidate\n1,10,9\n2,10\n", "{p}: line 3: expected 3 fields (block,served,candidate), found 2"),
-    ("block,difference\n,3\n", "{p}: line 2, column block: empty block name"),
-    ("block,served,candidate\n1,10,9\n2,10,9\n3,10,9\n4,10,9\n",
-     "{p}: 4 blocks cannot reach alpha = 0.05 under the sign rule: the smallest reachable p is 1/16 = 0.0625 "
-     "(it needs at least 5 blocks)"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "{p}: empty file; expected a header line: block,served,candidate or block,difference"),
+        ("\n# only a comment\n", "{p}: empty file; expected a header line: block,served,candidate or block,difference"),
+        ("block,served,candidate\n", "{p}: no blocks after the header"),
+        (
+            "block,base,new\n1,2,3\n",
+            "{p}: line 1: unknown header 'block,base,new'; expected block,served,candidate or block,difference",
+        ),
+        (
+            "block,served,served\n1,2,3\n",
+            "{p}: line 1: unknown header 'block,served,served'; expected block,served,candidate or block,difference",
+        ),
+        ("block,served,candidate\n1,10,9\n2,10,fast\n", "{p}: line 3, column candidate: not a number: 'fast'"),
+        ("block,served,candidate\n1,10,9\n\n2,nan,9\n", "{p}: line 4, column served: not a finite number: 'nan'"),
+        (
+            "block,served,candidate\n1,10,9\n2,10,0\n",
+            "{p}: line 3, column candidate: must be positive for a ratio, found 0",
+        ),
+        ("block,served,candidate\n1,-3,9\n", "{p}: line 2, column served: must be positive for a ratio, found -3"),
+        ("block,served,candidate\n1,10,9\n2,10,9\n1,10,9\n", "{p}: line 4: duplicate block '1' (first on line 2)"),
+        ("block,served,candidate\n1,10,9\n2,10\n", "{p}: line 3: expected 3 fields (block,served,candidate), found 2"),
+        ("block,difference\n,3\n", "{p}: line 2, column block: empty block name"),
+        (
+            "block,served,candidate\n1,10,9\n2,10,9\n3,10,9\n4,10,9\n",
+            "{p}: 4 blocks cannot reach alpha = 0.05 under the sign rule: the smallest reachable p is 1/16 = 0.0625 "
+            "(it needs at least 5 blocks)",
+        ),
+    ],
+)
 def test_bad_csv_messages(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, message: str) -> None:
     p = write(tmp_path, text)
     rc, out, err = run(["analyze", "--blocks", str(p), "--rule", "sign", "--direction", "lower"], capsys)
@@ -107,15 +126,21 @@ def test_not_utf8(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_too_few_blocks_for_a_two_sided_permutation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     p = write(tmp_path, RATIO_CSV)
-    rc, _, err = run(["analyze", "--blocks", str(p), "--rule", "permutation", "--side", "two-sided",
-                      "--direction", "lower"], capsys)
-    assert (rc, err) == (1, f"frank: error: {p}: 5 blocks cannot reach alpha = 0.05 under the permutation rule: "
-                            "the smallest reachable p is 1/16 = 0.0625 (it needs at least 6 blocks)\n")
+    rc, _, err = run(
+        ["analyze", "--blocks", str(p), "--rule", "permutation", "--side", "two-sided", "--direction", "lower"], capsys
+    )
+    assert (rc, err) == (
+        1,
+        f"frank: error: {p}: 5 blocks cannot reach alpha = 0.05 under the permutation rule: "
+        "the smallest reachable p is 1/16 = 0.0625 (it needs at least 6 blocks)\n",
+    )
 
 
 def test_option_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     p = write(tmp_path, RATIO_CSV)
-    rc, _, err = run(["analyze", "--blocks", str(p), "--rule", "sign", "--side", "worse", "--direction", "lower"], capsys)
+    rc, _, err = run(
+        ["analyze", "--blocks", str(p), "--rule", "sign", "--side", "worse", "--direction", "lower"], capsys
+    )
     assert (rc, err) == (1, "frank: error: --side applies only to the permutation rule, not 'sign'\n")
     rc, _, err = run(["analyze", "--blocks", str(p), "--rule", "sign", "--alpha", "0", "--direction", "lower"], capsys)
     assert (rc, err) == (1, "frank: error: rule alpha: Input should be greater than 0\n")
@@ -131,10 +156,26 @@ def test_option_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
 
 def test_real_entry_point_and_help(tmp_path: Path) -> None:
     p = write(tmp_path, RATIO_CSV)
-    res = subprocess.run([sys.executable, "-m", "frankenstein", "analyze", "--blocks", str(p), "--rule",
-                          "all_blocks_better", "--direction", "lower"], capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "frankenstein",
+            "analyze",
+            "--blocks",
+            str(p),
+            "--rule",
+            "all_blocks_better",
+            "--direction",
+            "lower",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 0, res.stderr
     assert res.stdout.splitlines()[-1] == "verdict: confirmed (all 5 blocks favour the candidate)"
-    res = subprocess.run([sys.executable, "-m", "frankenstein", "analyze", "--help"], capture_output=True, text=True,
-                         timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-m", "frankenstein", "analyze", "--help"], capture_output=True, text=True, timeout=60
+    )
     assert "Example: frank analyze --blocks blocks.csv --rule sign --direction lower" in res.stdout

@@ -20,7 +20,9 @@ def test_bad_input_is_named(tmp_path: Path) -> None:
     r = frank("fidelity", "check", "base", "--part", "nope", "-w", str(wl), "-c", str(tmp_path / "c"))
     assert r.returncode == 1
     assert r.stderr == "frank: error: unknown part 'nope' (known: draft, threads1)\n"
-    r = frank("fidelity", "check", "base", "--part", "draft", "-w", str(tmp_path / "missing.jsonl"), "-c", str(tmp_path / "c"))
+    r = frank(
+        "fidelity", "check", "base", "--part", "draft", "-w", str(tmp_path / "missing.jsonl"), "-c", str(tmp_path / "c")
+    )
     assert r.returncode == 1
     assert r.stderr == f"frank: error: {tmp_path / 'missing.jsonl'}: file not found\n"
     r = frank("fidelity", "check", "base", "-w", str(wl), "-c", str(tmp_path / "c"))

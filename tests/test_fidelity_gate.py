@@ -24,10 +24,20 @@ def top_k(full_lp: np.ndarray) -> ForcedResult:
     order = np.argsort(-full_lp, axis=1, kind="stable")[:, :K]
     lp = np.take_along_axis(full_lp, order, axis=1)
     p = full_lp.shape[0]
-    return ForcedResult(path="test", k_requested=K, k_used=K, turn_ids=["t"], turn_sha=["s"],
-                        turn=np.zeros(p, np.int32), pos=np.arange(p, dtype=np.int32), token=order[:, 0].astype(np.int32),
-                        ids=order.astype(np.int32), logprobs=lp.astype(np.float32), n=np.full(p, K, np.int32),
-                        error=np.zeros(p, bool))
+    return ForcedResult(
+        path="test",
+        k_requested=K,
+        k_used=K,
+        turn_ids=["t"],
+        turn_sha=["s"],
+        turn=np.zeros(p, np.int32),
+        pos=np.arange(p, dtype=np.int32),
+        token=order[:, 0].astype(np.int32),
+        ids=order.astype(np.int32),
+        logprobs=lp.astype(np.float32),
+        n=np.full(p, K, np.int32),
+        error=np.zeros(p, bool),
+    )
 
 
 def rearranged_tails(head_mass: float) -> tuple[np.ndarray, np.ndarray]:
@@ -62,14 +72,18 @@ def test_identical_top_k_with_rearranged_tails_is_invalid_not_passed() -> None:
     rule = FidelityRule(tolerance=0.02)
     word, why = apply_rule(rule, candidate, noise)
     assert word == "invalid"
-    assert why.startswith("captured mass: the shared top-k bins hold 0.6000 of the served mass on average, below "
-                          "the registered 0.9")
+    assert why.startswith(
+        "captured mass: the shared top-k bins hold 0.6000 of the served mass on average, below the registered 0.9"
+    )
     assert decided_by(word, why) == "captured mass"
     # the per-position floor decides when a position is below it
     word, why = apply_rule(FidelityRule(tolerance=0.02, min_captured_mass=0.7), candidate, noise)
     assert word == "invalid" and why.startswith("captured mass: a position below the registered 0.7")
     # without the captured-mass parts (both floors 0) the bound alone would pass: the hole the floors close
-    assert apply_rule(FidelityRule(tolerance=0.02, min_captured_mass=0, min_captured_mass_mean=0), candidate, noise)[0] == "passed"
+    assert (
+        apply_rule(FidelityRule(tolerance=0.02, min_captured_mass=0, min_captured_mass_mean=0), candidate, noise)[0]
+        == "passed"
+    )
 
 
 def test_a_well_covered_identical_pair_passes_and_says_what_decided() -> None:

@@ -43,7 +43,8 @@ def source_files() -> list[Path]:
 def _is_type_checking(node: ast.If) -> bool:
     t = node.test
     return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (
-        isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
+        isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING"
+    )
 
 
 def _targets(node: ast.Import | ast.ImportFrom, module: str, is_package: bool, known: set[str]) -> list[str]:
@@ -155,14 +156,18 @@ def test_the_graph_builder_sees_local_imports_and_skips_type_checking(tmp_path: 
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     (pkg / "a.py").write_text("from frankenstein import b\n")
-    (pkg / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from frankenstein import a\n"
-                              "def f():\n    from frankenstein.a import x\n")
+    (pkg / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from frankenstein import a\n"
+        "def f():\n    from frankenstein.a import x\n"
+    )
     (pkg / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from frankenstein import a\n")
     SRC, PKG = tmp_path, pkg
     try:
         edges = import_graph()
     finally:
         SRC, PKG = saved
-    assert {(e.src, e.dst, e.local) for e in edges} == {("frankenstein.a", "frankenstein.b", False),
-                                                        ("frankenstein.b", "frankenstein.a", True)}
+    assert {(e.src, e.dst, e.local) for e in edges} == {
+        ("frankenstein.a", "frankenstein.b", False),
+        ("frankenstein.b", "frankenstein.a", True),
+    }
     assert cycles(edges) == [["frankenstein.a", "frankenstein.b"]]

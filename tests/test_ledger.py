@@ -33,9 +33,22 @@ def test_empty_ledger_serves_the_base_recipe(camp) -> None:
 def test_adopt_confirmed_records_scope_and_serves_the_part(camp) -> None:
     reg = stored_design(camp, name="draft-speed", served=CONFIRMED[0], candidate=CONFIRMED[1])
     e = ledger.adopt(camp, "draft", reg.design_id)
-    assert (e.seq, e.action, e.part, e.design_id, e.forced, e.parts) == (1, "adopt", "draft", "draft-speed-1", False, ["draft"])
+    assert (e.seq, e.action, e.part, e.design_id, e.forced, e.parts) == (
+        1,
+        "adopt",
+        "draft",
+        "draft-speed-1",
+        False,
+        ["draft"],
+    )
     s = e.scope
-    assert (s["concurrency"], s["kind"], s["design_id"], s["verdict"], s["p"]) == (1, "speed", "draft-speed-1", "confirmed", "1/64")
+    assert (s["concurrency"], s["kind"], s["design_id"], s["verdict"], s["p"]) == (
+        1,
+        "speed",
+        "draft-speed-1",
+        "confirmed",
+        "1/64",
+    )
     assert s["workload_path"] == str(camp.root / "workloads" / "w.jsonl") and len(s["workload_hash"]) == 64
     assert s["engine_version"] == "b6000 (test build)" and s["in_favour"] == 6 and s["blocks"] == 6
     assert ledger.served_parts(camp) == ["draft"] and ledger.history(camp) == [e]
@@ -50,28 +63,41 @@ def test_refuses_a_design_that_is_not_confirmed_and_keeps_the_refusal(camp) -> N
     reg = stored_design(camp, name="mixed", served=MIXED[0], candidate=MIXED[1])
     with pytest.raises(LedgerError) as e:
         ledger.adopt(camp, "draft", reg.design_id)
-    assert str(e.value) == ("refused: adopt 'draft' on design mixed-1: its verdict is 'not confirmed', not 'confirmed' "
-                            "(p > alpha = 0.05)")
+    assert str(e.value) == (
+        "refused: adopt 'draft' on design mixed-1: its verdict is 'not confirmed', not 'confirmed' (p > alpha = 0.05)"
+    )
     assert ledger.history(camp) == [] and ledger.served_parts(camp) == []
     [r] = camp.store.refusals()
-    assert (r.what, r.name, r.part) == ("adopt", "mixed-1", "draft") and r.reason.startswith("its verdict is 'not confirmed'")
+    assert (r.what, r.name, r.part) == ("adopt", "mixed-1", "draft") and r.reason.startswith(
+        "its verdict is 'not confirmed'"
+    )
 
 
 def test_refuses_when_not_every_block_was_run(camp) -> None:
     reg = stored_design(camp, name="short", blocks=8, served=CONFIRMED[0], candidate=CONFIRMED[1])
     with pytest.raises(LedgerError) as e:
         ledger.adopt(camp, "draft", reg.design_id)
-    assert str(e.value) == ("refused: adopt 'draft' on design short-1: 6 of 8 blocks were run (incomplete); "
-                            "adopt needs every registered block")
+    assert str(e.value) == (
+        "refused: adopt 'draft' on design short-1: 6 of 8 blocks were run (incomplete); "
+        "adopt needs every registered block"
+    )
 
 
 def test_refuses_an_invalid_verdict_with_its_reason(camp) -> None:
-    reg = stored_design(camp, name="inv", served=CONFIRMED[0], candidate=CONFIRMED[1], extra='failure_policy = "invalidate"',
-                        fail=lambda arm, b: "engine died" if (arm, b) == ("candidate", 2) else None)
+    reg = stored_design(
+        camp,
+        name="inv",
+        served=CONFIRMED[0],
+        candidate=CONFIRMED[1],
+        extra='failure_policy = "invalidate"',
+        fail=lambda arm, b: "engine died" if (arm, b) == ("candidate", 2) else None,
+    )
     with pytest.raises(LedgerError) as e:
         ledger.adopt(camp, "draft", reg.design_id)
-    assert str(e.value) == ("refused: adopt 'draft' on design inv-1: its verdict is 'invalid', not 'confirmed' "
-                            "(1 failed start(s) and the failure policy is 'invalidate')")
+    assert str(e.value) == (
+        "refused: adopt 'draft' on design inv-1: its verdict is 'invalid', not 'confirmed' "
+        "(1 failed start(s) and the failure policy is 'invalidate')"
+    )
 
 
 def test_refuses_a_design_that_tested_another_part(camp) -> None:
@@ -88,8 +114,10 @@ def test_refuses_when_the_served_recipe_changed_since_registration(camp) -> None
     ledger.adopt(camp, "draft", a.design_id)
     with pytest.raises(LedgerError) as e:
         ledger.adopt(camp, "threads1", b.design_id)
-    assert str(e.value) == ("refused: adopt 'threads1' on design b-2: it was registered when the served recipe was base, "
-                            "and it is now base + draft: register the design again")
+    assert str(e.value) == (
+        "refused: adopt 'threads1' on design b-2: it was registered when the served recipe was base, "
+        "and it is now base + draft: register the design again"
+    )
     assert ledger.served_parts(camp) == ["draft"]
 
 
@@ -99,31 +127,40 @@ def test_refuses_when_frank_toml_changed_the_part_since_registration(camp, tmp_p
     with open_campaign(camp.root) as c2:
         with pytest.raises(LedgerError) as e:
             ledger.adopt(c2, "draft", reg.design_id)
-    assert str(e.value) == ("refused: adopt 'draft' on design d-1: frank.toml changed since d-1 was registered: "
-                            "its candidate arm's args differ from what the recipe resolves to now")
+    assert str(e.value) == (
+        "refused: adopt 'draft' on design d-1: frank.toml changed since d-1 was registered: "
+        "its candidate arm's args differ from what the recipe resolves to now"
+    )
 
 
 def test_memory_gate_failed_is_refused(camp) -> None:
     res = lambda arm, b: gpu(1000.0 if arm == "served" else 1500.0 + b, 300.0)  # noqa: E731
-    reg = stored_design(camp, name="mem", served=CONFIRMED[0], candidate=CONFIRMED[1],
-                        extra="[gates]\nmemory_mib = 100", resources=res)
+    reg = stored_design(
+        camp, name="mem", served=CONFIRMED[0], candidate=CONFIRMED[1], extra="[gates]\nmemory_mib = 100", resources=res
+    )
     with pytest.raises(LedgerError) as e:
         ledger.adopt(camp, "draft", reg.design_id)
-    assert str(e.value) == ("refused: adopt 'draft' on design mem-1: memory gate failed: the largest increase of peak "
-                            "GPU memory is +505 MiB (GPU 0), over the 100 MiB allowed")
+    assert str(e.value) == (
+        "refused: adopt 'draft' on design mem-1: memory gate failed: the largest increase of peak "
+        "GPU memory is +505 MiB (GPU 0), over the 100 MiB allowed"
+    )
 
 
 def test_memory_gate_passed_is_recorded_in_the_scope(camp) -> None:
     res = lambda arm, b: gpu(1000.0 if arm == "served" else 1040.0, 300.0)  # noqa: E731
-    reg = stored_design(camp, name="mem", served=CONFIRMED[0], candidate=CONFIRMED[1],
-                        extra="[gates]\nmemory_mib = 100", resources=res)
+    reg = stored_design(
+        camp, name="mem", served=CONFIRMED[0], candidate=CONFIRMED[1], extra="[gates]\nmemory_mib = 100", resources=res
+    )
     e = ledger.adopt(camp, "draft", reg.design_id)
-    assert e.scope["memory_gate"] == ("memory gate passed: the largest increase of peak GPU memory is +40 MiB (GPU 0), "
-                                      "within the 100 MiB allowed")
+    assert e.scope["memory_gate"] == (
+        "memory gate passed: the largest increase of peak GPU memory is +40 MiB (GPU 0), within the 100 MiB allowed"
+    )
 
 
 def test_memory_gate_without_a_gpu_is_refused_unless_forced(camp) -> None:
-    reg = stored_design(camp, name="nogpu", served=CONFIRMED[0], candidate=CONFIRMED[1], extra="[gates]\nmemory_mib = 100")
+    reg = stored_design(
+        camp, name="nogpu", served=CONFIRMED[0], candidate=CONFIRMED[1], extra="[gates]\nmemory_mib = 100"
+    )
     with pytest.raises(LedgerError) as e:
         ledger.adopt(camp, "draft", reg.design_id)
     msg = "memory gate not checked: no GPU (resources absent in all 12 ok starts)"
@@ -144,19 +181,23 @@ def test_force_needs_a_reason(camp) -> None:
 
 
 def test_fidelity_gate_naming_a_missing_design_is_refused(camp) -> None:
-    reg = stored_design(camp, name="fg", served=CONFIRMED[0], candidate=CONFIRMED[1],
-                        extra='[gates]\nfidelity = "fid-9"')
+    reg = stored_design(
+        camp, name="fg", served=CONFIRMED[0], candidate=CONFIRMED[1], extra='[gates]\nfidelity = "fid-9"'
+    )
     with pytest.raises(LedgerError) as e:
         ledger.adopt(camp, "draft", reg.design_id)
-    assert str(e.value).startswith("refused: adopt 'draft' on design fg-1: fidelity gate fid-9: "
-                                   "no registered design 'fid-9'")
+    assert str(e.value).startswith(
+        "refused: adopt 'draft' on design fg-1: fidelity gate fid-9: no registered design 'fid-9'"
+    )
 
 
 def test_request_refusals(camp) -> None:
     reg = stored_design(camp, name="d", served=CONFIRMED[0], candidate=CONFIRMED[1])
     with pytest.raises(LedgerError, match=r"^unknown part 'drfat' \(parts in frank.toml: draft, threads1\)$"):
         ledger.adopt(camp, "drfat", reg.design_id)
-    with pytest.raises(LedgerError, match=r"^cannot adopt on design nope-7: no registered design 'nope-7' \(registered: d-1\)$"):
+    with pytest.raises(
+        LedgerError, match=r"^cannot adopt on design nope-7: no registered design 'nope-7' \(registered: d-1\)$"
+    ):
         ledger.adopt(camp, "draft", "nope-7")
     ledger.adopt(camp, "draft", reg.design_id)
     with pytest.raises(LedgerError, match=r"^part 'draft' is already served \(base \+ draft\)$"):
@@ -167,16 +208,27 @@ def test_refuses_designs_of_kinds_that_cannot_admit_a_part(camp) -> None:
     reg = register(camp, write_design(camp.root / "aa.toml", name="aa", kind="aa", blocks=5, candidate_parts="[]"))
     with pytest.raises(LedgerError) as e:
         ledger.adopt(camp, "draft", reg.design_id)
-    assert str(e.value) == ("design aa-1 is a aa design; a part is adopted on a speed design (fidelity and memory are "
-                            "its gates, an agent design guards against harm)")
+    assert str(e.value) == (
+        "design aa-1 is a aa design; a part is adopted on a speed design (fidelity and memory are "
+        "its gates, an agent design guards against harm)"
+    )
 
 
 def test_a_step_written_meanwhile_refuses_the_stale_one(camp) -> None:
     reg = stored_design(camp, name="d", served=CONFIRMED[0], candidate=CONFIRMED[1])
     ledger.adopt(camp, "draft", reg.design_id)
     with pytest.raises(LedgerError, match=r"^the ledger changed while this step was being checked"):
-        ledger._append(camp, None, action="adopt", part="threads1", design_id=None, scope={}, forced=False, why=None,
-                       parts=["threads1"])
+        ledger._append(
+            camp,
+            None,
+            action="adopt",
+            part="threads1",
+            design_id=None,
+            scope={},
+            forced=False,
+            why=None,
+            parts=["threads1"],
+        )
     assert len(ledger.history(camp)) == 1
 
 
@@ -190,7 +242,13 @@ def test_revert_undoes_exactly_the_last_step(camp) -> None:
     ledger.adopt(camp, "threads1", b.design_id)
     assert ledger.served_parts(camp) == ["draft", "threads1"]
     r = ledger.revert(camp, why="slower at concurrency 4")
-    assert (r.action, r.part, r.design_id, r.parts, r.why) == ("revert", "threads1", "b-2", ["draft"], "slower at concurrency 4")
+    assert (r.action, r.part, r.design_id, r.parts, r.why) == (
+        "revert",
+        "threads1",
+        "b-2",
+        ["draft"],
+        "slower at concurrency 4",
+    )
     assert r.scope == {"undoes": 2, "undoes_action": "adopt", "parts_before": ["draft", "threads1"]}
     assert ledger.served_recipe(camp) == after_a  # exactly the previous recipe
     rr = ledger.revert(camp)  # a revert of a revert re-applies
@@ -207,4 +265,5 @@ def test_served_lines_show_recipe_and_history(camp) -> None:
     assert lines[5] == "history:"
     assert lines[6] == f"    1  {e.at}  adopt draft  design d-1  → [draft]"
     assert lines[7].startswith("       scope: concurrency=1, workload_hash=") and lines[7].endswith(
-        ", engine_version=b6000 (test build), kind=speed, verdict=confirmed, p=1/64")
+        ", engine_version=b6000 (test build), kind=speed, verdict=confirmed, p=1/64"
+    )

@@ -33,9 +33,11 @@ def test_adopt_served_revert_report(camp, tmp_path: Path) -> None:
 
     r = frank("adopt", "threads1", "--design", "mixed-2", "-c", root)
     assert r.returncode == 1
-    assert r.stderr.strip() == ("frank: error: refused: adopt 'threads1' on design mixed-2: its verdict is "
-                                "'not confirmed', not 'confirmed' (p > alpha = 0.05); it was registered when the served "
-                                "recipe was base, and it is now base + draft: register the design again")
+    assert r.stderr.strip() == (
+        "frank: error: refused: adopt 'threads1' on design mixed-2: its verdict is "
+        "'not confirmed', not 'confirmed' (p > alpha = 0.05); it was registered when the served "
+        "recipe was base, and it is now base + draft: register the design again"
+    )
 
     r = frank("adopt", "threads1", "--design", "mixed-2", "--force", "-c", root)
     assert r.returncode == 1
@@ -50,7 +52,10 @@ def test_adopt_served_revert_report(camp, tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == str(out / "note.md")
     text = (out / "note.md").read_text()
-    assert "- **reverted** `draft` (step 2, undoes step 1: adopt); why: checking revert; served parts after it: none" in text
+    assert (
+        "- **reverted** `draft` (step 2, undoes step 1: adopt); why: checking revert; served parts after it: none"
+        in text
+    )
     assert is_png(out / "good-1-blocks.png")
 
 

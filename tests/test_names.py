@@ -50,8 +50,19 @@ def tree(root: Path) -> dict[str, tuple[int, int]]:
 
 
 def bad_names(tmp_path: Path) -> list[str]:
-    return [str(tmp_path / "outside" / "x"), "/tmp/x", "../../evil", "../evil", "a/b", "", "a" * 200, ".hidden",
-            "-flag", "with space", "x\\y"]
+    return [
+        str(tmp_path / "outside" / "x"),
+        "/tmp/x",
+        "../../evil",
+        "../evil",
+        "a/b",
+        "",
+        "a" * 200,
+        ".hidden",
+        "-flag",
+        "with space",
+        "x\\y",
+    ]
 
 
 @pytest.fixture
@@ -85,13 +96,16 @@ def test_design_names_that_are_paths_are_refused_and_write_nothing(camp: Path, t
     assert "registry verified: 0 designs" in out and f"evidence chain verified: {len(names)} records" in out
 
 
-@pytest.mark.parametrize("field,toml", [
-    ("name", TOML.replace('name = "t"', 'name = "../../evil"')),
-    ("served", TOML.replace('served = "base"', 'served = "/tmp/x"')),
-    ("recipes", TOML.replace("[recipes.base]", '[recipes."a/b"]')),
-    ("parts", TOML.replace("[parts.draft]", '[parts."../draft"]')),
-    ("parts", TOML.replace("[parts.draft]", f'[parts.{"d" * 65}]')),
-])
+@pytest.mark.parametrize(
+    "field,toml",
+    [
+        ("name", TOML.replace('name = "t"', 'name = "../../evil"')),
+        ("served", TOML.replace('served = "base"', 'served = "/tmp/x"')),
+        ("recipes", TOML.replace("[recipes.base]", '[recipes."a/b"]')),
+        ("parts", TOML.replace("[parts.draft]", '[parts."../draft"]')),
+        ("parts", TOML.replace("[parts.draft]", f"[parts.{'d' * 65}]")),
+    ],
+)
 def test_campaign_recipe_and_part_names_are_slugs(tmp_path: Path, field: str, toml: str, capsys) -> None:
     root = tmp_path / "c"
     root.mkdir()
@@ -107,8 +121,21 @@ def test_campaign_recipe_and_part_names_are_slugs(tmp_path: Path, field: str, to
 def test_names_in_use_are_slugs(tmp_path: Path) -> None:
     import re
 
-    for name in ("d", "kernel", "draft-speed", "fid-wide", "agent-harm", "speed2", "tiny-vllm", "q8", "threads1",
-                 "test_names_in_use_are_slugs0", "frank-demo-k3j_x9", "v1.2", "A"):
+    for name in (
+        "d",
+        "kernel",
+        "draft-speed",
+        "fid-wide",
+        "agent-harm",
+        "speed2",
+        "tiny-vllm",
+        "q8",
+        "threads1",
+        "test_names_in_use_are_slugs0",
+        "frank-demo-k3j_x9",
+        "v1.2",
+        "A",
+    ):
         assert re.fullmatch(NAME_PATTERN, name), name
 
 

@@ -86,12 +86,16 @@ def test_a_cpu_burner_during_a_start_makes_analyze_and_the_note_warn_naming_it(t
     # one line per start for a few, one line naming them all for many (this shared machine may be busy throughout)
     assert f"{label}: the machine was busier than its" in "\n".join(load_warnings(rows, each=10))
     (many,) = load_warnings(rows, each=0)
-    assert many.startswith(f"{len(load_warnings(rows, each=10))} of 4 starts ran while the machine was busier") and named in many
+    assert (
+        many.startswith(f"{len(load_warnings(rows, each=10))} of 4 starts ran while the machine was busier")
+        and named in many
+    )
     assert any(x.startswith(f"| {socket.gethostname()} |") for x in note)  # the metadata table
     assert not any("no GPU or NVML" in x for x in note)
 
-    moved = dataclasses.replace(rows[1], resources={**rows[1].resources,
-                                                    "machine": {**rows[1].resources["machine"], "host": "elsewhere"}})
+    moved = dataclasses.replace(
+        rows[1], resources={**rows[1].resources, "machine": {**rows[1].resources["machine"], "host": "elsewhere"}}
+    )
     flags = machine_differences([rows[0], moved, *rows[2:]])
     assert flags == [f"{start_label(moved)} ran on a different machine: host: {socket.gethostname()} → elsewhere"]
 
@@ -104,9 +108,21 @@ def test_a_start_that_could_not_look_at_a_gpu_is_not_sampled_never_no_gpu(tmp_pa
     reg = register(c, design)
     run_design(c, reg.design_id, echo=lambda s: None)
     rows = c.store.starts_of(reg.design_id)
-    blind = [dataclasses.replace(r, resources={**r.resources, "gpu": None, "status": "not sampled",
-                                               "note": "not sampled: pynvml is not installed"}) for r in rows]
+    blind = [
+        dataclasses.replace(
+            r,
+            resources={
+                **r.resources,
+                "gpu": None,
+                "status": "not sampled",
+                "note": "not sampled: pynvml is not installed",
+            },
+        )
+        for r in rows
+    ]
     (line,) = resource_lines(read_resources(blind))
-    assert line == ("GPU memory and power: not sampled in 4 of the 4 ok starts (not sampled: pynvml is not installed); "
-                    "absent, not zero, and not a statement that there was no GPU.")
+    assert line == (
+        "GPU memory and power: not sampled in 4 of the 4 ok starts (not sampled: pynvml is not installed); "
+        "absent, not zero, and not a statement that there was no GPU."
+    )
     assert memory_gate(read_resources(blind), 512)[1] == "memory gate not checked: GPU not sampled in 4 of 4 ok starts"

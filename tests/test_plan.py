@@ -91,14 +91,29 @@ def test_no_block_count_up_to_the_cap(tmp_path: Path) -> None:
     lines = format_plan(p)
     # q = Phi(ln(1/0.95) / 0.2) = 0.601; at 11 blocks (10 needed) P(X >= 10) = 0.1205, the best up to 12.
     assert "no block count up to 12 gives the sign rule 80% power (best: 12.0% at 11 blocks)" in lines
-    assert lines[:2] == ["spread of the block log ratio: sd 0.2000 (given)",
-                         "effect: 5% (lower is better); target power 80%; at most 12 blocks; model: independent "
-                         "normal block log ratios"]
+    assert lines[:2] == [
+        "spread of the block log ratio: sd 0.2000 (given)",
+        "effect: 5% (lower is better); target power 80%; at most 12 blocks; model: independent normal block log ratios",
+    ]
 
 
 def test_cli_plan_with_sd(capsys: pytest.CaptureFixture[str]) -> None:
-    rc, out, err = run(["plan", "--sd", "0.03", "--effect", "0.05", "--direction", "lower", "--rule", "sign",
-                        "--rule", "all_blocks_better"], capsys)
+    rc, out, err = run(
+        [
+            "plan",
+            "--sd",
+            "0.03",
+            "--effect",
+            "0.05",
+            "--direction",
+            "lower",
+            "--rule",
+            "sign",
+            "--rule",
+            "all_blocks_better",
+        ],
+        capsys,
+    )
     assert (rc, err) == (0, "")
     assert out.splitlines()[3:] == [
         "rule               alpha  blocks  power  method",
@@ -115,8 +130,22 @@ def test_cli_plan_from_a_pilot_csv(tmp_path: Path, capsys: pytest.CaptureFixture
     c = s * np.exp(rng.normal(0, 0.03, 6))
     p = tmp_path / "aa.csv"
     p.write_text("block,served,candidate\n" + "".join(f"{i},{a},{b}\n" for i, (a, b) in enumerate(zip(s, c), 1)))
-    rc, out, _ = run(["plan", "--pilot", str(p), "--effect", "0.05", "--direction", "lower", "--rule", "permutation",
-                      "--simulations", "300"], capsys)
+    rc, out, _ = run(
+        [
+            "plan",
+            "--pilot",
+            str(p),
+            "--effect",
+            "0.05",
+            "--direction",
+            "lower",
+            "--rule",
+            "permutation",
+            "--simulations",
+            "300",
+        ],
+        capsys,
+    )
     lines = out.splitlines()
     assert rc == 0
     assert lines[0] == f"pilot: {p}: 6 blocks"
@@ -130,15 +159,19 @@ def test_cli_plan_warns_when_the_aa_arms_differ(tmp_path: Path, capsys: pytest.C
     rc, out, _ = run(["plan", "--pilot", str(p), "--effect", "0.05", "--direction", "lower", "--rule", "sign"], capsys)
     assert rc == 0
     # All six A/A log ratios negative: two-sided p = 2/64.
-    assert out.splitlines()[-1] == ("warning: the A/A arms differ (p = 1/32 = 0.03125): look for order or warm-up "
-                                    "effects before trusting any plan")
+    assert out.splitlines()[-1] == (
+        "warning: the A/A arms differ (p = 1/32 = 0.03125): look for order or warm-up effects before trusting any plan"
+    )
 
 
 def test_cli_plan_warns_on_a_small_pilot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     p = tmp_path / "aa.csv"
     p.write_text("block,served,candidate\n1,10,9.0\n2,10,9.6\n3,10,9.5\n4,10,9.7\n")
     rc, out, _ = run(["plan", "--pilot", str(p), "--effect", "0.05", "--direction", "lower", "--rule", "sign"], capsys)
-    assert (rc, out.splitlines()[-1]) == (0, "warning: a spread from 4 blocks is rough; prefer the plan at the upper bound")
+    assert (rc, out.splitlines()[-1]) == (
+        0,
+        "warning: a spread from 4 blocks is rough; prefer the plan at the upper bound",
+    )
 
 
 def test_cli_plan_refusals(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -63,7 +63,11 @@ def test_snapshot_reads_this_machine() -> None:
 def test_not_asked_is_not_sampled_never_no_gpu() -> None:
     s = snapshot(gpu=False)
     assert s.gpu_status == "not sampled" and s.gpu_note == "GPU sampling was not asked for"
-    assert not_sampled("fidelity start") == {"gpu": None, "status": "not sampled", "note": "not sampled: fidelity start"}
+    assert not_sampled("fidelity start") == {
+        "gpu": None,
+        "status": "not sampled",
+        "note": "not sampled: fidelity start",
+    }
 
 
 def test_nvml_missing_beside_a_device_is_not_sampled(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -33,13 +33,20 @@ REPO = Path(__file__).resolve().parents[1]
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 TOOLS_TEMPLATE = REPO / "scripts" / "chatml-tools.jinja"
 SECRET = "sk-real-test-SECRET-0123456789"
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "Get the weather for a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the weather for a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
 # The recipe renders chat requests with the same template as the recording server: a workload recorded under
 # one template and replayed under another is refused turn by turn (prompt token counts differ).
-BASE_ARGS = ('["--ctx-size", "2048", "--threads", "1", "--parallel", "1", "--seed", "1", "--jinja", '
-             f'"--chat-template-file", "{TOOLS_TEMPLATE}"]')
+BASE_ARGS = (
+    '["--ctx-size", "2048", "--threads", "1", "--parallel", "1", "--seed", "1", "--jinja", '
+    f'"--chat-template-file", "{TOOLS_TEMPLATE}"]'
+)
 
 
 def real_model_path() -> Path:
@@ -114,9 +121,30 @@ def server(model: Path, llama_server_bin: str, tmp_path_factory: pytest.TempPath
     log = tmp_path_factory.mktemp("srv") / "engine.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [llama_server_bin, "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-c", "4096", "-t", "1",
-             "-np", "1", "--seed", "1", "--jinja", "--chat-template-file", str(TOOLS_TEMPLATE)],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                llama_server_bin,
+                "-m",
+                str(model),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "-c",
+                "4096",
+                "-t",
+                "1",
+                "-np",
+                "1",
+                "--seed",
+                "1",
+                "--jinja",
+                "--chat-template-file",
+                str(TOOLS_TEMPLATE),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         _wait(url + "/health", proc, "llama-server")
@@ -131,23 +159,50 @@ def recorded(camp: Path, server: str) -> Path:
     """Three turns from the real openai SDK through `frank record`: non-streamed, streamed, with tools."""
     out = camp / "workloads" / "sdk.jsonl"
     port = _free_port()
-    rec = subprocess.Popen([sys.executable, "-m", "frankenstein", "record", "--upstream", server,
-                            "--listen", f"127.0.0.1:{port}", "--out", str(out)],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    rec = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "frankenstein",
+            "record",
+            "--upstream",
+            server,
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--out",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         _wait(f"http://127.0.0.1:{port}/health", rec, "frank record")  # type: ignore[arg-type]
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=SECRET, max_retries=0, timeout=120)
-        repeat = "Repeat exactly: the quick brown fox jumps over the lazy dog. the quick brown fox jumps over the lazy dog."
-        plain = client.chat.completions.create(model="smollm2", max_tokens=32, temperature=0,
-                                               messages=[{"role": "user", "content": repeat}])
+        repeat = (
+            "Repeat exactly: the quick brown fox jumps over the lazy dog. the quick brown fox jumps over the lazy dog."
+        )
+        plain = client.chat.completions.create(
+            model="smollm2", max_tokens=32, temperature=0, messages=[{"role": "user", "content": repeat}]
+        )
         assert plain.choices[0].message.content
-        chunks = list(client.chat.completions.create(
-            model="smollm2", max_tokens=32, temperature=0, stream=True,
-            messages=[{"role": "user", "content": "Count from 1 to 20, comma separated."}]))
+        chunks = list(
+            client.chat.completions.create(
+                model="smollm2",
+                max_tokens=32,
+                temperature=0,
+                stream=True,
+                messages=[{"role": "user", "content": "Count from 1 to 20, comma separated."}],
+            )
+        )
         assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
         tooled = client.chat.completions.create(
-            model="smollm2", max_tokens=32, temperature=0, tools=[WEATHER],  # type: ignore[list-item]
-            messages=[{"role": "user", "content": "What is the weather in Paris?"}])
+            model="smollm2",
+            max_tokens=32,
+            temperature=0,
+            tools=[WEATHER],  # type: ignore[list-item]
+            messages=[{"role": "user", "content": "What is the weather in Paris?"}],
+        )
         assert tooled.choices[0].finish_reason in ("stop", "length", "tool_calls")
     finally:
         rec.send_signal(signal.SIGINT)
@@ -208,16 +263,21 @@ def test_ngram_speed_design_end_to_end(camp: Path, recorded: Path) -> None:
     assert a.returncode == 0, a.stderr
     assert "5 of 5 blocks complete" in a.stdout
     con = sqlite3.connect(camp / "frank.db")
-    rows = con.execute("SELECT s.arm, t.metrics FROM turns t JOIN starts s ON s.id = t.start_id "
-                       "WHERE s.design_id = ? AND s.status = 'ok'", (did,)).fetchall()
+    rows = con.execute(
+        "SELECT s.arm, t.metrics FROM turns t JOIN starts s ON s.id = t.start_id "
+        "WHERE s.design_id = ? AND s.status = 'ok'",
+        (did,),
+    ).fetchall()
     con.close()
     drafted = sum(json.loads(m).get("drafted") or 0 for arm, m in rows if arm == "candidate")
     accepted = sum(json.loads(m).get("accepted") or 0 for arm, m in rows if arm == "candidate")
     assert drafted > 0 and 0 < accepted <= drafted  # the candidate drafts on the real model's repetitive output
     assert all(json.loads(m).get("drafted") in (None, 0) for arm, m in rows if arm == "served")
     # frank analyze prints the speculation per arm (issue 17.2): the candidate's own counts and rate
-    assert (f"candidate: drafted {drafted}, accepted {accepted}, acceptance rate {accepted / drafted:.4f} (5 starts)"
-            in a.stdout), a.stdout
+    assert (
+        f"candidate: drafted {drafted}, accepted {accepted}, acceptance rate {accepted / drafted:.4f} (5 starts)"
+        in a.stdout
+    ), a.stdout
     assert "served: no drafts recorded (it cannot produce an acceptance rate)" in a.stdout
     print(f"\nngram candidate: drafted {drafted}, accepted {accepted}, rate {accepted / drafted:.3f}\n{a.stdout}")
 
@@ -250,14 +310,34 @@ top_k = 16
 
 
 def test_kv_q8_fidelity_above_noise_floor(camp: Path) -> None:
-    prompts = ["<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
-               "<|im_start|>user\nWrite a Python function that adds two numbers.<|im_end|>\n<|im_start|>assistant\n"]
-    rows = [Turn(turn_id=f"f-{i}", session_id="f", turn_index=i, endpoint="/completion",
-                 request={"prompt": p, "cache_prompt": True}, output={"text": "", "completion_tokens": 16},
-                 source="test") for i, p in enumerate(prompts)]
+    prompts = [
+        "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
+        "<|im_start|>user\nWrite a Python function that adds two numbers.<|im_end|>\n<|im_start|>assistant\n",
+    ]
+    rows = [
+        Turn(
+            turn_id=f"f-{i}",
+            session_id="f",
+            turn_index=i,
+            endpoint="/completion",
+            request={"prompt": p, "cache_prompt": True},
+            output={"text": "", "completion_tokens": 16},
+            source="test",
+        )
+        for i, p in enumerate(prompts)
+    ]
     write_trace(camp / "workloads" / "f.jsonl", rows)
-    r = frank("fidelity", "fill", "served", "-w", str(camp / "workloads" / "f.jsonl"),
-              "-o", str(camp / "workloads" / "ff.jsonl"), "-c", str(camp))
+    r = frank(
+        "fidelity",
+        "fill",
+        "served",
+        "-w",
+        str(camp / "workloads" / "f.jsonl"),
+        "-o",
+        str(camp / "workloads" / "ff.jsonl"),
+        "-c",
+        str(camp),
+    )
     assert r.returncode == 0, r.stderr
     (camp / "designs" / "kvq8.toml").write_text(FIDELITY)
     r = frank("register", str(camp / "designs" / "kvq8.toml"), "-c", str(camp))
@@ -278,8 +358,24 @@ def test_kv_q8_fidelity_above_noise_floor(camp: Path) -> None:
 def test_agent_draw_on_the_real_model(server: str, tmp_path: Path) -> None:
     trace = tmp_path / "draw.jsonl"
     t0 = time.monotonic()
-    r = frank("tasks", "draw", server, "--trace", str(trace), "--work-dir", str(tmp_path / "ep"),
-              "--task", "spec-durations", "--model", "smollm2", "--turns", "2", "--output-tokens", "48", timeout=600)
+    r = frank(
+        "tasks",
+        "draw",
+        server,
+        "--trace",
+        str(trace),
+        "--work-dir",
+        str(tmp_path / "ep"),
+        "--task",
+        "spec-durations",
+        "--model",
+        "smollm2",
+        "--turns",
+        "2",
+        "--output-tokens",
+        "48",
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr
     episodes = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
     assert len(episodes) == 1 and episodes[0]["task_id"] == "spec-durations"
@@ -290,5 +386,7 @@ def test_agent_draw_on_the_real_model(server: str, tmp_path: Path) -> None:
     turns = load_trace(trace).turns
     assert len(turns) == ep["turns"] and all(t.request.get("tools") for t in turns)
     calls = [t for t in turns if "tool_call" in (t.output.text or "") or t.output.model_dump().get("tool_calls")]
-    print(f"\nagent draw: {ep} in {time.monotonic() - t0:.0f} s; {len(calls)} of {len(turns)} turns called a tool; "
-          f"prompt tokens {[t.output.prompt_tokens for t in turns]}; said: {[(t.output.text or '')[:100] for t in turns]}")
+    print(
+        f"\nagent draw: {ep} in {time.monotonic() - t0:.0f} s; {len(calls)} of {len(turns)} turns called a tool; "
+        f"prompt tokens {[t.output.prompt_tokens for t in turns]}; said: {[(t.output.text or '')[:100] for t in turns]}"
+    )

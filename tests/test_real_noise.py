@@ -54,9 +54,27 @@ def tiny_server(binary: str, log: Path) -> Iterator[tuple[subprocess.Popen[bytes
     port = _free_port()
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [binary, "-m", str(data_path("tiny-target.gguf")), "--host", "127.0.0.1", "--port", str(port),
-             "-c", "1024", "-t", "1", "-np", "1", "--seed", "1"], stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True)
+            [
+                binary,
+                "-m",
+                str(data_path("tiny-target.gguf")),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "-c",
+                "1024",
+                "-t",
+                "1",
+                "-np",
+                "1",
+                "--seed",
+                "1",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         with httpx.Client(timeout=60) as c:
@@ -90,17 +108,27 @@ def test_burner_during_a_start_warns_naming_it(llama_server_bin: str, tmp_path: 
     assert rec.runnable_mean is not None and rec.runnable_mean > cores, rec
     warning = judge_load("design d-1, block 2, arm candidate (start 7)", rec)
     assert warning is not None
-    assert warning.startswith(f"design d-1, block 2, arm candidate (start 7): the machine was busier than its {cores} cores")
+    assert warning.startswith(
+        f"design d-1, block 2, arm candidate (start 7): the machine was busier than its {cores} cores"
+    )
 
 
 def test_quiet_record_does_not_warn() -> None:
-    rec = LoadRecord(cores=2, wall_s=5.0, samples=25, runnable_mean=1.2, runnable_max=2,
-                     loadavg_before=(0.4, 0.3, 0.2), loadavg_after=(0.9, 0.4, 0.2))
+    rec = LoadRecord(
+        cores=2,
+        wall_s=5.0,
+        samples=25,
+        runnable_mean=1.2,
+        runnable_max=2,
+        loadavg_before=(0.4, 0.3, 0.2),
+        loadavg_after=(0.9, 0.4, 0.2),
+    )
     assert judge_load("start 1", rec) is None
     hot = rec.model_copy(update={"runnable_mean": 1.0, "loadavg_after": (2.5, 1.0, 0.5)})
     assert judge_load("start 1", hot) == (
         "start 1: the machine was busier than its 2 cores during this start (run queue mean 1.0, max 2; "
-        "1-min load average 0.40 → 2.50); its timings may include waiting for a CPU")
+        "1-min load average 0.40 → 2.50); its timings may include waiting for a CPU"
+    )
 
 
 def test_spread_against_resolvable_effect() -> None:
@@ -117,10 +145,12 @@ def test_spread_against_resolvable_effect() -> None:
 
 
 def test_doctor_lines() -> None:
-    quiet = snapshot(gpu=False).model_copy(update={"load_avg": (0.1, 0.1, 0.1), "cpu_governor": "performance",
-                                                   "cpu_cores": 16})
+    quiet = snapshot(gpu=False).model_copy(
+        update={"load_avg": (0.1, 0.1, 0.1), "cpu_governor": "performance", "cpu_cores": 16}
+    )
     assert quiet_lines(quiet, []) == [
-        "machine looks quiet: load 0.10 on 16 cores, governor performance, no other engines"]
+        "machine looks quiet: load 0.10 on 16 cores, governor performance, no other engines"
+    ]
     busy = quiet.model_copy(update={"load_avg": (12.0, 3.0, 1.0), "cpu_governor": "powersave"})
     assert quiet_lines(busy, [(42, "llama-server -m x.gguf")]) == [
         "busy: 1-min load average 12.00 on 16 cores",

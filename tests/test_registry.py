@@ -68,7 +68,9 @@ def test_refuses_identical_arms_outside_aa(camp) -> None:
 
 def test_refuses_changed_workload(camp) -> None:
     p = write_design(camp.root / "d.toml", extra='workload_hash = "' + "0" * 64 + '"')
-    with pytest.raises(DesignError, match=r"d.toml: workload_hash: workload .* no longer matches its hash \(design pins 000000000000…"):
+    with pytest.raises(
+        DesignError, match=r"d.toml: workload_hash: workload .* no longer matches its hash \(design pins 000000000000…"
+    ):
         register(camp, p)
 
 
@@ -82,7 +84,9 @@ def test_tampered_design_file_is_refused(camp) -> None:
     register(camp, write_design(camp.root / "d.toml"))
     copy = camp.root / "designs" / "d-1.toml"
     copy.write_text(copy.read_text().replace("blocks = 5", "blocks = 50"))
-    with pytest.raises(RegistryError, match=r"d-1.toml: the registered design file was changed or removed after registration"):
+    with pytest.raises(
+        RegistryError, match=r"d-1.toml: the registered design file was changed or removed after registration"
+    ):
         verify(camp)
     with pytest.raises(RegistryError):
         get(camp, "d-1")

@@ -81,10 +81,18 @@ def topk(shift: float) -> bytes:
     logits = np.array([2.0 + shift, 1.0 - shift, 0.0, -1.0])
     lps = (logits - math.log(np.exp(logits).sum())).astype(np.float32)
     result = forced.ForcedResult(
-        path=forced.LLAMACPP_PATH, k_requested=k, k_used=k, turn_ids=["t0", "t1"], turn_sha=["a" * 8, "b" * 8],
-        turn=np.repeat(np.arange(2, dtype=np.int32), 10), pos=np.tile(np.arange(10, dtype=np.int32), 2),
-        token=np.zeros(p, np.int32), ids=np.tile(np.arange(k, dtype=np.int32), (p, 1)), logprobs=np.tile(lps, (p, 1)),
-        n=np.full(p, k, np.int32), error=np.zeros(p, bool),
+        path=forced.LLAMACPP_PATH,
+        k_requested=k,
+        k_used=k,
+        turn_ids=["t0", "t1"],
+        turn_sha=["a" * 8, "b" * 8],
+        turn=np.repeat(np.arange(2, dtype=np.int32), 10),
+        pos=np.tile(np.arange(10, dtype=np.int32), 2),
+        token=np.zeros(p, np.int32),
+        ids=np.tile(np.arange(k, dtype=np.int32), (p, 1)),
+        logprobs=np.tile(lps, (p, 1)),
+        n=np.full(p, k, np.int32),
+        error=np.zeros(p, bool),
     )
     return forced.to_npz(result)
 
@@ -95,19 +103,31 @@ def stored_fidelity(camp, name: str, shift: float):
     reg = register(camp, path)
     for pos, arm in enumerate(reg.schedule[0]):
         camp.store.insert_start(
-            design_id=reg.design_id, block=0, position=pos, rep=sum(1 for a in reg.schedule[0][:pos] if a == arm),
-            arm=arm, status="ok", started_at=f"2025-03-05T09:00:{pos:02d}.000Z", metrics={"positions": 20.0},
-            engine="llamacpp", engine_version="b6000 (test build)", resources={"gpu": None},
+            design_id=reg.design_id,
+            block=0,
+            position=pos,
+            rep=sum(1 for a in reg.schedule[0][:pos] if a == arm),
+            arm=arm,
+            status="ok",
+            started_at=f"2025-03-05T09:00:{pos:02d}.000Z",
+            metrics={"positions": 20.0},
+            engine="llamacpp",
+            engine_version="b6000 (test build)",
+            resources={"gpu": None},
             capabilities={"fidelity_path": forced.LLAMACPP_PATH},
-            artifacts={"topk.npz": topk(shift if arm == "candidate" else 0.0)})
+            artifacts={"topk.npz": topk(shift if arm == "candidate" else 0.0)},
+        )
     return reg
 
 
 def test_fidelity_section_has_path_bound_and_kl_plot(camp, tmp_path: Path) -> None:
     reg = stored_fidelity(camp, "fid", 0.3)
     text = write_report(camp, tmp_path / "out").read_text()
-    assert f"- Fidelity path measured: {forced.LLAMACPP_PATH}; forced decode of the recorded continuations, top-64 " \
-           "logprobs requested; KL over the top-k union plus one tail bucket is a lower bound of the full-vocabulary KL." in text
+    assert (
+        f"- Fidelity path measured: {forced.LLAMACPP_PATH}; forced decode of the recorded continuations, top-64 "
+        "logprobs requested; KL over the top-k union plus one tail bucket is a lower bound of the full-vocabulary KL."
+        in text
+    )
     assert f"![KL per position against the noise floor]({reg.design_id}-kl.png)" in text
     assert is_png(tmp_path / "out" / f"{reg.design_id}-kl.png")
     assert f"- design `{reg.design_id}` (fidelity, part `draft`): mean KL " in text
@@ -116,14 +136,22 @@ def test_fidelity_section_has_path_bound_and_kl_plot(camp, tmp_path: Path) -> No
 
 def test_adopt_checks_the_named_fidelity_gate(camp) -> None:
     bad = stored_fidelity(camp, "fid-wide", 3.0)  # far beyond the 0.05 nats tolerance
-    reg = stored_design(camp, name="speed", served=CONFIRMED[0], candidate=CONFIRMED[1],
-                        extra=f'[gates]\nfidelity = "{bad.design_id}"')
+    reg = stored_design(
+        camp, name="speed", served=CONFIRMED[0], candidate=CONFIRMED[1], extra=f'[gates]\nfidelity = "{bad.design_id}"'
+    )
     with pytest.raises(LedgerError) as e:
         ledger.adopt(camp, "draft", reg.design_id)
-    assert str(e.value).startswith(f"refused: adopt 'draft' on design speed-2: fidelity gate {bad.design_id}: failed (mean KL ")
+    assert str(e.value).startswith(
+        f"refused: adopt 'draft' on design speed-2: fidelity gate {bad.design_id}: failed (mean KL "
+    )
     good = stored_fidelity(camp, "fid-close", 0.01)
-    ok = stored_design(camp, name="speed2", served=CONFIRMED[0], candidate=CONFIRMED[1],
-                       extra=f'[gates]\nfidelity = "{good.design_id}"')
+    ok = stored_design(
+        camp,
+        name="speed2",
+        served=CONFIRMED[0],
+        candidate=CONFIRMED[1],
+        extra=f'[gates]\nfidelity = "{good.design_id}"',
+    )
     e2 = ledger.adopt(camp, "draft", ok.design_id)
     assert e2.scope["fidelity_gate"].startswith(f"fidelity gate {good.design_id}: passed (mean KL ")
 
@@ -136,12 +164,22 @@ def test_agent_design_pass_matrix_table_and_png(camp, tmp_path: Path) -> None:
     for b, order in enumerate(reg.schedule):
         for pos, arm in enumerate(order):
             passed = {"fix-ledger-month": True, "log-incident": arm == "served" or b % 2 == 0}
-            eps = [{"task_id": t, "draw": 0, "task_hash": "h" * 8, "status": "submitted", "passed": passed[t], "turns": 3}
-                   for t in tasks]
-            camp.store.insert_start(design_id=reg.design_id, block=b, position=pos, arm=arm, status="ok",
-                                    started_at=f"2025-03-06T09:{b:02d}:{pos:02d}.000Z",
-                                    metrics={"passes": float(sum(passed.values()))}, engine="llamacpp",
-                                    engine_version="b6000 (test build)", episodes=eps)
+            eps = [
+                {"task_id": t, "draw": 0, "task_hash": "h" * 8, "status": "submitted", "passed": passed[t], "turns": 3}
+                for t in tasks
+            ]
+            camp.store.insert_start(
+                design_id=reg.design_id,
+                block=b,
+                position=pos,
+                arm=arm,
+                status="ok",
+                started_at=f"2025-03-06T09:{b:02d}:{pos:02d}.000Z",
+                metrics={"passes": float(sum(passed.values()))},
+                engine="llamacpp",
+                engine_version="b6000 (test build)",
+                episodes=eps,
+            )
     text = write_report(camp, tmp_path / "out").read_text()
     assert "| task #draw | 1 S | 1 C | 2 S | 2 C | 3 S | 3 C | 4 S | 4 C | 5 S | 5 C |" in text
     assert "| fix-ledger-month #1 | ✓ | ✓ | ✓ | ✓ | ✓ | ✓ | ✓ | ✓ | ✓ | ✓ |" in text
@@ -151,7 +189,9 @@ def test_agent_design_pass_matrix_table_and_png(camp, tmp_path: Path) -> None:
 
 
 def test_plots_write_valid_pngs(tmp_path: Path) -> None:
-    a = plot_paired_blocks(tmp_path / "a.png", ["1", "2", "3"], [10.0, None, 9.0], [8.0, 8.5, None], "verify_step_ms", "t")
+    a = plot_paired_blocks(
+        tmp_path / "a.png", ["1", "2", "3"], [10.0, None, 9.0], [8.0, 8.5, None], "verify_step_ms", "t"
+    )
     b = plot_kl(tmp_path / "b.png", [0.0, 1e-3, 0.02, 0.7], [0.0, 0.0, 1e-5], tolerance=0.05, threshold=0.5)
     c = plot_pass_matrix(tmp_path / "c.png", ["t #1", "u #1"], ["1 S", "1 C"], [[True, False], [None, True]])
     assert all(is_png(p) for p in (a, b, c))

@@ -46,19 +46,45 @@ def build_story(camp) -> list:
     """A week of a campaign: an adoption, a refusal then a forced adoption and its revert, a curtailed
     design, one with a failed start, and a registration refused for too few blocks."""
     gpu_res = lambda arm, b: gpu(20480.0 if arm == "served" else 20736.0 + 8 * b, 310.0 if arm == "served" else 295.0)  # noqa: E731
-    regs = [stored_design(camp, name="draft-speed", served=CONFIRMED[0], candidate=CONFIRMED[1], resources=gpu_res,
-                          extra="[gates]\nmemory_mib = 512")]
+    regs = [
+        stored_design(
+            camp,
+            name="draft-speed",
+            served=CONFIRMED[0],
+            candidate=CONFIRMED[1],
+            resources=gpu_res,
+            extra="[gates]\nmemory_mib = 512",
+        )
+    ]
     ledger.adopt(camp, "draft", regs[0].design_id)
     regs.append(stored_design(camp, name="threads", parts='["threads1"]', served=MIXED[0], candidate=MIXED[1], day=2))
     with pytest.raises(LedgerError):
         ledger.adopt(camp, "threads1", regs[1].design_id)
     ledger.adopt(camp, "threads1", regs[1].design_id, force=True, why="vendor benchmark at concurrency 8")
     ledger.revert(camp, why="no evidence on our workload")
-    regs.append(stored_design(camp, name="curtailed", parts='["threads1"]', blocks=10, served=[10.0, 10.0],
-                              candidate=[10.5, 10.6], extra='stopping = "curtail"', day=3))
-    regs.append(stored_design(camp, name="dropped", parts='["threads1"]', served=CONFIRMED[0], candidate=CONFIRMED[1],
-                              fail=lambda arm, b: "engine exited 139 before ready" if (arm, b) == ("candidate", 3) else None,
-                              day=4))
+    regs.append(
+        stored_design(
+            camp,
+            name="curtailed",
+            parts='["threads1"]',
+            blocks=10,
+            served=[10.0, 10.0],
+            candidate=[10.5, 10.6],
+            extra='stopping = "curtail"',
+            day=3,
+        )
+    )
+    regs.append(
+        stored_design(
+            camp,
+            name="dropped",
+            parts='["threads1"]',
+            served=CONFIRMED[0],
+            candidate=CONFIRMED[1],
+            fail=lambda arm, b: "engine exited 139 before ready" if (arm, b) == ("candidate", 3) else None,
+            day=4,
+        )
+    )
     with pytest.raises(DesignError):
         register(camp, write_design(camp.root / "tiny.toml", name="tiny", blocks=4))
     return regs
@@ -70,7 +96,12 @@ def test_note_of_a_campaign_matches_golden(camp, tmp_path: Path) -> None:
     assert note == tmp_path / "out" / "note.md"
     golden(normalise(note.read_text(), camp, regs), GOLDEN / "note_campaign.md", UPDATE)
     pngs = sorted(p.name for p in (tmp_path / "out").glob("*.png"))
-    assert pngs == ["curtailed-3-blocks.png", "draft-speed-1-blocks.png", "dropped-4-blocks.png", "threads-2-blocks.png"]
+    assert pngs == [
+        "curtailed-3-blocks.png",
+        "draft-speed-1-blocks.png",
+        "dropped-4-blocks.png",
+        "threads-2-blocks.png",
+    ]
     assert all(is_png(tmp_path / "out" / p) for p in pngs)
 
 
@@ -90,7 +121,9 @@ def test_since_leaves_out_earlier_records(camp, tmp_path: Path) -> None:
     later = write_report(camp, tmp_path / "later", since=date(2999, 1, 1)).read_text()
     assert "since 2999-01-01: 0 design(s), 0 ledger step(s)" in later
     assert "## Design" not in later and "- Nothing recorded yet." in later
-    assert "| `draft` | https://github.com/ggml-org/llama.cpp | abc123 | ggml-org | MIT | step 1 |" in later  # credits: now
+    assert (
+        "| `draft` | https://github.com/ggml-org/llama.cpp | abc123 | ggml-org | MIT | step 1 |" in later
+    )  # credits: now
     every = write_report(camp, tmp_path / "all", since="2000-01-01").read_text()
     assert every.count("\n## Design ") == 4
 

@@ -48,8 +48,10 @@ def test_swapping_arms_inverts_geomean_and_moves_p_to_the_other_side() -> None:
 def test_four_blocks_sign_is_invalid_with_the_smallest_p() -> None:
     v = evaluate(parse_rule("sign"), SERVED[:4], FASTER[:4], "lower")
     assert v.word == "invalid"
-    assert v.reason == ("4 blocks cannot reach alpha = 0.05 under the sign rule: the smallest reachable p is "
-                        "1/16 = 0.0625 (it needs at least 5 blocks)")
+    assert v.reason == (
+        "4 blocks cannot reach alpha = 0.05 under the sign rule: the smallest reachable p is "
+        "1/16 = 0.0625 (it needs at least 5 blocks)"
+    )
     assert v.smallest_p == Fraction(1, 16)
 
 
@@ -80,7 +82,9 @@ def test_two_sided_permutation_names_the_direction() -> None:
     faster = [9.0, 9.5, 9.8, 9.1, 9.9, 9.6]
     rule = parse_rule("permutation", side="two-sided")
     assert (evaluate(rule, [10.0] * 6, faster, "lower").word, evaluate(rule, [10.0] * 6, faster, "lower").p) == (
-        "confirmed", Fraction(1, 32))
+        "confirmed",
+        Fraction(1, 32),
+    )
     assert evaluate(rule, [10.0] * 6, slower, "lower").word == "harm shown"
     assert evaluate(rule, SERVED, FASTER, "lower").word == "invalid"  # 2/32 > 0.05
 
@@ -89,8 +93,9 @@ def test_min_effect_practical_threshold_on_the_geomean() -> None:
     small = [9.9, 9.95, 9.9, 9.92, 9.97]  # every block about 0.3-1% lower: p = 1/32
     v = evaluate(parse_rule("sign", min_effect=0.05), SERVED, small, "lower")
     assert v.word == "not confirmed"
-    assert v.reason == ("p <= alpha = 0.05, but the geometric-mean ratio 0.9928 is short of the practical "
-                        "threshold min_effect = 0.05")
+    assert v.reason == (
+        "p <= alpha = 0.05, but the geometric-mean ratio 0.9928 is short of the practical threshold min_effect = 0.05"
+    )
     assert evaluate(parse_rule("sign", min_effect=0.005), SERVED, small, "lower").word == "confirmed"
     # 5% better when higher is better means a ratio of at least 1.05.
     up = [10.6, 10.7, 10.55, 10.8, 10.52]  # geometric mean ratio 1.0634
@@ -106,8 +111,10 @@ def test_differences_exact_fraction_and_direction() -> None:
     assert v.geomean_ratio is None and v.data == "difference"
     assert evaluate_differences(parse_rule("harm"), d, "lower").word == "harm shown"
     v = evaluate_differences(parse_rule("permutation", min_effect=1.5), d, "higher")
-    assert (v.word, v.reason) == ("not confirmed", "p <= alpha = 0.05, but the mean difference +1 is short of the "
-                                  "practical threshold min_effect = 1.5")
+    assert (v.word, v.reason) == (
+        "not confirmed",
+        "p <= alpha = 0.05, but the mean difference +1 is short of the practical threshold min_effect = 1.5",
+    )
 
 
 def test_non_positive_value_is_invalid_naming_the_block() -> None:
@@ -117,11 +124,18 @@ def test_non_positive_value_is_invalid_naming_the_block() -> None:
 
 
 def test_verdict_json_round_trip() -> None:
-    v = evaluate(parse_rule("permutation", side="two-sided", min_effect=0.01), [10.0] * 6,
-                 [9.0, 9.5, 9.8, 9.1, 9.9, 9.6], "lower", blocks=[1, 2, 3, 4, 5, 6])
+    v = evaluate(
+        parse_rule("permutation", side="two-sided", min_effect=0.01),
+        [10.0] * 6,
+        [9.0, 9.5, 9.8, 9.1, 9.9, 9.6],
+        "lower",
+        blocks=[1, 2, 3, 4, 5, 6],
+    )
     text = v.model_dump_json()
     data = json.loads(text)
-    assert data["p"] == "1/32" and data["smallest_p"] == "1/32" and data["ci"]["coverage"] == "31/32"  # two-sided: tail 0.025, k = floor(0.025 * 64) = 1
+    assert (
+        data["p"] == "1/32" and data["smallest_p"] == "1/32" and data["ci"]["coverage"] == "31/32"
+    )  # two-sided: tail 0.025, k = floor(0.025 * 64) = 1
     assert data["rule"] == {"alpha": 0.05, "min_effect": 0.01, "kind": "permutation", "side": "two-sided"}
     back = Verdict.model_validate_json(text)
     assert back == v and isinstance(back.p, Fraction) and isinstance(back.rule, rules.PermutationRule)

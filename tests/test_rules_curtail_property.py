@@ -84,7 +84,7 @@ def _cases() -> Iterator[tuple[list[float], int, int]]:
     for n in range(1, 9):
         for d in range(0, n):
             for i, pattern in enumerate(_done_patterns(d)):
-                families = FAMILIES if d < 5 else (FAMILIES * 2)[i % 5: i % 5 + (3 if d == 5 else 2)]
+                families = FAMILIES if d < 5 else (FAMILIES * 2)[i % 5 : i % 5 + (3 if d == 5 else 2)]
                 for j, family in enumerate(families):
                     mags = _magnitudes(family, d, rng)
                     yield [s * x for s, x in zip(pattern, mags)], n - d, j

@@ -61,7 +61,9 @@ def test_decide_with_nan_is_invalid() -> None:
 
 def test_values_near_the_float_limit_decide() -> None:
     """Item 7. Before: evaluate_differences on values near 1e308 raised OverflowError (fsum)."""
-    v = evaluate_differences(parse_rule("permutation"), [1.7e308, 1.6e308, 1.5e308, 1.1e308, 1.2e308, 1.3e308], "higher")
+    v = evaluate_differences(
+        parse_rule("permutation"), [1.7e308, 1.6e308, 1.5e308, 1.1e308, 1.2e308, 1.3e308], "higher"
+    )
     assert (v.word, v.p, v.p_scipy) == ("confirmed", Fraction(1, 64), 0.015625)
     assert v.mean_difference == pytest.approx(1.4e308)
     assert v.ci is not None and 1.1e308 <= v.ci.low <= v.ci.high <= 1.7e308
@@ -115,8 +117,10 @@ def test_registration_planner_and_analysis_agree_on_what_is_exact() -> None:
     assert reason is not None and "at most 40 blocks" in reason
     assert decide(perm, [0.01 * (i + 1) for i in range(41)]).word == "invalid"
     assert rules.check_computable(perm, 200, "difference", max_abs=5) is None  # pass counts: convolution
-    assert decide(perm, [float((i % 5) - 1) for i in range(200)], "higher", "difference").word in ("confirmed",
-                                                                                                 "not confirmed")
+    assert decide(perm, [float((i % 5) - 1) for i in range(200)], "higher", "difference").word in (
+        "confirmed",
+        "not confirmed",
+    )
     assert rules.check_computable(parse_rule("sign"), 1000, "ratio") is None
     row = plan.plan_blocks(perm, 0.1, 0.03, "lower", max_blocks=100, simulations=200)
     assert row.blocks is None or row.blocks <= 40

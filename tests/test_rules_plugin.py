@@ -48,7 +48,9 @@ def two_thirds() -> Iterator[type[TwoThirds]]:
 
 
 DESIGN = {
-    "name": "plugin", "kind": "speed", "blocks": 6,
+    "name": "plugin",
+    "kind": "speed",
+    "blocks": 6,
     "arms": {"served": {"command": ["true"]}, "candidate": {"command": ["true"]}},
     "rule": {"kind": "two_thirds", "alpha": 0.05, "share": 0.8},
 }
@@ -68,8 +70,10 @@ def test_a_registered_rule_validates_in_a_design_and_decides(two_thirds: type[Tw
 
 def test_a_registered_rule_from_a_toml_design_and_its_field_errors(two_thirds: type[TwoThirds], tmp_path: Path) -> None:
     path = tmp_path / "d.toml"
-    body = ('name = "plugin"\nblocks = 6\n[arms.served]\ncommand = ["true"]\n[arms.candidate]\ncommand = ["true"]\n'
-            '[rule]\nkind = "two_thirds"\n')
+    body = (
+        'name = "plugin"\nblocks = 6\n[arms.served]\ncommand = ["true"]\n[arms.candidate]\ncommand = ["true"]\n'
+        '[rule]\nkind = "two_thirds"\n'
+    )
     path.write_text(body)
     assert isinstance(load_design(path).rule, two_thirds)
     path.write_text(body + 'share = "most"\n')
@@ -78,5 +82,7 @@ def test_a_registered_rule_from_a_toml_design_and_its_field_errors(two_thirds: t
 
 
 def test_an_unregistered_kind_is_refused_naming_the_kinds(tmp_path: Path) -> None:
-    with pytest.raises(Exception, match="kind must be one of all_blocks_better, harm, permutation, sign, fidelity, got 'two_thirds'"):
+    with pytest.raises(
+        Exception, match="kind must be one of all_blocks_better, harm, permutation, sign, fidelity, got 'two_thirds'"
+    ):
         DesignFile.model_validate(DESIGN)

@@ -33,8 +33,12 @@ def test_register_run_kill_resume_analyze(tmp_path: Path) -> None:
     assert frank("register", str(design), "-c", str(c.root)).returncode == 0
 
     # Start the run, kill -9 it as soon as its second start is recorded.
-    p = subprocess.Popen([sys.executable, "-m", "frankenstein", "run", "d-1", "-c", str(c.root)],
-                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "frankenstein", "run", "d-1", "-c", str(c.root)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     assert p.stdout is not None
     lines = [p.stdout.readline(), p.stdout.readline()]
     assert all(line.startswith("block 1/5") for line in lines), lines
@@ -59,8 +63,10 @@ def test_register_run_kill_resume_analyze(tmp_path: Path) -> None:
         rows = camp.store.starts_of("d-1")
         turns = [camp.store.turns_of(r.id) for r in rows]
     assert [len(t) for t in turns] == [4] * 10
-    assert all(t[0]["warmup"] and not t[1]["warmup"] and t[1]["generated_tokens"] == 16 and t[1]["decode_ms"] > 0
-               for t in turns)
+    assert all(
+        t[0]["warmup"] and not t[1]["warmup"] and t[1]["generated_tokens"] == 16 and t[1]["decode_ms"] > 0
+        for t in turns
+    )
 
     a = frank("analyze", "d-1", "-c", str(c.root))
     assert a.returncode == 0, a.stderr

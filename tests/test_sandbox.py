@@ -14,7 +14,12 @@ import pytest
 from frankenstein.agent import load_suite, run_draw, shipped_suite
 from frankenstein.agent.draw import EpisodeResult
 from frankenstein.agent.sandbox import (
-    Isolation, Sandbox, ToolRefused, cut_middle, detect_isolation, scrubbed_env,
+    Isolation,
+    Sandbox,
+    ToolRefused,
+    cut_middle,
+    detect_isolation,
+    scrubbed_env,
 )
 from frankenstein.agent.scripted import ScriptedModelServer, Step, call, write_task
 from frankenstein.agent.tasks import SandboxLimits, load_task
@@ -49,13 +54,15 @@ def alive(pid: int) -> bool:
         return False
 
 
-def episode(tmp_path: Path, steps: list[Step], iso: Isolation, toml_extra: str = "",
-            grader: str | None = None) -> tuple[EpisodeResult, list[dict]]:
+def episode(
+    tmp_path: Path, steps: list[Step], iso: Isolation, toml_extra: str = "", grader: str | None = None
+) -> tuple[EpisodeResult, list[dict]]:
     extra = {"grader": grader} if grader else {}
     task = load_task(write_task(tmp_path / "suite", "box", toml_extra=toml_extra, **extra))
     with ScriptedModelServer([*steps, call("submit")]) as srv:
-        [res] = run_draw(srv.base_url, tmp_path / "suite", [task], 0, tmp_path / "trace.jsonl", tmp_path / "work",
-                         isolation=iso)
+        [res] = run_draw(
+            srv.base_url, tmp_path / "suite", [task], 0, tmp_path / "trace.jsonl", tmp_path / "work", isolation=iso
+        )
         return res, srv.requests
 
 
@@ -66,15 +73,18 @@ def tool_results(requests: list[dict]) -> list[str]:
 
 # ---------------------------------------------------------------- attacks, as recorded episodes
 
+
 @pytest.mark.parametrize("iso", MODES)
 def test_writing_outside_the_workspace(tmp_path: Path, iso: Isolation) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
-    steps = [call("write_file", path="../escape.txt", content="x"),
-             call("write_file", path=str(outside / "abs.txt"), content="x"),
-             call("bash", command=f"ln -s {outside} link"),
-             call("write_file", path="link/through-symlink.txt", content="x"),
-             call("write_file", path="answer.txt", content="42")]
+    steps = [
+        call("write_file", path="../escape.txt", content="x"),
+        call("write_file", path=str(outside / "abs.txt"), content="x"),
+        call("bash", command=f"ln -s {outside} link"),
+        call("write_file", path="link/through-symlink.txt", content="x"),
+        call("write_file", path="answer.txt", content="42"),
+    ]
     res, requests = episode(tmp_path, steps, iso)
     assert list(outside.iterdir()) == []
     assert not (tmp_path / "work" / "box-d0" / "escape.txt").exists()
@@ -91,8 +101,11 @@ def test_writing_outside_the_workspace(tmp_path: Path, iso: Isolation) -> None:
 def test_shell_writes_outside_the_workspace_go_nowhere(tmp_path: Path) -> None:
     target = tmp_path / "shell-escape.txt"
     home_target = Path("/var/tmp") / f"frank-escape-{os.getpid()}"
-    res, requests = episode(tmp_path, [call("bash", command=f"echo x > {target}; echo x > {home_target}; "
-                                                            "touch /etc/frank-escape; echo done")], NS)
+    res, requests = episode(
+        tmp_path,
+        [call("bash", command=f"echo x > {target}; echo x > {home_target}; touch /etc/frank-escape; echo done")],
+        NS,
+    )
     assert not target.exists() and not home_target.exists() and not Path("/etc/frank-escape").exists()
     out = tool_results(requests)[0]
     assert "Read-only file system" in out and out.endswith("done\n")
@@ -146,8 +159,10 @@ def test_opening_a_network_connection(tmp_path: Path) -> None:
 
     watcher = threading.Thread(target=watch)
     watcher.start()
-    probe = ("python -c \"import socket\nfor a in [('127.0.0.1', %d), ('1.1.1.1', 53)]:\n try:\n  "
-             "socket.create_connection(a, 2); print('CONNECTED', a)\n except OSError as e: print('blocked', a, e.errno)\"")
+    probe = (
+        "python -c \"import socket\nfor a in [('127.0.0.1', %d), ('1.1.1.1', 53)]:\n try:\n  "
+        "socket.create_connection(a, 2); print('CONNECTED', a)\n except OSError as e: print('blocked', a, e.errno)\""
+    )
     try:
         res, requests = episode(tmp_path, [call("bash", command=probe % port)], NS)
     finally:
@@ -163,8 +178,10 @@ def test_opening_a_network_connection(tmp_path: Path) -> None:
 @needs_ns
 def test_a_fork_bomb(tmp_path: Path) -> None:
     marker = f"forkbomb-{os.getpid()}-{time.monotonic_ns()}"
-    steps = [call("bash", command=f"bomb() {{ bomb | bomb & }}; bomb; sleep 2; echo after-bomb # {marker}"),
-             call("bash", command="echo still-alive")]
+    steps = [
+        call("bash", command=f"bomb() {{ bomb | bomb & }}; bomb; sleep 2; echo after-bomb # {marker}"),
+        call("bash", command="echo still-alive"),
+    ]
     res, requests = episode(tmp_path, steps, NS, "[limits]\ncommand_timeout_s = 8\n[sandbox]\nprocesses = 16\n")
     assert pids_with(marker) == []
     bombed = tool_results(requests)[0]
@@ -176,8 +193,9 @@ def test_a_fork_bomb(tmp_path: Path) -> None:
 @pytest.mark.parametrize("iso", MODES)
 def test_endless_output(tmp_path: Path, iso: Isolation) -> None:
     steps = [call("bash", command="yes"), call("bash", command="head -c 5000000 /dev/zero > big.bin; echo rc=$?")]
-    res, requests = episode(tmp_path, steps, iso, "[sandbox]\nmax_output_bytes = 2000000\noutput_chars = 1000\n"
-                                                  "file_size_mb = 1\n")
+    res, requests = episode(
+        tmp_path, steps, iso, "[sandbox]\nmax_output_bytes = 2000000\noutput_chars = 1000\nfile_size_mb = 1\n"
+    )
     first = res.detail["commands"][0]
     assert first["output_overflow"] is True and first["rc"] is None and first["total_bytes"] > 2_000_000
     out = tool_results(requests)[0]
@@ -192,8 +210,9 @@ def test_sleeping_forever(tmp_path: Path, iso: Isolation) -> None:
     marker = f"sleeper-{os.getpid()}-{time.monotonic_ns()}"
     steps = [call("bash", command=f"sleep 100000 & echo $! > sleeper.pid; wait # {marker}")]
     if iso.namespaces:  # setsid and nohup escape a process group, not a PID namespace
-        steps.append(call("bash", command=f"(setsid sleep 100001 &); (nohup sleep 100002 >/dev/null &); "
-                                          f"echo started # {marker}"))
+        steps.append(
+            call("bash", command=f"(setsid sleep 100001 &); (nohup sleep 100002 >/dev/null &); echo started # {marker}")
+        )
     res, requests = episode(tmp_path, steps, iso, "[limits]\ncommand_timeout_s = 1\n")
     first = res.detail["commands"][0]
     assert first["timed_out"] is True and first["rc"] is None and first["seconds"] < 3
@@ -207,6 +226,7 @@ def test_sleeping_forever(tmp_path: Path, iso: Isolation) -> None:
 
 
 # ---------------------------------------------------------------- the pieces
+
 
 def test_detect_isolation_names_its_mode() -> None:
     assert NS.mode in ("root", "userns", "none")
@@ -232,8 +252,9 @@ def test_resource_limits_are_set(tmp_path: Path) -> None:
 
 @needs_ns
 def test_the_workspace_view(tmp_path: Path) -> None:
-    res = Sandbox(tmp_path, SandboxLimits(), isolation=NS).run("pwd; touch here.txt && echo ok; ps -e | wc -l",
-                                                                 timeout_s=10)
+    res = Sandbox(tmp_path, SandboxLimits(), isolation=NS).run(
+        "pwd; touch here.txt && echo ok; ps -e | wc -l", timeout_s=10
+    )
     assert res.output.split() == ["/tmp/workspace", "ok", "4"]  # ps: a header, then only bash, ps and wc
     assert (tmp_path / "here.txt").exists()
 
@@ -243,9 +264,12 @@ def test_paths_are_confined(tmp_path: Path) -> None:
     box = Sandbox(tmp_path, SandboxLimits(), isolation=NONE)
     assert box.resolve("sub/a.txt") == tmp_path / "sub" / "a.txt"
     assert box.resolve(str(tmp_path / "sub")) == tmp_path / "sub"
-    for bad, why in [("", "empty path"), ("../x", "../x: '..' is not allowed in paths"),
-                     ("/etc/passwd", f"/etc/passwd: outside the workspace ({tmp_path})"),
-                     ("sub/../../x", "sub/../../x: '..' is not allowed in paths")]:
+    for bad, why in [
+        ("", "empty path"),
+        ("../x", "../x: '..' is not allowed in paths"),
+        ("/etc/passwd", f"/etc/passwd: outside the workspace ({tmp_path})"),
+        ("sub/../../x", "sub/../../x: '..' is not allowed in paths"),
+    ]:
         with pytest.raises(ToolRefused) as err:
             box.resolve(bad)
         assert str(err.value) == why

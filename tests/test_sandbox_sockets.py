@@ -61,8 +61,9 @@ def _accepted(s: socket.socket) -> bool:
 
 
 @pytest.mark.parametrize("iso", MODES, ids=lambda i: i.mode)
-def test_host_unix_sockets_are_out_of_reach(tmp_path: Path, listeners: dict[str, socket.socket],
-                                            iso: Isolation) -> None:
+def test_host_unix_sockets_are_out_of_reach(
+    tmp_path: Path, listeners: dict[str, socket.socket], iso: Isolation
+) -> None:
     for addr, server in listeners.items():  # the host reaches every one of them
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as c:
             c.connect(addr.replace("@", "\0", 1))
@@ -79,12 +80,29 @@ def test_host_unix_sockets_are_out_of_reach(tmp_path: Path, listeners: dict[str,
 @pytest.mark.parametrize("iso", MODES, ids=lambda i: i.mode)
 def test_the_root_is_minimal(tmp_path: Path, iso: Isolation) -> None:
     box = Sandbox(tmp_path, SandboxLimits(), isolation=iso)
-    res = box.run("for d in / /tmp /var/tmp /run /dev/shm; do echo \"$d:\"$(ls -A $d); done; echo ==; find / -path /proc -prune -o -type s -print "
-                  "2>/dev/null; echo ==; ls /home 2>&1", timeout_s=60)
+    res = box.run(
+        'for d in / /tmp /var/tmp /run /dev/shm; do echo "$d:"$(ls -A $d); done; echo ==; find / -path /proc -prune -o -type s -print '
+        "2>/dev/null; echo ==; ls /home 2>&1",
+        timeout_s=60,
+    )
     tops, sockets, others = res.output.split("==\n")
     listing = dict(line.split(":", 1) for line in tops.splitlines())
-    assert set(listing["/"].split()) <= {"bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "run",
-                                        "sbin", "tmp", "usr", "var", *(p.split("/")[1] for p in python_paths())}
+    assert set(listing["/"].split()) <= {
+        "bin",
+        "dev",
+        "etc",
+        "lib",
+        "lib32",
+        "lib64",
+        "libx32",
+        "proc",
+        "run",
+        "sbin",
+        "tmp",
+        "usr",
+        "var",
+        *(p.split("/")[1] for p in python_paths()),
+    }
     assert listing["/tmp"].split() == ["workspace"]
     assert listing["/var/tmp"] == listing["/run"] == listing["/dev/shm"] == ""
     assert sockets.strip() == ""  # no socket file anywhere in the sandbox's root

@@ -63,8 +63,18 @@ def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     [wheel] = sorted((root / "dist").glob("frankenstein-*.whl"))
     venv = root / "venv"
     run(BASE_PY, "-m", "venv", "--without-pip", venv)
-    run(sys.executable, "-m", "pip", "--python", venv / "bin" / "python", "install", "-q", "--no-deps",
-        "--no-index", wheel)
+    run(
+        sys.executable,
+        "-m",
+        "pip",
+        "--python",
+        venv / "bin" / "python",
+        "install",
+        "-q",
+        "--no-deps",
+        "--no-index",
+        wheel,
+    )
     [site] = list((venv / "lib").glob("python3*/site-packages"))
     ours = next(p for p in sys.path if p.endswith("site-packages") and Path(p, "pydantic").is_dir())
     (site / "zz-deps.pth").write_text(ours + "\n")

@@ -128,8 +128,12 @@ def test_sign_ci_from_order_statistics_by_hand() -> None:
 
 def test_sign_flip_ci_is_order_statistics_of_subset_means() -> None:
     # Subset means of {1..5}: smallest 1, next 1.5 ({1,2}); largest 5, next 4.5 ({4,5}).
-    assert stats.sign_flip_ci([1, 2, 3, 4, 5], Fraction(1, 32)) == stats.Interval(1.0, 5.0, Fraction(15, 16), "permutation")
-    assert stats.sign_flip_ci([1, 2, 3, 4, 5], Fraction(2, 32)) == stats.Interval(1.5, 4.5, Fraction(7, 8), "permutation")
+    assert stats.sign_flip_ci([1, 2, 3, 4, 5], Fraction(1, 32)) == stats.Interval(
+        1.0, 5.0, Fraction(15, 16), "permutation"
+    )
+    assert stats.sign_flip_ci([1, 2, 3, 4, 5], Fraction(2, 32)) == stats.Interval(
+        1.5, 4.5, Fraction(7, 8), "permutation"
+    )
     assert stats.sign_flip_ci([1, 2, 3, 4], 0.05) is None  # floor(0.05 * 16) = 0
 
 

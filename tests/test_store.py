@@ -17,22 +17,51 @@ from helpers_campaign import make_campaign, make_workload, write_design
 
 def test_a_new_turn_metric_is_stored_and_read_without_a_migration(tmp_path: Path) -> None:
     with Store(tmp_path / "frank.db") as s:
-        sid = s.insert_start(arm="served", status="ok", started_at="2026-01-01T00:00:00.000Z", metrics={"x": 1.0},
-                             turns=[{"idx": 0, "turn_id": "t0", "warmup": 1, "error": None, "decode_ms": 5.5,
-                                     "kv_cache_usage_perc": 0.25}],
-                             resources={"gpu": None}, capabilities={"fidelity_path": "p"})
+        sid = s.insert_start(
+            arm="served",
+            status="ok",
+            started_at="2026-01-01T00:00:00.000Z",
+            metrics={"x": 1.0},
+            turns=[
+                {"idx": 0, "turn_id": "t0", "warmup": 1, "error": None, "decode_ms": 5.5, "kv_cache_usage_perc": 0.25}
+            ],
+            resources={"gpu": None},
+            capabilities={"fidelity_path": "p"},
+        )
         [turn] = s.turns_of(sid)
-        assert turn == {"idx": 0, "turn_id": "t0", "warmup": True, "error": None, "decode_ms": 5.5,
-                        "kv_cache_usage_perc": 0.25}
+        assert turn == {
+            "idx": 0,
+            "turn_id": "t0",
+            "warmup": True,
+            "error": None,
+            "decode_ms": 5.5,
+            "kv_cache_usage_perc": 0.25,
+        }
 
 
 def test_starts_of_decodes_json_once(tmp_path: Path) -> None:
     c = make_campaign(tmp_path / "c")
-    c.store.insert_start(arm="candidate", status="failed", started_at="2026-01-01T00:00:00.000Z", metrics={},
-                         design_id="d-1", block=0, position=1, reason="engine exited 1",
-                         resources={"gpu": [{"index": 0, "memory_mib_peak": 10}]}, artifacts={"a.bin": b"\x00\x01"})
+    c.store.insert_start(
+        arm="candidate",
+        status="failed",
+        started_at="2026-01-01T00:00:00.000Z",
+        metrics={},
+        design_id="d-1",
+        block=0,
+        position=1,
+        reason="engine exited 1",
+        resources={"gpu": [{"index": 0, "memory_mib_peak": 10}]},
+        artifacts={"a.bin": b"\x00\x01"},
+    )
     [r] = c.store.starts_of("d-1")
-    assert (r.arm, r.status, r.ok, r.reason, r.block, r.position) == ("candidate", "failed", False, "engine exited 1", 0, 1)
+    assert (r.arm, r.status, r.ok, r.reason, r.block, r.position) == (
+        "candidate",
+        "failed",
+        False,
+        "engine exited 1",
+        0,
+        1,
+    )
     assert r.resources["gpu"][0]["memory_mib_peak"] == 10 and r.metrics == {} and r.recipe is None
     assert c.store.artifacts_of("d-1", "a.bin") == {r.id: b"\x00\x01"}
     assert c.store.artifacts_of("d-1", "other") == {}
@@ -47,25 +76,32 @@ def test_a_version_1_store_is_migrated_and_its_fixed_turn_columns_still_read(tmp
     old = tmp_path / "old.db"
     conn = sqlite3.connect(old)
     src = sqlite3.connect(db)
-    for (sql,) in src.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name != 'turns' AND sql IS NOT NULL"):
+    for (sql,) in src.execute(
+        "SELECT sql FROM sqlite_master WHERE type = 'table' AND name != 'turns' AND sql IS NOT NULL"
+    ):
         conn.execute(sql)
-    conn.execute("CREATE TABLE turns (start_id INTEGER NOT NULL, idx INTEGER NOT NULL, turn_id TEXT NOT NULL, warmup INTEGER"
-                 " NOT NULL, prompt_tokens INTEGER, cached_tokens INTEGER, generated_tokens INTEGER, prompt_ms REAL,"
-                 " decode_ms REAL, target_steps INTEGER, drafted INTEGER, accepted INTEGER, ttft_ms REAL, e2e_ms REAL,"
-                 " error TEXT, PRIMARY KEY (start_id, idx))")
+    conn.execute(
+        "CREATE TABLE turns (start_id INTEGER NOT NULL, idx INTEGER NOT NULL, turn_id TEXT NOT NULL, warmup INTEGER"
+        " NOT NULL, prompt_tokens INTEGER, cached_tokens INTEGER, generated_tokens INTEGER, prompt_ms REAL,"
+        " decode_ms REAL, target_steps INTEGER, drafted INTEGER, accepted INTEGER, ttft_ms REAL, e2e_ms REAL,"
+        " error TEXT, PRIMARY KEY (start_id, idx))"
+    )
     for table in ("meta", "migrations", "starts"):
         for row in src.execute(f"SELECT * FROM {table}"):
             conn.execute(f"INSERT INTO {table} VALUES ({','.join('?' * len(row))})", row)
-    conn.execute("INSERT INTO turns (start_id, idx, turn_id, warmup, generated_tokens, decode_ms) VALUES (?,0,'t0',0,17,3.5)",
-                 (sid,))
+    conn.execute(
+        "INSERT INTO turns (start_id, idx, turn_id, warmup, generated_tokens, decode_ms) VALUES (?,0,'t0',0,17,3.5)",
+        (sid,),
+    )
     conn.execute("DELETE FROM migrations WHERE name = '0003_turn_metrics'")
     conn.execute("UPDATE meta SET value = '1' WHERE key = 'format_version'")
     conn.commit()
     conn.close()
     src.close()
     with Store(old) as s:
-        assert s.turns_of(sid) == [{"idx": 0, "turn_id": "t0", "warmup": False, "error": None, "generated_tokens": 17,
-                                    "decode_ms": 3.5}]
+        assert s.turns_of(sid) == [
+            {"idx": 0, "turn_id": "t0", "warmup": False, "error": None, "generated_tokens": 17, "decode_ms": 3.5}
+        ]
         assert s.query("SELECT value FROM meta WHERE key = 'format_version'")[0][0] == str(FORMAT_VERSION)
 
 

@@ -57,15 +57,42 @@ def store_design(camp, name: str, parts: str) -> str:
     for b, order in enumerate(reg.schedule):
         for pos, arm in enumerate(order):
             v = served[b] if arm == "served" else candidate[b]
-            turns = [{"idx": i, "turn_id": f"s1-{i:04d}", "warmup": i == 0, "error": None, "decode_ms": v * 15,
-                      "target_steps": 15, "generated_tokens": 16} for i in range(3)]
-            camp.store.insert_start(design_id=reg.design_id, block=b, position=pos, arm=arm, status="ok",
-                                    started_at=f"2025-03-01T10:{b:02d}:{pos:02d}.000Z", turns=turns,
-                                    artifacts={"metrics_delta.json": json.dumps({"n_decode_total": 16}).encode()},
-                                    episodes=[{"task_id": "t", "draw": 0, "task_hash": "h" * 8, "status": "submitted",
-                                               "passed": arm == "candidate", "turns": 2}],
-                                    metrics={"verify_step_ms": v, "tokens_per_step": 1.0}, engine="llamacpp",
-                                    engine_version="b6000 (test build)", resources={"gpu": None})
+            turns = [
+                {
+                    "idx": i,
+                    "turn_id": f"s1-{i:04d}",
+                    "warmup": i == 0,
+                    "error": None,
+                    "decode_ms": v * 15,
+                    "target_steps": 15,
+                    "generated_tokens": 16,
+                }
+                for i in range(3)
+            ]
+            camp.store.insert_start(
+                design_id=reg.design_id,
+                block=b,
+                position=pos,
+                arm=arm,
+                status="ok",
+                started_at=f"2025-03-01T10:{b:02d}:{pos:02d}.000Z",
+                turns=turns,
+                artifacts={"metrics_delta.json": json.dumps({"n_decode_total": 16}).encode()},
+                episodes=[
+                    {
+                        "task_id": "t",
+                        "draw": 0,
+                        "task_hash": "h" * 8,
+                        "status": "submitted",
+                        "passed": arm == "candidate",
+                        "turns": 2,
+                    }
+                ],
+                metrics={"verify_step_ms": v, "tokens_per_step": 1.0},
+                engine="llamacpp",
+                engine_version="b6000 (test build)",
+                resources={"gpu": None},
+            )
     return reg.design_id
 
 
@@ -78,13 +105,13 @@ def template(tmp_path_factory) -> Path:
     bench.write_text(BENCH)
     (camp.root / "kernel.toml").write_text(KERNEL.format(py=sys.executable, bench=bench))
     kernel = register(camp, camp.root / "kernel.toml")
-    run_design(camp, kernel.design_id, echo=lambda s: None)             # kernel-1: 10 starts by the runner
-    store_design(camp, "draft", '["draft"]')                             # draft-2: 12 starts with turns
-    ledger.adopt(camp, "draft", "draft-2")                               # ledger step 1
-    store_design(camp, "threads", '["threads1"]')                        # threads-3: served = base + draft
+    run_design(camp, kernel.design_id, echo=lambda s: None)  # kernel-1: 10 starts by the runner
+    store_design(camp, "draft", '["draft"]')  # draft-2: 12 starts with turns
+    ledger.adopt(camp, "draft", "draft-2")  # ledger step 1
+    store_design(camp, "threads", '["threads1"]')  # threads-3: served = base + draft
     with pytest.raises(DesignError):
         register(camp, write_design(camp.root / "bad.toml", name="bad", extra='secondary = ["no_such_metric"]'))
-    assert len(camp.store.refusals()) == 1                               # refusal 1
+    assert len(camp.store.refusals()) == 1  # refusal 1
     camp.close()
     return root
 
@@ -132,9 +159,12 @@ def label(conn: sqlite3.Connection, start_id: int) -> str:
 
 
 def insert_start(conn: sqlite3.Connection, design: str, block: int, position: int, rep: int, arm: str) -> int:
-    cur = conn.execute("INSERT INTO starts (design_id, block, position, arm, rep, status, started_at, finished_at, "
-                       "metrics) VALUES (?,?,?,?,?,'ok','2025-03-02T00:00:00.000Z','2025-03-02T00:00:01.000Z',"
-                       "'{\"verify_step_ms\": 5.0}')", (design, block, position, arm, rep))
+    cur = conn.execute(
+        "INSERT INTO starts (design_id, block, position, arm, rep, status, started_at, finished_at, "
+        "metrics) VALUES (?,?,?,?,?,'ok','2025-03-02T00:00:00.000Z','2025-03-02T00:00:01.000Z',"
+        "'{\"verify_step_ms\": 5.0}')",
+        (design, block, position, arm, rep),
+    )
     return int(cur.lastrowid or 0)
 
 
@@ -155,8 +185,10 @@ def whole_chain_rewritten(c: sqlite3.Connection, root: Path) -> str:
     for r in c.execute("SELECT * FROM chain WHERE seq >= ? ORDER BY seq", (first,)).fetchall():
         lab, tables = _record(c, r["kind"], r["ref"])
         link = chain.make_link(prev, r["kind"], r["ref"], lab, chain.digest(tables))
-        c.execute("UPDATE chain SET digest = ?, prev_hash = ?, row_hash = ? WHERE seq = ?",
-                  (link.digest, link.prev_hash, link.row_hash, link.seq))
+        c.execute(
+            "UPDATE chain SET digest = ?, prev_hash = ?, row_hash = ? WHERE seq = ?",
+            (link.digest, link.prev_hash, link.row_hash, link.seq),
+        )
         prev = link
     return f"chain record {first} ({label(c, sid)}): does not match frank.head (the chain was rewritten)"
 
@@ -176,21 +208,29 @@ def start_deleted(c: sqlite3.Connection, root: Path) -> str:
 
 
 def extra_blocks_inserted(c: sqlite3.Connection, root: Path) -> str:
-    ids = [insert_start(c, "threads-3", b, pos, 0, arm) for b in (6, 7) for pos, arm in enumerate(("served", "candidate"))]
-    return (f"{label(c, ids[0])}: not in the chain (written outside frank); block 7, position 1 is not a slot the "
-            "registration created (6 blocks of 2 starts)")
+    ids = [
+        insert_start(c, "threads-3", b, pos, 0, arm) for b in (6, 7) for pos, arm in enumerate(("served", "candidate"))
+    ]
+    return (
+        f"{label(c, ids[0])}: not in the chain (written outside frank); block 7, position 1 is not a slot the "
+        "registration created (6 blocks of 2 starts)"
+    )
 
 
 def extra_repetitions_inserted(c: sqlite3.Connection, root: Path) -> str:
     arm = one(c, "SELECT arm FROM starts WHERE design_id = 'threads-3' AND block = 0 AND position = 0")[0]
     sid = insert_start(c, "threads-3", 0, 0, 1, arm)
-    return (f"{label(c, sid)}: not in the chain (written outside frank); the registration put arm {arm} rep 0 in "
-            f"this slot, not arm {arm} rep 1")
+    return (
+        f"{label(c, sid)}: not in the chain (written outside frank); the registration put arm {arm} rep 0 in "
+        f"this slot, not arm {arm} rep 1"
+    )
 
 
 def arm_labels_swapped(c: sqlite3.Connection, root: Path) -> str:
-    c.execute("UPDATE starts SET arm = CASE arm WHEN 'served' THEN 'candidate' ELSE 'served' END "
-              "WHERE design_id = 'threads-3'")
+    c.execute(
+        "UPDATE starts SET arm = CASE arm WHEN 'served' THEN 'candidate' ELSE 'served' END "
+        "WHERE design_id = 'threads-3'"
+    )
     sid = int(one(c, "SELECT MIN(id) FROM starts WHERE design_id = 'threads-3'")[0])
     return f"{label(c, sid)}: changed after it was recorded"
 
@@ -202,8 +242,10 @@ def turns_edited(c: sqlite3.Connection, root: Path) -> str:
 
 
 def ledger_row_inserted(c: sqlite3.Connection, root: Path) -> str:
-    c.execute("INSERT INTO ledger (action, part, design_id, scope, forced, why, parts, at) VALUES "
-              "('adopt', 'threads1', 'threads-3', '{}', 0, NULL, '[\"draft\", \"threads1\"]', '2025-03-03T00:00:00.000Z')")
+    c.execute(
+        "INSERT INTO ledger (action, part, design_id, scope, forced, why, parts, at) VALUES "
+        "('adopt', 'threads1', 'threads-3', '{}', 0, NULL, '[\"draft\", \"threads1\"]', '2025-03-03T00:00:00.000Z')"
+    )
     return "ledger step 2 (adopt threads1): not in the chain (written outside frank)"
 
 
@@ -235,8 +277,10 @@ def episode_edited(c: sqlite3.Connection, root: Path) -> str:
 
 
 def revert_written_outside(c: sqlite3.Connection, root: Path) -> str:
-    c.execute("INSERT INTO ledger (action, part, design_id, scope, forced, why, parts, at) VALUES "
-              "('revert', 'draft', 'draft-2', '{}', 0, NULL, '[]', '2025-03-03T00:00:00.000Z')")
+    c.execute(
+        "INSERT INTO ledger (action, part, design_id, scope, forced, why, parts, at) VALUES "
+        "('revert', 'draft', 'draft-2', '{}', 0, NULL, '[]', '2025-03-03T00:00:00.000Z')"
+    )
     return "ledger step 2 (revert draft): not in the chain (written outside frank)"
 
 
@@ -332,14 +376,34 @@ def start_of_an_unregistered_design_inserted(c: sqlite3.Connection, root: Path) 
 
 
 CASES: list[Callable[[sqlite3.Connection, Path], str]] = [
-    last_registry_row_deleted, whole_chain_rewritten, start_value_edited, start_deleted, extra_blocks_inserted,
-    extra_repetitions_inserted, arm_labels_swapped, turns_edited, ledger_row_inserted, refusals_deleted,
+    last_registry_row_deleted,
+    whole_chain_rewritten,
+    start_value_edited,
+    start_deleted,
+    extra_blocks_inserted,
+    extra_repetitions_inserted,
+    arm_labels_swapped,
+    turns_edited,
+    ledger_row_inserted,
+    refusals_deleted,
     workload_edited,
-    registry_schedule_edited, registry_seed_edited, registry_time_edited, registry_design_edited,
-    registry_hash_recomputed, registry_middle_row_deleted, registry_prev_hash_edited, design_file_edited,
+    registry_schedule_edited,
+    registry_seed_edited,
+    registry_time_edited,
+    registry_design_edited,
+    registry_hash_recomputed,
+    registry_middle_row_deleted,
+    registry_prev_hash_edited,
+    design_file_edited,
     design_file_removed,
-    last_start_and_its_chain_row_deleted, head_file_removed, ledger_step_edited, chain_row_edited,
-    orphan_turns_inserted, start_of_an_unregistered_design_inserted, artifact_edited, episode_edited,
+    last_start_and_its_chain_row_deleted,
+    head_file_removed,
+    ledger_step_edited,
+    chain_row_edited,
+    orphan_turns_inserted,
+    start_of_an_unregistered_design_inserted,
+    artifact_edited,
+    episode_edited,
     revert_written_outside,
 ]
 
@@ -347,8 +411,10 @@ CASES: list[Callable[[sqlite3.Connection, Path], str]] = [
 def counts(root: Path) -> tuple[int, ...]:
     conn = sqlite3.connect(root / "frank.db")
     try:
-        return tuple(conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
-                     for t in ("registry", "starts", "ledger", "refusals", "overrides", "chain"))
+        return tuple(
+            conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
+            for t in ("registry", "starts", "ledger", "refusals", "overrides", "chain")
+        )
     finally:
         conn.close()
 
@@ -436,9 +502,19 @@ def test_a_start_outside_the_registered_slots_is_refused_at_insert(camp: Path) -
             (0, 0, 0, other, f"the registration put arm {first} rep 0 in this slot, not arm {other} rep 0"),
         ):
             with pytest.raises(StoreError) as e:
-                c.store.insert_start(design_id=reg.design_id, block=block, position=pos, rep=rep, arm=arm, status="ok",
-                                     started_at="2025-03-02T00:00:00.000Z", metrics={})
-            assert str(e.value).startswith(f"start refused: design {reg.design_id}, block {block + 1}, ") and why in str(e.value)
+                c.store.insert_start(
+                    design_id=reg.design_id,
+                    block=block,
+                    position=pos,
+                    rep=rep,
+                    arm=arm,
+                    status="ok",
+                    started_at="2025-03-02T00:00:00.000Z",
+                    metrics={},
+                )
+            assert str(e.value).startswith(
+                f"start refused: design {reg.design_id}, block {block + 1}, "
+            ) and why in str(e.value)
         assert counts(camp) == before
         assert c.store.verify() == before[-1]
 
@@ -446,8 +522,10 @@ def test_a_start_outside_the_registered_slots_is_refused_at_insert(camp: Path) -
 def test_a_store_written_before_the_chain_is_sealed_when_opened(camp: Path) -> None:
     """A format-2 store (no chain table): its records are chained on first open, and protected from then on."""
     conn = sqlite3.connect(camp / "frank.db")
-    conn.executescript("DROP TABLE chain; DROP TABLE overrides; DELETE FROM migrations WHERE name = '0004_chain';"
-                       "UPDATE meta SET value = '2' WHERE key = 'format_version';")
+    conn.executescript(
+        "DROP TABLE chain; DROP TABLE overrides; DELETE FROM migrations WHERE name = '0004_chain';"
+        "UPDATE meta SET value = '2' WHERE key = 'format_version';"
+    )
     conn.close()
     (camp / "frank.head").unlink()
     with open_campaign(camp) as c:

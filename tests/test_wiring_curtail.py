@@ -50,13 +50,36 @@ alpha = 0.05
 """
 
 
-def _design(root: Path, *, name: str = "d", kind: str = "speed", blocks: int = 10, rule: str = "all_blocks_better",
-            metric: str = "verify_step_ms", served: str = "2.0", candidate: str = "1.5", fail_on: int = 0) -> Path:
+def _design(
+    root: Path,
+    *,
+    name: str = "d",
+    kind: str = "speed",
+    blocks: int = 10,
+    rule: str = "all_blocks_better",
+    metric: str = "verify_step_ms",
+    served: str = "2.0",
+    candidate: str = "1.5",
+    fail_on: int = 0,
+) -> Path:
     bench = root / "bench.py"
     bench.write_text(BENCH)
     p = root / f"{name}.toml"
-    p.write_text(SPEED.format(name=name, kind=kind, blocks=blocks, rule=rule, metric=metric, py=sys.executable,
-                              bench=bench, served=served, candidate=candidate, root=root, fail_on=fail_on))
+    p.write_text(
+        SPEED.format(
+            name=name,
+            kind=kind,
+            blocks=blocks,
+            rule=rule,
+            metric=metric,
+            py=sys.executable,
+            bench=bench,
+            served=served,
+            candidate=candidate,
+            root=root,
+            fail_on=fail_on,
+        )
+    )
     return p
 
 
@@ -73,15 +96,21 @@ def test_all_blocks_better_with_curtail_confirms_when_the_candidate_wins_every_b
 
 def test_an_agent_design_refuses_curtail_at_registration_naming_file_and_field(tmp_path: Path) -> None:
     c = make_campaign(tmp_path / "c")
-    path = _design(c.root, name="agent", kind="agent", blocks=6, rule="harm", metric="passes", served="3", candidate="0")
-    with pytest.raises(DesignError, match=r"agent\.toml: stopping: stopping = \"curtail\" is not implemented for agent"):
+    path = _design(
+        c.root, name="agent", kind="agent", blocks=6, rule="harm", metric="passes", served="3", candidate="0"
+    )
+    with pytest.raises(
+        DesignError, match=r"agent\.toml: stopping: stopping = \"curtail\" is not implemented for agent"
+    ):
         register(c, path)
     assert "stopping" in c.store.refusals(None)[-1].reason  # the refusal is recorded
 
 
 def test_an_agent_design_whose_candidate_passes_nothing_runs_to_a_verdict(tmp_path: Path) -> None:
     c = make_campaign(tmp_path / "c")
-    path = _design(c.root, name="agent", kind="agent", blocks=6, rule="harm", metric="passes", served="3", candidate="0")
+    path = _design(
+        c.root, name="agent", kind="agent", blocks=6, rule="harm", metric="passes", served="3", candidate="0"
+    )
     path.write_text(path.read_text().replace('stopping = "curtail"', 'stopping = "none"'))
     reg = register(c, path)
     run_design(c, reg.design_id, echo=lambda s: None)
@@ -91,10 +120,13 @@ def test_an_agent_design_whose_candidate_passes_nothing_runs_to_a_verdict(tmp_pa
 
 def test_the_cli_refuses_curtail_for_an_agent_design_in_one_line(tmp_path: Path) -> None:
     c = make_campaign(tmp_path / "c")
-    path = _design(c.root, name="agent", kind="agent", blocks=6, rule="harm", metric="passes", served="3", candidate="0")
+    path = _design(
+        c.root, name="agent", kind="agent", blocks=6, rule="harm", metric="passes", served="3", candidate="0"
+    )
     frank = Path(sys.executable).with_name("frank")
-    p = subprocess.run([str(frank), "register", str(path), "--campaign", str(c.root)],
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [str(frank), "register", str(path), "--campaign", str(c.root)], capture_output=True, text=True, timeout=120
+    )
     assert p.returncode != 0 and "Traceback" not in p.stderr
     assert "agent.toml: stopping:" in p.stdout + p.stderr
 

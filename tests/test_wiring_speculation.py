@@ -91,8 +91,11 @@ def test_a_draft_primary_metric_is_refused_when_an_arm_cannot_draft(tmp_path: Pa
     path.write_text(path.read_text().replace('primary_metric = "verify_step_ms"', 'primary_metric = "acceptance_rate"'))
     design = load_design(path)
     served, draft = c.recipe("base", []), c.recipe("base", ["draft"])
-    with pytest.raises(DesignError, match=r"acc\.toml: primary_metric: arm served \(base\) launches no speculative "
-                                          r"decoding, so it cannot produce acceptance_rate"):
+    with pytest.raises(
+        DesignError,
+        match=r"acc\.toml: primary_metric: arm served \(base\) launches no speculative "
+        r"decoding, so it cannot produce acceptance_rate",
+    ):
         kind_of("speed").check_recipes(design, {"served": served, "candidate": draft}, path)
     kind_of("speed").check_recipes(design, {"served": draft, "candidate": draft}, path)  # both draft: accepted
 

@@ -48,6 +48,7 @@ def sha256(data: str | bytes) -> str:
 
 def digest(tables: Mapping[str, Sequence[Any]]) -> str:
     """The hash of a record's rows (table name -> rows as the store reads them back: mappings, e.g. sqlite3.Row)."""
+
     def value(v: Any) -> Any:
         return {"sha256": sha256(bytes(v))} if isinstance(v, (bytes, memoryview)) else v
 
@@ -72,8 +73,10 @@ def label_of(kind: str, row: Mapping[str, Any]) -> str:
     if kind == "start":
         if row["design_id"] is None:
             return f"start {row['id']} (no design, arm {row['arm']})"
-        return (f"start {row['id']} (design {row['design_id']}, block {_one(row['block'])}, "
-                f"position {_one(row['position'])}, rep {row['rep']}, arm {row['arm']})")
+        return (
+            f"start {row['id']} (design {row['design_id']}, block {_one(row['block'])}, "
+            f"position {_one(row['position'])}, rep {row['rep']}, arm {row['arm']})"
+        )
     if kind == "ledger":
         return f"ledger step {row['seq']} ({row['action']} {row['part']})"
     if kind == "refusal":
@@ -89,8 +92,10 @@ def check_link(prev: Link | None, link: Link) -> str | None:
     """Why ``link`` does not follow ``prev`` (None when it does)."""
     expect_seq = (prev.seq if prev else 0) + 1
     if link.seq != expect_seq or link.prev_hash != (prev.row_hash if prev else GENESIS):
-        return (f"chain record {link.seq} ({link.label}): the chain is broken before it "
-                f"(chain record {expect_seq} was removed or changed)")
+        return (
+            f"chain record {link.seq} ({link.label}): the chain is broken before it "
+            f"(chain record {expect_seq} was removed or changed)"
+        )
     if link.row_hash != link_hash(link.prev_hash, link.seq, link.kind, link.ref, link.label, link.digest):
         return f"chain record {link.seq} ({link.label}): the chain row was changed"
     return None
@@ -130,11 +135,17 @@ def read_head(path: Path) -> list[tuple[int, str]] | None:
 def check_head(links: Sequence[Link], head: list[tuple[int, str]] | None, path: Path) -> str | None:
     """Why the chain in the store is not the chain the head file saw appended (None when it is)."""
     if head is None:
-        return f"{path.name} is missing: the chain has {len(links)} records and no head outside the database" if links else None
+        return (
+            f"{path.name} is missing: the chain has {len(links)} records and no head outside the database"
+            if links
+            else None
+        )
     for i, (seq, h) in enumerate(head):
         if i >= len(links):
-            return (f"{path.name}: chain record {seq} was appended but is not in the store "
-                    f"(the last {len(head) - len(links)} record(s) were deleted)")
+            return (
+                f"{path.name}: chain record {seq} was appended but is not in the store "
+                f"(the last {len(head) - len(links)} record(s) were deleted)"
+            )
         x = links[i]
         if (seq, h) != (x.seq, x.row_hash):
             return f"chain record {x.seq} ({x.label}): does not match {path.name} (the chain was rewritten)"

@@ -64,16 +64,19 @@ def stage_speed(c: Campaign, echo: Callable[[str], None], blocks: int, turns: in
     path = c.root / "designs" / "draft-speed.toml"
     path.write_text(SPEED_DESIGN.format(blocks=blocks, turns=turns))
     reg = register(c, path)
-    echo(f"registered {reg.design_id} (seed {reg.seed}); arm order per block: "
-         + ", ".join("/".join(a[0].upper() for a in order) for order in reg.schedule))
+    echo(
+        f"registered {reg.design_id} (seed {reg.seed}); arm order per block: "
+        + ", ".join("/".join(a[0].upper() for a in order) for order in reg.schedule)
+    )
     echo(run_design(c, reg.design_id, echo=echo))
     for line in format_analysis(analyze(c, reg.design_id)):
         echo(line)
     return reg.design_id
 
 
-def run_demo(directory: Path | None = None, *, blocks: int = 5, turns: int = 4,
-             echo: Callable[[str], None] = print) -> Path:
+def run_demo(
+    directory: Path | None = None, *, blocks: int = 5, turns: int = 4, echo: Callable[[str], None] = print
+) -> Path:
     root = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="frank-demo-"))
     c = init_campaign(root, toml=DEFAULT_TOML.format(name="demo"))
     echo(f"demo campaign: {root}")
@@ -146,8 +149,14 @@ max_positions = {max_positions}
 """
 
 
-def demo_fidelity(campaign: Campaign, workload_path: str | Path, echo: Callable[[str], None] = print, *,
-                  tolerance: float = 0.02, max_positions: int = 96) -> str:
+def demo_fidelity(
+    campaign: Campaign,
+    workload_path: str | Path,
+    echo: Callable[[str], None] = print,
+    *,
+    tolerance: float = 0.02,
+    max_positions: int = 96,
+) -> str:
     """Register, run and analyze a small fidelity design of the Q8_0 target against the served recipe.
 
     Adds ``[parts.q8]`` to the campaign's ``frank.toml`` if it is missing (and reloads it). Returns the

@@ -23,7 +23,9 @@ from frankenstein.design.model import Registered
 from frankenstein.errors import FrankError
 
 
-def fidelity_gate_passed(campaign: Campaign, design_id: str, *, candidate_parts: list[str] | None = None) -> tuple[bool, str]:
+def fidelity_gate_passed(
+    campaign: Campaign, design_id: str, *, candidate_parts: list[str] | None = None
+) -> tuple[bool, str]:
     """Whether the fidelity design ``design_id`` has the verdict ``passed``.
 
     ``candidate_parts``, when given, must equal the parts the fidelity design's candidate added, so a
@@ -57,7 +59,10 @@ def fidelity_gate(campaign: Campaign, reg: Registered, part: str) -> tuple[bool 
     if fid_served is None or served is None or fid_served.parts != served.parts:
         then = "a command" if fid_served is None else " + ".join([campaign.config.served, *fid_served.parts])
         now = "a command" if served is None else " + ".join([campaign.config.served, *served.parts])
-        return False, f"fidelity gate {gate} measured against served = {then}, but {reg.design_id} tested served = {now}"
+        return (
+            False,
+            f"fidelity gate {gate} measured against served = {then}, but {reg.design_id} tested served = {now}",
+        )
     return True, text
 
 
@@ -70,14 +75,19 @@ def memory_gate(res: Resources, limit_mib: float) -> tuple[bool | None, str]:
     if res.absent:
         return None, f"memory gate not checked: no GPU (resources absent in all {res.starts} ok starts)"
     if res.with_gpu < res.starts:
-        return None, f"memory gate not checked: {res.starts - res.with_gpu} of {res.starts} ok starts have no GPU figures"
+        return (
+            None,
+            f"memory gate not checked: {res.starts - res.with_gpu} of {res.starts} ok starts have no GPU figures",
+        )
     inc = res.largest_increase()
     if inc is None:
         return None, "memory gate not checked: no GPU seen by both arms"
     gpu, mib = inc
     ok = mib <= limit_mib
-    return ok, (f"memory gate {'passed' if ok else 'failed'}: the largest increase of peak GPU memory is "
-                f"{mib:+.0f} MiB (GPU {gpu}), {'within' if ok else 'over'} the {limit_mib:g} MiB allowed")
+    return ok, (
+        f"memory gate {'passed' if ok else 'failed'}: the largest increase of peak GPU memory is "
+        f"{mib:+.0f} MiB (GPU {gpu}), {'within' if ok else 'over'} the {limit_mib:g} MiB allowed"
+    )
 
 
 def memory_gate_of(reg: Registered, res: Resources) -> tuple[bool | None, str]:

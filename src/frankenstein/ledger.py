@@ -33,8 +33,17 @@ from frankenstein.gates import fidelity_gate, memory_gate_of
 from frankenstein.served import describe_parts, served_parts, served_recipe
 from frankenstein.store import LedgerEntry
 
-__all__ = ["Evidence", "LedgerEntry", "adopt", "describe_parts", "format_served", "history", "revert", "served_parts",
-           "served_recipe"]
+__all__ = [
+    "Evidence",
+    "LedgerEntry",
+    "adopt",
+    "describe_parts",
+    "format_served",
+    "history",
+    "revert",
+    "served_parts",
+    "served_recipe",
+]
 
 
 def history(campaign: Campaign) -> list[LedgerEntry]:
@@ -57,7 +66,9 @@ def adopt(campaign: Campaign, part: str, design_id: str, *, force: bool = False,
     """Add ``part`` to the served recipe on the evidence of ``design_id``; one step, recorded with its scope."""
     if force and not (why or "").strip():
         raise LedgerError("--force needs --why TEXT: a forced adoption is recorded with its reason")
-    verified(campaign, "adopt", force=force, why=why)  # first: a forced adopt also overrides a failed verification, recorded
+    verified(
+        campaign, "adopt", force=force, why=why
+    )  # first: a forced adopt also overrides a failed verification, recorded
     last = campaign.store.last_steps(1)
     before = last[0] if last else None
     current = list(before.parts) if before else []
@@ -71,15 +82,28 @@ def adopt(campaign: Campaign, part: str, design_id: str, *, force: bool = False,
         raise LedgerError(f"refused: adopt {part!r} on design {design_id}: {reason}")
     if force:
         ev.scope["overridden"] = list(ev.problems)
-    return _append(campaign, before, action="adopt", part=part, design_id=design_id, scope=ev.scope,
-                   forced=force, why=why, parts=[*current, part])
+    return _append(
+        campaign,
+        before,
+        action="adopt",
+        part=part,
+        design_id=design_id,
+        scope=ev.scope,
+        forced=force,
+        why=why,
+        parts=[*current, part],
+    )
 
 
 def _check_request(campaign: Campaign, part: str, current: list[str]) -> None:
     if part not in campaign.config.parts:
         known = ", ".join(sorted(campaign.config.parts)) or "none"
         raise LedgerError(f"unknown part {part!r} (parts in frank.toml: {known})")
-    base_parts = campaign.config.recipes[campaign.config.served].parts if campaign.config.served in campaign.config.recipes else []
+    base_parts = (
+        campaign.config.recipes[campaign.config.served].parts
+        if campaign.config.served in campaign.config.recipes
+        else []
+    )
     if part in current or part in base_parts:
         raise LedgerError(f"part {part!r} is already served ({describe_parts(campaign, current)})")
 
@@ -95,12 +119,14 @@ def _check_design_shape(reg: Registered, part: str) -> None:
     """Refusals no force overrides: the design must be a comparison of served with served + this part."""
     did, kind = reg.design_id, reg.design.kind
     if not kind_of(kind).adoptable:
-        raise LedgerError(f"design {did} is a {kind} design; a part is adopted on a speed design "
-                          "(fidelity and memory are its gates, an agent design guards against harm)")
+        raise LedgerError(
+            f"design {did} is a {kind} design; a part is adopted on a speed design "
+            "(fidelity and memory are its gates, an agent design guards against harm)"
+        )
     served, cand = reg.frozen.recipes["served"], reg.frozen.recipes["candidate"]
     if served is None or cand is None:
         raise LedgerError(f"design {did} compares command arms, not recipes; there is no part to adopt")
-    extra = cand.parts[len(served.parts):] if cand.parts[: len(served.parts)] == served.parts else None
+    extra = cand.parts[len(served.parts) :] if cand.parts[: len(served.parts)] == served.parts else None
     if extra != [part]:
         tested = "+ " + " + ".join(extra) if extra else f"parts {cand.parts} against {served.parts}"
         raise LedgerError(f"design {did} did not test served + {part}: its candidate arm is served {tested}")
@@ -112,7 +138,9 @@ def gather_evidence(campaign: Campaign, reg: Registered, part: str, current: lis
     facts = design_facts(campaign, reg)
     if facts.blocks_run < facts.blocks:
         how = facts.stopped or "incomplete"
-        ev.problems.append(f"{facts.blocks_run} of {facts.blocks} blocks were run ({how}); adopt needs every registered block")
+        ev.problems.append(
+            f"{facts.blocks_run} of {facts.blocks} blocks were run ({how}); adopt needs every registered block"
+        )
     a = analyze(campaign, reg.design_id)
     if a.word != "confirmed":
         reason = a.reason
@@ -132,14 +160,18 @@ def _recipe_problems(campaign: Campaign, reg: Registered, part: str, current: li
     assert then is not None  # _check_design_shape refused command arms
     now = campaign.recipe(campaign.config.served, current)
     if then.parts != now.parts:
-        return [f"it was registered when the served recipe was {' + '.join([campaign.config.served, *then.parts])}, "
-                f"and it is now {describe_parts(campaign, current)}: register the design again"]
+        return [
+            f"it was registered when the served recipe was {' + '.join([campaign.config.served, *then.parts])}, "
+            f"and it is now {describe_parts(campaign, current)}: register the design again"
+        ]
     cand_now = campaign.recipe(campaign.config.served, [*current, part])
     for arm, frozen, fresh in (("served", then, now), ("candidate", reg.frozen.recipes["candidate"], cand_now)):
         changed = frozen.launch_differences(fresh) if frozen is not None else ["command"]
         if changed:
-            return [f"frank.toml changed since {did} was registered: its {arm} arm's {', '.join(changed)} "
-                    "differ from what the recipe resolves to now"]
+            return [
+                f"frank.toml changed since {did} was registered: its {arm} arm's {', '.join(changed)} "
+                "differ from what the recipe resolves to now"
+            ]
     return []
 
 
@@ -147,25 +179,44 @@ def _scope(reg: Registered, facts: DesignFacts, a: Analysis, fid_text: str, mem_
     """Where the result holds: the conditions it was tested under, and the numbers it rests on."""
     v = a.verdict
     return {
-        "design_id": reg.design_id, "kind": reg.design.kind, "design_hash": reg.design_hash,
-        "concurrency": facts.concurrency, "workload_path": facts.workload_path, "workload_hash": facts.workload_hash,
-        "engine": ", ".join(facts.engines) or None, "engine_version": ", ".join(facts.engine_versions) or None,
-        "metric": reg.design.primary_metric, "verdict": a.word,
+        "design_id": reg.design_id,
+        "kind": reg.design.kind,
+        "design_hash": reg.design_hash,
+        "concurrency": facts.concurrency,
+        "workload_path": facts.workload_path,
+        "workload_hash": facts.workload_hash,
+        "engine": ", ".join(facts.engines) or None,
+        "engine_version": ", ".join(facts.engine_versions) or None,
+        "metric": reg.design.primary_metric,
+        "verdict": a.word,
         "p": None if v is None or v.p is None else str(v.p),
         "geomean_ratio": None if v is None else v.geomean_ratio,
-        "blocks": None if v is None else v.n_blocks, "in_favour": None if v is None else v.in_favour,
-        "fidelity_gate": fid_text or None, "memory_gate": mem_text or None,
+        "blocks": None if v is None else v.n_blocks,
+        "in_favour": None if v is None else v.in_favour,
+        "fidelity_gate": fid_text or None,
+        "memory_gate": mem_text or None,
     }
 
 
 def _append(campaign: Campaign, before: LedgerEntry | None, **row: Any) -> LedgerEntry:
     """Write one step, refusing if another step was written since ``before`` was read."""
-    step = LedgerEntry(seq=0, at="", action=row["action"], part=row["part"], design_id=row["design_id"],
-                       scope=row["scope"], forced=bool(row["forced"]), why=row["why"], parts=list(row["parts"]))
+    step = LedgerEntry(
+        seq=0,
+        at="",
+        action=row["action"],
+        part=row["part"],
+        design_id=row["design_id"],
+        scope=row["scope"],
+        forced=bool(row["forced"]),
+        why=row["why"],
+        parts=list(row["parts"]),
+    )
 
     def build(last: LedgerEntry | None) -> LedgerEntry:
         if (last.seq if last else None) != (before.seq if before else None):
-            raise LedgerError("the ledger changed while this step was being checked (another adopt or revert?); run it again")
+            raise LedgerError(
+                "the ledger changed while this step was being checked (another adopt or revert?); run it again"
+            )
         return step
 
     return campaign.store.append_ledger(build)
@@ -186,8 +237,17 @@ def revert(campaign: Campaign, *, why: str | None = None, force: bool = False) -
     last = steps[0]
     previous = steps[1].parts if len(steps) > 1 else []
     scope = {"undoes": last.seq, "undoes_action": last.action, "parts_before": last.parts}
-    return _append(campaign, last, action="revert", part=last.part, design_id=last.design_id, scope=scope,
-                   forced=False, why=why, parts=list(previous))
+    return _append(
+        campaign,
+        last,
+        action="revert",
+        part=last.part,
+        design_id=last.design_id,
+        scope=scope,
+        forced=False,
+        why=why,
+        parts=list(previous),
+    )
 
 
 # ---------------------------------------------------------------- formatting
@@ -205,7 +265,9 @@ def format_step(e: LedgerEntry) -> str:
 
 def format_scope(scope: dict[str, Any]) -> str:
     keys = ("concurrency", "workload_hash", "engine_version", "kind", "verdict", "p")
-    cells = [f"{k}={str(scope[k])[:12] if k == 'workload_hash' else scope[k]}" for k in keys if scope.get(k) is not None]
+    cells = [
+        f"{k}={str(scope[k])[:12] if k == 'workload_hash' else scope[k]}" for k in keys if scope.get(k) is not None
+    ]
     return "scope: " + ", ".join(cells) if cells else ""
 
 
@@ -213,8 +275,12 @@ def format_served(campaign: Campaign) -> list[str]:
     """``frank served``: the served recipe as resolved now, then its history."""
     parts = served_parts(campaign)
     r = served_recipe(campaign)
-    lines = [f"served: {describe_parts(campaign, parts)}", f"  engine: {r.engine}", f"  model: {r.model}",
-             f"  args: {' '.join(r.args) or '-'}"]
+    lines = [
+        f"served: {describe_parts(campaign, parts)}",
+        f"  engine: {r.engine}",
+        f"  model: {r.model}",
+        f"  args: {' '.join(r.args) or '-'}",
+    ]
     if r.env:
         lines.append("  env: " + " ".join(f"{k}={v}" for k, v in sorted(r.env.items())))
     steps = history(campaign)

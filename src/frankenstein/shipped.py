@@ -16,5 +16,5 @@ def data_path(name: str) -> Path:
 def expand(value: str) -> str:
     """``pkg:tiny-target.gguf`` → the shipped file's path; anything else unchanged."""
     if value.startswith(PKG_PREFIX):
-        return str(data_path(value[len(PKG_PREFIX):]))
+        return str(data_path(value[len(PKG_PREFIX) :]))
     return value

@@ -49,9 +49,19 @@ def _hidden(task: Task, work_dir: Path, trace_path: Path) -> list[Path]:
     return [task.dir.parent, work_dir, Path(trace_path).resolve().parent]
 
 
-def run_episode(client: ChatClient, task: Task, draw: int, trace_path: Path, work_dir: Path, *, model: str,
-                temperature: float = 0.0, seed: int | None = None, limit_overrides: dict[str, Any] | None = None,
-                isolation: Isolation | None = None) -> EpisodeResult:
+def run_episode(
+    client: ChatClient,
+    task: Task,
+    draw: int,
+    trace_path: Path,
+    work_dir: Path,
+    *,
+    model: str,
+    temperature: float = 0.0,
+    seed: int | None = None,
+    limit_overrides: dict[str, Any] | None = None,
+    isolation: Isolation | None = None,
+) -> EpisodeResult:
     episode_dir = work_dir / session_id(task.id, draw)
     if episode_dir.exists():
         shutil.rmtree(episode_dir)
@@ -59,8 +69,9 @@ def run_episode(client: ChatClient, task: Task, draw: int, trace_path: Path, wor
     workspace = make_workspace(task, episode_dir / "workspace")
     limits = effective_limits(task, limit_overrides)
     box = Sandbox(workspace, task.config.sandbox, hide=_hidden(task, work_dir, trace_path), isolation=isolation)
-    loop = AgentLoop(client, box, limits, trace_path, session_id(task.id, draw), model=model,
-                     temperature=temperature, seed=seed)
+    loop = AgentLoop(
+        client, box, limits, trace_path, session_id(task.id, draw), model=model, temperature=temperature, seed=seed
+    )
     run = loop.run(task.prompt)
     verdict = grade(task, box, episode_dir)
     return _result(task, draw, run.status, run.turns, run.detail, verdict, box, limits.model_dump())
@@ -76,19 +87,52 @@ def effective_limits(task: Task, overrides: dict[str, Any] | None) -> Limits:
         raise ConfigError(msg, path="limit overrides", field=".".join(str(p) for p in err["loc"])) from exc
 
 
-def _result(task: Task, draw: int, status: str, turns: int, detail: dict[str, Any], verdict: Verdict, box: Sandbox,
-            limits: dict[str, Any]) -> EpisodeResult:
-    detail = {**detail, "stop": status, "grader": verdict.as_dict(), "sandbox": box.isolation.as_dict(),
-              "limits": limits, "task_version": task.config.version}
+def _result(
+    task: Task,
+    draw: int,
+    status: str,
+    turns: int,
+    detail: dict[str, Any],
+    verdict: Verdict,
+    box: Sandbox,
+    limits: dict[str, Any],
+) -> EpisodeResult:
+    detail = {
+        **detail,
+        "stop": status,
+        "grader": verdict.as_dict(),
+        "sandbox": box.isolation.as_dict(),
+        "limits": limits,
+        "task_version": task.config.version,
+    }
     final = GRADER_ERROR if verdict.verdict == ERROR else status
-    return EpisodeResult(task_id=task.id, draw=draw, task_hash=task.hash, status=final, passed=verdict.passed,
-                         grader_rc=verdict.rc, turns=turns, detail=detail)
+    return EpisodeResult(
+        task_id=task.id,
+        draw=draw,
+        task_hash=task.hash,
+        status=final,
+        passed=verdict.passed,
+        grader_rc=verdict.rc,
+        turns=turns,
+        detail=detail,
+    )
 
 
-def run_draw(base_url: str, suite_dir: Path, tasks: list[Task] | None, draw: int, trace_path: Path, work_dir: Path,
-             model: str = "tiny", *, temperature: float = 0.0, seed: int | None = None,
-             limit_overrides: dict[str, Any] | None = None, isolation: Isolation | None = None,
-             api_key: str | None = None) -> list[EpisodeResult]:
+def run_draw(
+    base_url: str,
+    suite_dir: Path,
+    tasks: list[Task] | None,
+    draw: int,
+    trace_path: Path,
+    work_dir: Path,
+    model: str = "tiny",
+    *,
+    temperature: float = 0.0,
+    seed: int | None = None,
+    limit_overrides: dict[str, Any] | None = None,
+    isolation: Isolation | None = None,
+    api_key: str | None = None,
+) -> list[EpisodeResult]:
     """Run every task once (sorted by id), one request at a time, appending each turn to
     ``trace_path`` (use one trace file per start: session ids are ``<task>-d<draw>``).
 
@@ -99,6 +143,18 @@ def run_draw(base_url: str, suite_dir: Path, tasks: list[Task] | None, draw: int
     work_dir.mkdir(parents=True, exist_ok=True)
     iso = isolation or detect_isolation()
     with ChatClient(base_url, api_key=api_key) as client:
-        return [run_episode(client, t, draw, Path(trace_path), work_dir, model=model, temperature=temperature,
-                            seed=draw if seed is None else seed, limit_overrides=limit_overrides, isolation=iso)
-                for t in sorted(tasks, key=lambda t: t.id)]
+        return [
+            run_episode(
+                client,
+                t,
+                draw,
+                Path(trace_path),
+                work_dir,
+                model=model,
+                temperature=temperature,
+                seed=draw if seed is None else seed,
+                limit_overrides=limit_overrides,
+                isolation=iso,
+            )
+            for t in sorted(tasks, key=lambda t: t.id)
+        ]

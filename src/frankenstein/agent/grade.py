@@ -52,8 +52,13 @@ class Verdict:
         return self.verdict == PASS
 
     def as_dict(self) -> dict[str, Any]:
-        return {"rc": self.rc, "verdict": self.verdict, "output": self.output[-KEEP_OUTPUT:],
-                "seconds": round(self.seconds, 3), "timed_out": self.timed_out}
+        return {
+            "rc": self.rc,
+            "verdict": self.verdict,
+            "output": self.output[-KEEP_OUTPUT:],
+            "seconds": round(self.seconds, 3),
+            "timed_out": self.timed_out,
+        }
 
 
 def verdict_of(rc: int | None) -> str:
@@ -80,5 +85,6 @@ def grade(task: Task, sandbox: Sandbox, episode_dir: Path) -> Verdict:
     binds = [(grader, VIEW_GRADER)] if sandbox.mode != "none" else []
     argv = grader_argv(f"{inside}/{GRADER_SCRIPT}", sandbox.view)
     res = sandbox.run_argv(argv, timeout_s=task.config.grader.timeout_s, binds=binds)
-    return Verdict(rc=res.rc, verdict=verdict_of(res.rc), output=res.output, seconds=res.seconds,
-                   timed_out=res.timed_out)
+    return Verdict(
+        rc=res.rc, verdict=verdict_of(res.rc), output=res.output, seconds=res.seconds, timed_out=res.timed_out
+    )

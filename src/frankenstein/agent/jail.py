@@ -50,8 +50,12 @@ VIEW_WS = "/tmp/workspace"
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 FRESH = ("/tmp", "/var/tmp", "/run", "/dev/shm")
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
-DEV_LINKS = (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
-             ("stderr", "/proc/self/fd/2"))
+DEV_LINKS = (
+    ("fd", "/proc/self/fd"),
+    ("stdin", "/proc/self/fd/0"),
+    ("stdout", "/proc/self/fd/1"),
+    ("stderr", "/proc/self/fd/2"),
+)
 
 _libc = None  # ctypes is imported only when namespaces are used: mode none starts faster
 
@@ -84,8 +88,14 @@ def _setattr(path, set_=0, clr=0, recursive=True):
     """mount_setattr(2): struct mount_attr {attr_set, attr_clr, propagation, userns_fd}."""
     ctypes, libc = _c()
     attr = (ctypes.c_uint64 * 4)(set_, clr, 0, 0)
-    rc = libc.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, path.encode(), AT_RECURSIVE if recursive else 0,
-                      ctypes.byref(attr), ctypes.sizeof(attr))
+    rc = libc.syscall(
+        SYS_MOUNT_SETATTR,
+        AT_FDCWD,
+        path.encode(),
+        AT_RECURSIVE if recursive else 0,
+        ctypes.byref(attr),
+        ctypes.sizeof(attr),
+    )
     _check(rc, f"mount_setattr {path}")
 
 
@@ -125,9 +135,15 @@ def _setup_mounts(cfg):
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     ws_fd = os.open(cfg["workspace"], os.O_PATH | os.O_DIRECTORY)
     bind_fds = [(os.open(src, os.O_PATH), dst, ro) for src, dst, ro in cfg.get("binds", [])]
-    system = [(name, os.readlink(name) if os.path.islink(name) else None,
-               None if os.path.islink(name) else os.open(name, os.O_PATH | os.O_DIRECTORY))
-              for name in SYSTEM if os.path.lexists(name) and (os.path.islink(name) or os.path.isdir(name))]
+    system = [
+        (
+            name,
+            os.readlink(name) if os.path.islink(name) else None,
+            None if os.path.islink(name) else os.open(name, os.O_PATH | os.O_DIRECTORY),
+        )
+        for name in SYSTEM
+        if os.path.lexists(name) and (os.path.islink(name) or os.path.isdir(name))
+    ]
     bound = [name for name, link, _ in system if link is None]
     python = [(p, os.open(p, os.O_PATH | os.O_DIRECTORY)) for p in cfg.get("python", []) if not _under(p, bound)]
     devices = [(d, os.open(f"/dev/{d}", os.O_PATH)) for d in DEVICES if os.path.exists(f"/dev/{d}")]
@@ -205,8 +221,14 @@ def _loopback_up():
 
 
 def _set_limits(limits):
-    names = {"cpu": resource.RLIMIT_CPU, "as": resource.RLIMIT_AS, "fsize": resource.RLIMIT_FSIZE,
-             "nproc": resource.RLIMIT_NPROC, "nofile": resource.RLIMIT_NOFILE, "core": resource.RLIMIT_CORE}
+    names = {
+        "cpu": resource.RLIMIT_CPU,
+        "as": resource.RLIMIT_AS,
+        "fsize": resource.RLIMIT_FSIZE,
+        "nproc": resource.RLIMIT_NPROC,
+        "nofile": resource.RLIMIT_NOFILE,
+        "core": resource.RLIMIT_CORE,
+    }
     for key, value in limits.items():
         resource.setrlimit(names[key], (int(value), int(value)))
 

@@ -53,8 +53,13 @@ class Isolation:
         return self.mode != "none"
 
     def as_dict(self) -> dict[str, Any]:
-        return {"mode": self.mode, "network_isolated": self.namespaces, "pid_namespace": self.namespaces,
-                "readonly_root": self.namespaces, "notes": list(self.notes)}
+        return {
+            "mode": self.mode,
+            "network_isolated": self.namespaces,
+            "pid_namespace": self.namespaces,
+            "readonly_root": self.namespaces,
+            "notes": list(self.notes),
+        }
 
 
 @dataclass
@@ -70,8 +75,14 @@ class CommandResult:
     cut_bytes: int = 0
 
     def as_dict(self) -> dict[str, Any]:
-        return {"rc": self.rc, "seconds": round(self.seconds, 3), "timed_out": self.timed_out,
-                "output_overflow": self.output_overflow, "total_bytes": self.total_bytes, "cut_bytes": self.cut_bytes}
+        return {
+            "rc": self.rc,
+            "seconds": round(self.seconds, 3),
+            "timed_out": self.timed_out,
+            "output_overflow": self.output_overflow,
+            "total_bytes": self.total_bytes,
+            "cut_bytes": self.cut_bytes,
+        }
 
 
 class ToolRefused(Exception):
@@ -82,9 +93,17 @@ def scrubbed_env(home: str) -> dict[str, str]:
     """No variable of ours gets through: keys, tokens, proxies and our own settings stay outside."""
     venv_bin = str(Path(sys.executable).parent)
     return {
-        "PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin", "HOME": home, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
-        "TERM": "dumb", "TMPDIR": "/tmp", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONUNBUFFERED": "1", "PAGER": "cat", "GIT_PAGER": "cat",
+        "PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": home,
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "TERM": "dumb",
+        "TMPDIR": "/tmp",
+        "PYTHONHASHSEED": "0",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONUNBUFFERED": "1",
+        "PAGER": "cat",
+        "GIT_PAGER": "cat",
     }
 
 
@@ -113,8 +132,10 @@ def detect_isolation() -> Isolation:
         if reason is None:
             return Isolation(mode)
         failures.append(f"{mode}: {reason}")
-    note = ("namespaces unavailable (" + "; ".join(failures) + "): the network is NOT isolated, files outside "
-            "the workspace are writable by this user, and processes that call setsid may outlive a command")
+    note = (
+        "namespaces unavailable (" + "; ".join(failures) + "): the network is NOT isolated, files outside "
+        "the workspace are writable by this user, and processes that call setsid may outlive a command"
+    )
     return Isolation("none", (note,))
 
 
@@ -131,8 +152,9 @@ def _probe(mode: str) -> str | None:
 class Sandbox:
     """Runs commands for one episode in ``workspace`` under ``limits``."""
 
-    def __init__(self, workspace: Path, limits: SandboxLimits, *, hide: Sequence[Path] = (),
-                 isolation: Isolation | None = None) -> None:
+    def __init__(
+        self, workspace: Path, limits: SandboxLimits, *, hide: Sequence[Path] = (), isolation: Isolation | None = None
+    ) -> None:
         self.workspace = Path(workspace).resolve()
         self.limits = limits
         self.hide = [str(p) for p in _safe_to_hide(hide)]
@@ -147,17 +169,23 @@ class Sandbox:
         """``bash -c command`` in the workspace."""
         return self.run_argv(["/bin/bash", "-c", command], timeout_s)
 
-    def run_argv(self, argv: Sequence[str], timeout_s: float,
-                 binds: Sequence[tuple[Path, str]] = ()) -> CommandResult:
+    def run_argv(self, argv: Sequence[str], timeout_s: float, binds: Sequence[tuple[Path, str]] = ()) -> CommandResult:
         """Run ``argv`` in the jail; ``binds`` are (real folder, path seen inside) mounted read-only."""
         read_end, write_end = os.pipe()
         cfg = self._jail_config(binds, write_end)
         cmd = [sys.executable, "-I", "-S", str(JAIL), json.dumps(cfg), "--", *argv]
         t0 = time.monotonic()
         try:
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    env=self.env, start_new_session=True, pass_fds=(write_end,),
-                                    cwd=self.workspace)
+            proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                start_new_session=True,
+                pass_fds=(write_end,),
+                cwd=self.workspace,
+            )
         except OSError as exc:
             os.close(read_end)
             raise SandboxError(f"cannot start the sandbox launcher: {exc}") from exc
@@ -175,14 +203,29 @@ class Sandbox:
 
     def _jail_config(self, binds: Sequence[tuple[Path, str]], report_fd: int) -> dict[str, Any]:
         lim = self.limits
-        rlimits = {"cpu": lim.cpu_s, "as": lim.memory_mb << 20, "fsize": lim.file_size_mb << 20,
-                   "nproc": lim.processes, "nofile": lim.open_files, "core": 0}
+        rlimits = {
+            "cpu": lim.cpu_s,
+            "as": lim.memory_mb << 20,
+            "fsize": lim.file_size_mb << 20,
+            "nproc": lim.processes,
+            "nofile": lim.open_files,
+            "core": 0,
+        }
         if self.mode == "none":
             # Without a user namespace the count is of all this user's processes on the machine.
             rlimits["nproc"] = processes_of(os.getuid()) + lim.processes
-        return {"mode": self.mode, "workspace": str(self.workspace), "hide": self.hide, "rlimits": rlimits,
-                "binds": [[str(src), dst, True] for src, dst in binds], "python": python_paths(),
-                "uid": SANDBOX_UID, "gid": SANDBOX_UID, "tmp_mb": lim.tmp_mb, "report_fd": report_fd}
+        return {
+            "mode": self.mode,
+            "workspace": str(self.workspace),
+            "hide": self.hide,
+            "rlimits": rlimits,
+            "binds": [[str(src), dst, True] for src, dst in binds],
+            "python": python_paths(),
+            "uid": SANDBOX_UID,
+            "gid": SANDBOX_UID,
+            "tmp_mb": lim.tmp_mb,
+            "report_fd": report_fd,
+        }
 
     def _result(self, proc: subprocess.Popen[bytes], c: _Collected, seconds: float) -> CommandResult:
         rc = None if (c.timed_out or c.overflow) else proc.returncode
@@ -194,8 +237,15 @@ class Sandbox:
             notes.append(f"[output passed {self.limits.max_output_bytes} bytes; the command was killed]")
         if notes:
             text = text + ("\n" if text and not text.endswith("\n") else "") + "\n".join(notes)
-        return CommandResult(rc=rc, output=text, seconds=seconds, timed_out=c.timed_out, output_overflow=c.overflow,
-                             total_bytes=c.total, cut_bytes=c.cut)
+        return CommandResult(
+            rc=rc,
+            output=text,
+            seconds=seconds,
+            timed_out=c.timed_out,
+            output_overflow=c.overflow,
+            total_bytes=c.total,
+            cut_bytes=c.cut,
+        )
 
     # -- files -----------------------------------------------------------------------------------
     def resolve(self, rel: str) -> Path:
@@ -252,6 +302,7 @@ class Sandbox:
 
 # ---------------------------------------------------------------- output and process life
 
+
 @dataclass
 class _Collected:
     head: bytearray = field(default_factory=bytearray)
@@ -274,7 +325,7 @@ class _Collected:
     def text(self, keep: int) -> str:
         if self.total <= keep:
             return (bytes(self.head) + bytes(self.tail)).decode("utf-8", errors="replace")
-        tail = bytes(self.tail[-(keep // 2):])
+        tail = bytes(self.tail[-(keep // 2) :])
         self.cut = self.total - len(self.head) - len(tail)
         return _joined(bytes(self.head), tail, self.cut, self.total)
 

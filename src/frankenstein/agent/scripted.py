@@ -60,19 +60,31 @@ class _Script:
 
 def answer(step: Step, n: int, body: dict[str, Any]) -> dict[str, Any]:
     """The OpenAI-shaped JSON for a step (the ``n``-th request)."""
-    calls = [{"id": f"call_{n}_{i}", "type": "function",
-              "function": {"name": name, "arguments": args if isinstance(args, str) else json.dumps(args)}}
-             for i, (name, args) in enumerate(step.calls)]
+    calls = [
+        {
+            "id": f"call_{n}_{i}",
+            "type": "function",
+            "function": {"name": name, "arguments": args if isinstance(args, str) else json.dumps(args)},
+        }
+        for i, (name, args) in enumerate(step.calls)
+    ]
     message: dict[str, Any] = {"role": "assistant", "content": step.text or None}
     if calls:
         message["tool_calls"] = calls
     prompt = len(json.dumps(body.get("messages", []))) // 4
-    usage = step.usage or {"prompt_tokens": prompt, "completion_tokens": 10 + 5 * len(calls),
-                           "total_tokens": prompt + 10 + 5 * len(calls)}
+    usage = step.usage or {
+        "prompt_tokens": prompt,
+        "completion_tokens": 10 + 5 * len(calls),
+        "total_tokens": prompt + 10 + 5 * len(calls),
+    }
     out: dict[str, Any] = {
-        "id": f"chatcmpl-scripted-{n}", "object": "chat.completion", "created": 0, "model": str(body.get("model")),
-        "choices": [{"index": 0, "message": message,
-                     "finish_reason": step.finish_reason or ("tool_calls" if calls else "stop")}],
+        "id": f"chatcmpl-scripted-{n}",
+        "object": "chat.completion",
+        "created": 0,
+        "model": str(body.get("model")),
+        "choices": [
+            {"index": 0, "message": message, "finish_reason": step.finish_reason or ("tool_calls" if calls else "stop")}
+        ],
         "usage": usage,
     }
     if step.timings is not None:
@@ -123,16 +135,17 @@ class _Server(ThreadingHTTPServer):
 class ScriptedModelServer:
     """TEST DOUBLE (see the module docstring). Use as a context manager::
 
-        with ScriptedModelServer([call("bash", command="ls"), call("submit")]) as srv:
-            run_draw(srv.base_url, ...)
-            srv.requests   # the bodies received, in order
+    with ScriptedModelServer([call("bash", command="ls"), call("submit")]) as srv:
+        run_draw(srv.base_url, ...)
+        srv.requests   # the bodies received, in order
     """
 
     def __init__(self, steps: Sequence[Step]) -> None:
         self.script = _Script(list(steps))
         self.httpd = _Server(self.script)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                       name="scripted-model", daemon=True)
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="scripted-model", daemon=True
+        )
 
     @property
     def base_url(self) -> str:
@@ -165,13 +178,23 @@ sys.exit(0 if text == "42" else 1)
 """
 
 
-def write_task(folder: Path, task_id: str, *, grader: str = PASS_IF_ANSWER_42, toml_extra: str = "",
-               workspace: dict[str, str] | None = None, oracle: dict[str, str] | None = None,
-               prompt: str = "Write 42 into answer.txt, then call submit.\n") -> Path:
+def write_task(
+    folder: Path,
+    task_id: str,
+    *,
+    grader: str = PASS_IF_ANSWER_42,
+    toml_extra: str = "",
+    workspace: dict[str, str] | None = None,
+    oracle: dict[str, str] | None = None,
+    prompt: str = "Write 42 into answer.txt, then call submit.\n",
+) -> Path:
     """A minimal task folder for tests: by default the grader passes when answer.txt says 42."""
     root = Path(folder) / task_id
-    for name, files in (("workspace", workspace or {"README.md": "a test task\n"}),
-                        ("oracle", oracle or {"answer.txt": "42\n"}), ("grader", {"grade.py": grader})):
+    for name, files in (
+        ("workspace", workspace or {"README.md": "a test task\n"}),
+        ("oracle", oracle or {"answer.txt": "42\n"}),
+        ("grader", {"grade.py": grader}),
+    ):
         for rel, text in files.items():
             path = root / name / rel
             path.parent.mkdir(parents=True, exist_ok=True)

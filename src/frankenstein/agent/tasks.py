@@ -111,8 +111,9 @@ def load_task(folder: str | Path) -> Task:
             raise TaskError(f"missing {name}", path=folder)
     config = _read_config(folder / "task.toml")
     if config.id != folder.name:
-        raise TaskError(f"id {config.id!r} differs from the folder name {folder.name!r}", path=folder / "task.toml",
-                        field="id")
+        raise TaskError(
+            f"id {config.id!r} differs from the folder name {folder.name!r}", path=folder / "task.toml", field="id"
+        )
     if not (folder / "grader" / GRADER_SCRIPT).is_file():
         raise TaskError(f"missing grader/{GRADER_SCRIPT}", path=folder)
     if config.setup is not None and not _inside(folder, folder / config.setup):

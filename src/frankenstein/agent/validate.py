@@ -55,8 +55,9 @@ def check_task(task: Task, k: int, iso: Isolation | None = None) -> TaskCheck:
                 if first.verdict != want:
                     label = "oracle" if oracle else "untouched workspace"
                     said = first.output.strip()[-300:]
-                    check.problems.append(f"{label} run {i + 1}: {first.verdict} (want {want})"
-                                          + (f": {said}" if said else ""))
+                    check.problems.append(
+                        f"{label} run {i + 1}: {first.verdict} (want {want})" + (f": {said}" if said else "")
+                    )
         shutil.rmtree(d, ignore_errors=True)
     if not check.agree:
         check.problems.append("repeated grader runs disagree (exit code or output differ)")
@@ -78,8 +79,17 @@ def table(checks: list[TaskCheck], k: int) -> list[str]:
     """Plain-text table lines, one per task, then the problems."""
     rows = [("task", "hash", "size", "oracle", "untouched", "agree", "ok")]
     for c in checks:
-        rows.append((c.task_id, c.hash, f"{c.size / 1000:.1f}kB", f"{c.oracle.count('pass')}/{k} pass",
-                     f"{c.untouched.count('fail')}/{k} fail", "yes" if c.agree else "NO", "ok" if c.ok else "FAIL"))
+        rows.append(
+            (
+                c.task_id,
+                c.hash,
+                f"{c.size / 1000:.1f}kB",
+                f"{c.oracle.count('pass')}/{k} pass",
+                f"{c.untouched.count('fail')}/{k} fail",
+                "yes" if c.agree else "NO",
+                "ok" if c.ok else "FAIL",
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
     for c in checks:

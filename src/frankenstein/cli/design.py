@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -41,17 +40,19 @@ def _echo_lines(lines: list[str]) -> None:
 
 @app.command()
 def analyze(
-    design_id: Optional[str] = typer.Argument(None, help="A registered design (omit with --blocks)."),
-    blocks: Optional[Path] = typer.Option(None, "--blocks", help="CSV: block,served,candidate or block,difference."),
-    rule: Optional[RuleName] = typer.Option(None, "--rule", help="Decision rule (with --blocks)."),
-    direction: Optional[DirectionName] = typer.Option(None, "--direction", help="Which way is better for the candidate."),
-    alpha: Optional[float] = typer.Option(None, "--alpha", help="Significance level (default 0.05)."),
-    side: Optional[SideName] = typer.Option(None, "--side", help="permutation rule: better, worse or two-sided."),
-    test: Optional[HarmTest] = typer.Option(None, "--test", help="harm rule: permutation (default) or sign."),
-    min_effect: Optional[float] = typer.Option(None, "--min-effect", help="Practical threshold (0.05 = 5%)."),
+    design_id: str | None = typer.Argument(None, help="A registered design (omit with --blocks)."),
+    blocks: Path | None = typer.Option(None, "--blocks", help="CSV: block,served,candidate or block,difference."),
+    rule: RuleName | None = typer.Option(None, "--rule", help="Decision rule (with --blocks)."),
+    direction: DirectionName | None = typer.Option(None, "--direction", help="Which way is better for the candidate."),
+    alpha: float | None = typer.Option(None, "--alpha", help="Significance level (default 0.05)."),
+    side: SideName | None = typer.Option(None, "--side", help="permutation rule: better, worse or two-sided."),
+    test: HarmTest | None = typer.Option(None, "--test", help="harm rule: permutation (default) or sign."),
+    min_effect: float | None = typer.Option(None, "--min-effect", help="Practical threshold (0.05 = 5%)."),
     campaign: Path = typer.Option(Path("."), "--campaign", "-c", help="Campaign folder (with DESIGN_ID)."),
-    force: bool = typer.Option(False, "--force", help="Analyze although the campaign fails verification (needs --why)."),
-    why: Optional[str] = typer.Option(None, "--why", help="Why it is forced; recorded in the evidence chain."),
+    force: bool = typer.Option(
+        False, "--force", help="Analyze although the campaign fails verification (needs --why)."
+    ),
+    why: str | None = typer.Option(None, "--why", help="Why it is forced; recorded in the evidence chain."),
 ) -> None:
     """Per-block table, exact p and verdict of a registered design, or of block values measured elsewhere.
 
@@ -61,8 +62,10 @@ def analyze(
         if blocks is not None:
             raise typer.BadParameter("give a DESIGN_ID or --blocks, not both")
         if any(v is not None for v in (rule, direction, alpha, side, test, min_effect)):
-            raise typer.BadParameter("a registered design is analysed under its registered rule; "
-                                     "--rule, --direction, --alpha, --side, --test and --min-effect go with --blocks")
+            raise typer.BadParameter(
+                "a registered design is analysed under its registered rule; "
+                "--rule, --direction, --alpha, --side, --test and --min-effect go with --blocks"
+            )
         from frankenstein.campaign import open_campaign
         from frankenstein.design.analysis import analyze as do_analyze
         from frankenstein.design.analysis import format_analysis
@@ -79,8 +82,13 @@ def analyze(
     from frankenstein.design.rules import parse_rule
     from frankenstein.design.table import format_verdict
 
-    r = parse_rule(rule.value, alpha=0.05 if alpha is None else alpha, side=side.value if side else None, min_effect=min_effect,
-                   test=test.value if test else None)
+    r = parse_rule(
+        rule.value,
+        alpha=0.05 if alpha is None else alpha,
+        side=side.value if side else None,
+        min_effect=min_effect,
+        test=test.value if test else None,
+    )
     _echo_lines(format_verdict(analyze_blocks_file(blocks, r, direction.value)))
 
 
@@ -88,9 +96,11 @@ def analyze(
 def plan(
     effect: float = typer.Option(..., "--effect", help="Effect to detect: 0.05 = 5% better for the candidate."),
     direction: DirectionName = typer.Option(..., "--direction", help="Which way is better for the candidate."),
-    pilot: Optional[Path] = typer.Option(None, "--pilot", help="A/A pilot CSV: block,served,candidate."),
-    sd: Optional[float] = typer.Option(None, "--sd", help="Or: the sd of the block log ratio."),
-    rule: list[RuleName] = typer.Option([], "--rule", help="Rules to plan (repeatable; default: all_blocks_better, sign, permutation)."),
+    pilot: Path | None = typer.Option(None, "--pilot", help="A/A pilot CSV: block,served,candidate."),
+    sd: float | None = typer.Option(None, "--sd", help="Or: the sd of the block log ratio."),
+    rule: list[RuleName] = typer.Option(
+        [], "--rule", help="Rules to plan (repeatable; default: all_blocks_better, sign, permutation)."
+    ),
     alpha: float = typer.Option(0.05, "--alpha", help="Significance level."),
     power: float = typer.Option(0.8, "--power", help="Target power."),
     max_blocks: int = typer.Option(40, "--max-blocks", help="The most blocks to consider."),
@@ -105,6 +115,16 @@ def plan(
     from frankenstein.design.table import format_plan
 
     kinds = [r.value for r in rule] or ["all_blocks_better", "sign", "permutation"]
-    result = plan_from_options(kinds, pilot=pilot, sd=sd, effect=effect, direction=direction.value, alpha=alpha,
-                               target=power, max_blocks=max_blocks, simulations=simulations, seed=seed)
+    result = plan_from_options(
+        kinds,
+        pilot=pilot,
+        sd=sd,
+        effect=effect,
+        direction=direction.value,
+        alpha=alpha,
+        target=power,
+        max_blocks=max_blocks,
+        simulations=simulations,
+        seed=seed,
+    )
     _echo_lines(format_plan(result, str(pilot) if pilot else None))

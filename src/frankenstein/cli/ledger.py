@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -31,9 +30,11 @@ def served(campaign: Path = CAMPAIGN) -> None:
 @app.command()
 def adopt(
     part: str = typer.Argument(..., help="Part name from frank.toml."),
-    design: str = typer.Option(..., "--design", "-d", help="The registered design whose confirmed verdict lets the part in."),
+    design: str = typer.Option(
+        ..., "--design", "-d", help="The registered design whose confirmed verdict lets the part in."
+    ),
     force: bool = typer.Option(False, "--force", help="Adopt although the evidence is refused (needs --why)."),
-    why: Optional[str] = typer.Option(None, "--why", help="Why it is forced; recorded in the ledger."),
+    why: str | None = typer.Option(None, "--why", help="Why it is forced; recorded in the ledger."),
     campaign: Path = CAMPAIGN,
 ) -> None:
     """Add a part to the served recipe: only on a confirmed verdict whose gates passed; one step, with its scope.
@@ -54,7 +55,7 @@ def adopt(
 
 @app.command()
 def revert(
-    why: Optional[str] = typer.Option(None, "--why", help="Why; recorded in the ledger."),
+    why: str | None = typer.Option(None, "--why", help="Why; recorded in the ledger."),
     campaign: Path = CAMPAIGN,
     force: bool = typer.Option(False, "--force", help="Revert although the campaign fails verification (needs --why)."),
 ) -> None:
@@ -75,11 +76,17 @@ def revert(
 @app.command()
 def report(
     out: Path = typer.Option(..., "--out", "-o", help="Folder for note.md and its PNG plots."),
-    since: Optional[datetime] = typer.Option(None, "--since", formats=["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S"],
-                                             help="Only designs, steps and refusals from this UTC date on."),
+    since: datetime | None = typer.Option(
+        None,
+        "--since",
+        formats=["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S"],
+        help="Only designs, steps and refusals from this UTC date on.",
+    ),
     campaign: Path = CAMPAIGN,
-    force: bool = typer.Option(False, "--force", help="Write the note although the campaign fails verification (needs --why)."),
-    why: Optional[str] = typer.Option(None, "--why", help="Why it is forced; recorded in the evidence chain."),
+    force: bool = typer.Option(
+        False, "--force", help="Write the note although the campaign fails verification (needs --why)."
+    ),
+    why: str | None = typer.Option(None, "--why", help="Why it is forced; recorded in the evidence chain."),
 ) -> None:
     """Write the progress note: summary, one section per design, what didn't work, credits; with PNG plots.
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -91,7 +90,7 @@ def run(
     campaign: Path = typer.Option(Path("."), "--campaign", "-c", help="Campaign folder."),
     resume: bool = typer.Option(False, "--resume", help="Continue at the first unfinished start."),
     force: bool = typer.Option(False, "--force", help="Resume although the campaign fails verification (needs --why)."),
-    why: Optional[str] = typer.Option(None, "--why", help="Why it is forced; recorded in the evidence chain."),
+    why: str | None = typer.Option(None, "--why", help="Why it is forced; recorded in the evidence chain."),
 ) -> None:
     """Run a registered design: each block, each arm in its registered order, one fresh engine start each.
 

@@ -19,8 +19,15 @@ from frankenstein.design.kinds.base import Analysis, arm_values, block_values, c
 from frankenstein.design.start import load_warnings
 from frankenstein.design.table import format_verdict
 
-__all__ = ["Analysis", "analyze", "analyze_registered", "arm_values", "block_values", "can_still_change",
-           "format_analysis"]
+__all__ = [
+    "Analysis",
+    "analyze",
+    "analyze_registered",
+    "arm_values",
+    "block_values",
+    "can_still_change",
+    "format_analysis",
+]
 
 
 def analyze(campaign: Campaign, design_id: str) -> Analysis:
@@ -34,8 +41,10 @@ def format_analysis(a: Analysis) -> list[str]:
     d = a.reg.design
     lines = [f"design {a.reg.design_id} ({d.kind}): {d.name}", f"hypothesis: {d.hypothesis or '-'}"]
     if not kind_of(d.kind).measures_fidelity:
-        lines.append(f"primary metric: {d.primary_metric} ({a.reg.frozen.direction} is better); "
-                     f"{a.blocks_done} of {d.blocks} blocks complete")
+        lines.append(
+            f"primary metric: {d.primary_metric} ({a.reg.frozen.direction} is better); "
+            f"{a.blocks_done} of {d.blocks} blocks complete"
+        )
     lines.append("")
     if a.lines:
         lines += a.lines

@@ -107,14 +107,19 @@ def read_resources(rows: list[StartRow]) -> Resources:
         for g in gpus:
             acc.setdefault(row.arm, {}).setdefault(int(g["index"]), []).append(g)
     per_arm = {arm: {i: _fold(gs) for i, gs in sorted(by_gpu.items())} for arm, by_gpu in acc.items()}
-    return Resources(starts=ok, with_gpu=with_gpu, per_arm=per_arm, sources=tuple(sorted(sources)), not_sampled=tuple(why))
+    return Resources(
+        starts=ok, with_gpu=with_gpu, per_arm=per_arm, sources=tuple(sorted(sources)), not_sampled=tuple(why)
+    )
 
 
 def _fold(gs: list[dict[str, Any]]) -> GpuArm:
     means = [float(g["power_w_mean"]) for g in gs if g.get("power_w_mean") is not None]
     maxes = [float(g["power_w_max"]) for g in gs if g.get("power_w_max") is not None]
-    return GpuArm(peak_mib=max(float(g["memory_mib_peak"]) for g in gs),
-                  power_w_mean=sum(means) / len(means) if means else None, power_w_max=max(maxes) if maxes else None)
+    return GpuArm(
+        peak_mib=max(float(g["memory_mib_peak"]) for g in gs),
+        power_w_mean=sum(means) / len(means) if means else None,
+        power_w_max=max(maxes) if maxes else None,
+    )
 
 
 def design_facts(campaign: Campaign, reg: Registered) -> DesignFacts:
@@ -128,16 +133,31 @@ def design_facts(campaign: Campaign, reg: Registered) -> DesignFacts:
     blocks_run = sum(1 for v in by_block.values() if all(v))
     ok = [r for r in rows if r.ok]
     return DesignFacts(
-        design_id=reg.design_id, kind=d.kind, primary_metric=d.primary_metric, concurrency=d.replay.concurrency,
-        workload_path=reg.frozen.workload_path, workload_hash=reg.frozen.workload_hash, max_turns=d.replay.max_turns,
-        warmup_turns=d.replay.warmup_turns, engines=_distinct(r.engine for r in ok),
-        engine_versions=_distinct(r.engine_version for r in ok), blocks=d.blocks, blocks_run=blocks_run,
-        starts_ok=len(ok), starts_failed=len(rows) - len(ok), stopped=_stopped(campaign, reg, blocks_run),
-        resources=read_resources(rows), fidelity_gate=d.gates.fidelity, memory_gate_mib=d.gates.memory_mib,
+        design_id=reg.design_id,
+        kind=d.kind,
+        primary_metric=d.primary_metric,
+        concurrency=d.replay.concurrency,
+        workload_path=reg.frozen.workload_path,
+        workload_hash=reg.frozen.workload_hash,
+        max_turns=d.replay.max_turns,
+        warmup_turns=d.replay.warmup_turns,
+        engines=_distinct(r.engine for r in ok),
+        engine_versions=_distinct(r.engine_version for r in ok),
+        blocks=d.blocks,
+        blocks_run=blocks_run,
+        starts_ok=len(ok),
+        starts_failed=len(rows) - len(ok),
+        stopped=_stopped(campaign, reg, blocks_run),
+        resources=read_resources(rows),
+        fidelity_gate=d.gates.fidelity,
+        memory_gate_mib=d.gates.memory_mib,
         top_k=d.fidelity.top_k,
-        fidelity_paths=fidelity_paths(campaign, reg.design_id if kind_of(d.kind).measures_fidelity else d.gates.fidelity),
+        fidelity_paths=fidelity_paths(
+            campaign, reg.design_id if kind_of(d.kind).measures_fidelity else d.gates.fidelity
+        ),
         machines=tuple((start_label(r), machine_cells(machine_of(r), r)) for r in rows),
-        machine_flags=tuple(machine_differences(rows)), load_warnings=tuple(load_warnings(rows)),
+        machine_flags=tuple(machine_differences(rows)),
+        load_warnings=tuple(load_warnings(rows)),
     )
 
 
@@ -145,8 +165,11 @@ def fidelity_paths(campaign: Campaign, design_id: str | None) -> tuple[str, ...]
     """The paths a fidelity design's ok starts recorded (``capabilities.fidelity_path``), e.g. the decode path."""
     if not design_id:
         return ()
-    paths = {str(r.capabilities["fidelity_path"]) for r in campaign.store.starts_of(design_id)
-             if r.ok and r.capabilities.get("fidelity_path")}
+    paths = {
+        str(r.capabilities["fidelity_path"])
+        for r in campaign.store.starts_of(design_id)
+        if r.ok and r.capabilities.get("fidelity_path")
+    }
     return tuple(sorted(paths))
 
 
@@ -166,5 +189,3 @@ def _stopped(campaign: Campaign, reg: Registered, blocks_run: int) -> str | None
         if not can_still_change(reg, [served[b] for b in done], [candidate[b] for b in done], remaining):
             return "curtailed"
     return "incomplete"
-
-

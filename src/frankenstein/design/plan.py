@@ -31,7 +31,15 @@ from scipy import stats as sps
 
 from frankenstein.design import stats
 from frankenstein.design.blockcsv import read_blocks_csv
-from frankenstein.design.rules import BlockRule, Direction, decide, effect_thresholds, min_blocks, parse_rule, smallest_p
+from frankenstein.design.rules import (
+    BlockRule,
+    Direction,
+    decide,
+    effect_thresholds,
+    min_blocks,
+    parse_rule,
+    smallest_p,
+)
 from frankenstein.errors import AnalysisError
 
 EXACT_SIM_BLOCKS = 24
@@ -107,8 +115,17 @@ def _harm_target(rule: BlockRule) -> bool:
     return rule.looks_for() == "worse"
 
 
-def power(rule: BlockRule, n: int, sd: float, effect: float, direction: Direction, *, simulations: int = 2000,
-          seed: int = 1, draws: np.ndarray | None = None) -> Power:
+def power(
+    rule: BlockRule,
+    n: int,
+    sd: float,
+    effect: float,
+    direction: Direction,
+    *,
+    simulations: int = 2000,
+    seed: int = 1,
+    draws: np.ndarray | None = None,
+) -> Power:
     """Probability that the rule fires (confirmed, or harm shown for harm rules) with n blocks when
     the true effect is ``effect`` in the direction the rule looks for."""
     if smallest_p(rule, n) > stats.exact_fraction(rule.alpha):
@@ -129,8 +146,10 @@ def _simulated_power(rule: BlockRule, g: np.ndarray, direction: Direction, seed:
     if n <= EXACT_SIM_BLOCKS:
         hits = sum(decide(rule, list(row), direction).word == want for row in g)
         return Power(hits / sims, f"simulation: {sims} designs, seed {seed}")
-    return Power(float(_normal_limit_fires(rule, g, direction, want).mean()),
-                 f"simulation: {sims} designs, seed {seed}; normal limit of the sign-flip test above {EXACT_SIM_BLOCKS} blocks")
+    return Power(
+        float(_normal_limit_fires(rule, g, direction, want).mean()),
+        f"simulation: {sims} designs, seed {seed}; normal limit of the sign-flip test above {EXACT_SIM_BLOCKS} blocks",
+    )
 
 
 def _normal_limit_fires(rule: BlockRule, g: np.ndarray, direction: Direction, want: str) -> np.ndarray:
@@ -148,8 +167,17 @@ def _normal_limit_fires(rule: BlockRule, g: np.ndarray, direction: Direction, wa
     return fires
 
 
-def plan_blocks(rule: BlockRule, sd: float, effect: float, direction: Direction, *, target: float = 0.8,
-                max_blocks: int = 40, simulations: int = 2000, seed: int = 1) -> PlanRow:
+def plan_blocks(
+    rule: BlockRule,
+    sd: float,
+    effect: float,
+    direction: Direction,
+    *,
+    target: float = 0.8,
+    max_blocks: int = 40,
+    simulations: int = 2000,
+    seed: int = 1,
+) -> PlanRow:
     """The fewest blocks (up to ``max_blocks``) whose power reaches ``target``; the same random
     draws serve every block count, so power curves are smooth and the result is reproducible."""
     if sd <= 0:
@@ -159,7 +187,9 @@ def plan_blocks(rule: BlockRule, sd: float, effect: float, direction: Direction,
     for n in range(min_blocks(rule), max_blocks + 1):
         refused = rule.computable(n, "ratio")
         if refused is not None:  # registration would refuse it, so the planner never recommends it
-            return PlanRow(rule, None, max(best, 0.0), best_n, f"{method or 'unreachable'}; not above {n - 1} blocks: {refused}")
+            return PlanRow(
+                rule, None, max(best, 0.0), best_n, f"{method or 'unreachable'}; not above {n - 1} blocks: {refused}"
+            )
         pw = power(rule, n, sd, effect, direction, simulations=simulations, seed=seed, draws=draws)
         if pw.value > best:
             best_n, best, method = n, pw.value, pw.method
@@ -168,9 +198,18 @@ def plan_blocks(rule: BlockRule, sd: float, effect: float, direction: Direction,
     return PlanRow(rule, None, max(best, 0.0), best_n, method or "unreachable")
 
 
-def make_plan(rules: Sequence[BlockRule], sd: float | None, effect: float, direction: Direction, *,
-              pilot_log_ratios: Sequence[float] | None = None, target: float = 0.8, max_blocks: int = 40,
-              simulations: int = 2000, seed: int = 1) -> Plan:
+def make_plan(
+    rules: Sequence[BlockRule],
+    sd: float | None,
+    effect: float,
+    direction: Direction,
+    *,
+    pilot_log_ratios: Sequence[float] | None = None,
+    target: float = 0.8,
+    max_blocks: int = 40,
+    simulations: int = 2000,
+    seed: int = 1,
+) -> Plan:
     """Plan each rule at the given sd, or at a pilot's sd and again at its upper bound."""
     if (sd is None) == (pilot_log_ratios is None):
         raise AnalysisError("give either a pilot or a spread sd, not both or neither")
@@ -182,9 +221,19 @@ def make_plan(rules: Sequence[BlockRule], sd: float | None, effect: float, direc
     return Plan(use_sd, effect, direction, target, max_blocks, rows, spread, upper)
 
 
-def plan_from_options(kinds: Sequence[str], *, pilot: Path | None, sd: float | None, effect: float,
-                      direction: Direction, alpha: float = 0.05, target: float = 0.8, max_blocks: int = 40,
-                      simulations: int = 2000, seed: int = 1) -> Plan:
+def plan_from_options(
+    kinds: Sequence[str],
+    *,
+    pilot: Path | None,
+    sd: float | None,
+    effect: float,
+    direction: Direction,
+    alpha: float = 0.05,
+    target: float = 0.8,
+    max_blocks: int = 40,
+    simulations: int = 2000,
+    seed: int = 1,
+) -> Plan:
     """What ``frank plan`` does: check the options, read the pilot CSV (block,served,candidate), plan."""
     if (pilot is None) == (sd is None):
         raise AnalysisError("give either --pilot FILE.csv or --sd, not both or neither")
@@ -199,5 +248,14 @@ def plan_from_options(kinds: Sequence[str], *, pilot: Path | None, sd: float | N
         if data.data != "ratio":
             raise AnalysisError(f"{pilot}: a pilot needs start-level values per arm: block,served,candidate")
         logs = stats.log_ratios(data.served, data.candidate)
-    return make_plan(rules, sd, effect, direction, pilot_log_ratios=logs, target=target, max_blocks=max_blocks,
-                     simulations=simulations, seed=seed)
+    return make_plan(
+        rules,
+        sd,
+        effect,
+        direction,
+        pilot_log_ratios=logs,
+        target=target,
+        max_blocks=max_blocks,
+        simulations=simulations,
+        seed=seed,
+    )

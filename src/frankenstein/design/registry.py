@@ -61,17 +61,23 @@ def check_design(campaign: Campaign, design: DesignFile, path: Path) -> FrozenDe
     kind = kind_of(design.kind)
     kind.check(design, path)
     direction: Literal["lower", "higher"] = design.direction or (
-        "higher" if METRICS.get(design.primary_metric) == "higher" else "lower")
+        "higher" if METRICS.get(design.primary_metric) == "higher" else "lower"
+    )
     recipes = resolve_arms(lambda arm: resolve_arm(campaign, design, arm), path)
     kind.check_recipes(design, recipes, path)
     same = _same(recipes["served"], recipes["candidate"], design)
     if same and not kind.same_arms:
-        raise DesignError("the two arms are identical; only an A/A design (kind = \"aa\") may compare a recipe with itself",
-                          path=path, field="arms")
+        raise DesignError(
+            'the two arms are identical; only an A/A design (kind = "aa") may compare a recipe with itself',
+            path=path,
+            field="arms",
+        )
     if kind.same_arms and not same:
         raise DesignError("an A/A design needs the same recipe in both arms", path=path, field="arms")
     wl_path, wl_hash = _check_workload(campaign, design, path)
-    return FrozenDesign(design=design, recipes=recipes, workload_path=wl_path, workload_hash=wl_hash, direction=direction)
+    return FrozenDesign(
+        design=design, recipes=recipes, workload_path=wl_path, workload_hash=wl_hash, direction=direction
+    )
 
 
 def _check_workload(campaign: Campaign, design: DesignFile, path: Path) -> tuple[str | None, str | None]:
@@ -91,7 +97,8 @@ def _check_workload(campaign: Campaign, design: DesignFile, path: Path) -> tuple
     if design.workload_hash is not None and design.workload_hash != h:
         raise DesignError(
             f"workload {wl} no longer matches its hash (design pins {design.workload_hash[:12]}…, file has {h[:12]}…)",
-            path=path, field="workload_hash",
+            path=path,
+            field="workload_hash",
         )
     return str(wl), h
 
@@ -107,7 +114,9 @@ def make_schedule(seed: str, design: DesignFile) -> list[list[str]]:
     return out
 
 
-def _row_hash(prev: str, design_id: str, design_hash: str, seed: str, schedule: str, at: str, version: str, source: str) -> str:
+def _row_hash(
+    prev: str, design_id: str, design_hash: str, seed: str, schedule: str, at: str, version: str, source: str
+) -> str:
     return sha256("\n".join([prev, design_id, design_hash, seed, schedule, at, version, source]))
 
 
@@ -136,9 +145,20 @@ def register(campaign: Campaign, design_path: str | Path) -> Registered:
         design_id = f"{design.name}-{seq}"
         row_hash = _row_hash(prev, design_id, design_hash, seed, sched, at, __version__, text)
         inside(campaign, campaign.root / "designs" / f"{design_id}.toml").write_bytes(source)
-        return RegistryRow(seq=seq, design_id=design_id, kind=design.kind, name=design.name, canonical=text,
-                           design_hash=design_hash, seed=seed, schedule=sched, registered_at=at,
-                           tool_version=__version__, prev_hash=prev, row_hash=row_hash)
+        return RegistryRow(
+            seq=seq,
+            design_id=design_id,
+            kind=design.kind,
+            name=design.name,
+            canonical=text,
+            design_hash=design_hash,
+            seed=seed,
+            schedule=sched,
+            registered_at=at,
+            tool_version=__version__,
+            prev_hash=prev,
+            row_hash=row_hash,
+        )
 
     row = campaign.store.append_registry(build)
     return Registered(row.seq, row.design_id, frozen, design_hash, seed, schedule, at, sha256(source))
@@ -165,9 +185,14 @@ def _design_name(path: Path) -> str:
 def _from_row(row: RegistryRow) -> Registered:
     body = json.loads(row.canonical)
     return Registered(
-        seq=row.seq, design_id=row.design_id, frozen=FrozenDesign.model_validate(body["frozen"]),
-        design_hash=row.design_hash, seed=row.seed, schedule=json.loads(row.schedule),
-        registered_at=row.registered_at, source_sha256=body["source_sha256"],
+        seq=row.seq,
+        design_id=row.design_id,
+        frozen=FrozenDesign.model_validate(body["frozen"]),
+        design_hash=row.design_hash,
+        seed=row.seed,
+        schedule=json.loads(row.schedule),
+        registered_at=row.registered_at,
+        source_sha256=body["source_sha256"],
     )
 
 
@@ -182,11 +207,14 @@ def verify(campaign: Campaign) -> list[str]:
     for row in campaign.store.registry_rows():
         did = row.design_id
         if row.prev_hash != prev:
-            raise RegistryError(f"registry row {row.seq} ({did}): the chain is broken (a row before it was changed or removed)")
+            raise RegistryError(
+                f"registry row {row.seq} ({did}): the chain is broken (a row before it was changed or removed)"
+            )
         if sha256(row.canonical) != row.design_hash:
             raise RegistryError(f"registry row {row.seq} ({did}): the stored design does not match its hash")
-        expect = _row_hash(prev, did, row.design_hash, row.seed, row.schedule, row.registered_at, row.tool_version,
-                           row.canonical)
+        expect = _row_hash(
+            prev, did, row.design_hash, row.seed, row.schedule, row.registered_at, row.tool_version, row.canonical
+        )
         if expect != row.row_hash:
             raise RegistryError(f"registry row {row.seq} ({did}): the row was changed after registration")
         reg = _from_row(row)
@@ -212,8 +240,10 @@ def _check_pinned_workload(reg: Registered) -> None:
     except FrankError as exc:
         raise RegistryError(f"design {reg.design_id}: its workload {path} no longer reads ({exc})") from exc
     if h != pinned:
-        raise RegistryError(f"design {reg.design_id}: workload {path} changed since registration "
-                            f"(pinned {pinned[:12]}…, file has {h[:12]}…)")
+        raise RegistryError(
+            f"design {reg.design_id}: workload {path} changed since registration "
+            f"(pinned {pinned[:12]}…, file has {h[:12]}…)"
+        )
 
 
 def verified(campaign: Campaign, command: str, *, force: bool = False, why: str | None = None) -> None:
@@ -226,8 +256,10 @@ def verified(campaign: Campaign, command: str, *, force: bool = False, why: str 
         verify(campaign)
     except RegistryError as exc:
         if not force:
-            raise RegistryError(f"{exc}; {command} refuses to work from a campaign that fails verification "
-                                "(`frank verify` shows it; --force --why TEXT overrides, and is recorded)") from exc
+            raise RegistryError(
+                f"{exc}; {command} refuses to work from a campaign that fails verification "
+                "(`frank verify` shows it; --force --why TEXT overrides, and is recorded)"
+            ) from exc
         campaign.store.insert_override(command=command, why=str(why), problem=str(exc))
         campaign.verified_through = campaign.store.registry_head() or GENESIS
 
@@ -242,4 +274,3 @@ def get(campaign: Campaign, design_id: str) -> Registered:
         known = [r.design_id for r in campaign.store.registry_rows()]
         raise DesignError(f"no registered design {design_id!r} (registered: {', '.join(known) or 'none'})")
     return _from_row(row)
-

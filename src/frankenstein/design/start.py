@@ -52,7 +52,10 @@ def _scrape_delta(before: dict[str, float], after: dict[str, float]) -> dict[str
 
 
 def measure_start(
-    recipe: ResolvedRecipe, workload: Workload, settings: ReplaySettings, log_dir: Path,
+    recipe: ResolvedRecipe,
+    workload: Workload,
+    settings: ReplaySettings,
+    log_dir: Path,
     progress: Callable[[int, int], None] | None = None,
 ) -> StartOutcome:
     """Run one start; never raises for engine failures (they become a failed outcome)."""
@@ -89,8 +92,12 @@ def speculation(rows: list[dict[str, Any]]) -> dict[str, float | None]:
         return {"drafted": None, "accepted": None, "acceptance_rate": None, "drafting_turns": 0.0}
     drafted = float(sum(r["drafted"] for r in drafting))
     accepted = float(sum(r.get("accepted") or 0 for r in drafting))
-    return {"drafted": drafted, "accepted": accepted, "acceptance_rate": accepted / drafted if drafted else None,
-            "drafting_turns": float(len(drafting))}
+    return {
+        "drafted": drafted,
+        "accepted": accepted,
+        "acceptance_rate": accepted / drafted if drafted else None,
+        "drafting_turns": float(len(drafting)),
+    }
 
 
 def watched(run: Callable[[], StartOutcome]) -> StartOutcome:
@@ -132,17 +139,38 @@ def _metrics_or_empty(engine: Any) -> dict[str, float]:
         return {}
 
 
-def record_start(store: Store, out: StartOutcome, *, design_id: str | None = None, block: int | None = None,
-                 position: int | None = None, rep: int = 0, arm: str | None = None) -> int:
+def record_start(
+    store: Store,
+    out: StartOutcome,
+    *,
+    design_id: str | None = None,
+    block: int | None = None,
+    position: int | None = None,
+    rep: int = 0,
+    arm: str | None = None,
+) -> int:
     """Write the start, its turns, artifacts and episodes in one transaction."""
     arts = dict(out.artifacts)
     if out.scrape:
         arts.setdefault("metrics_delta.json", json.dumps(out.scrape, sort_keys=True).encode())
     return store.insert_start(
-        arm=arm or out.recipe.name, status=out.status, reason=out.reason, started_at=out.started_at,
-        metrics=out.metrics, turns=out.rows, design_id=design_id, block=block, position=position, rep=rep,
-        engine=out.engine, engine_version=out.engine_version, recipe=out.recipe.model_dump(),
-        resources=out.resources, capabilities=out.capabilities, artifacts=arts, episodes=list(out.episodes),
+        arm=arm or out.recipe.name,
+        status=out.status,
+        reason=out.reason,
+        started_at=out.started_at,
+        metrics=out.metrics,
+        turns=out.rows,
+        design_id=design_id,
+        block=block,
+        position=position,
+        rep=rep,
+        engine=out.engine,
+        engine_version=out.engine_version,
+        recipe=out.recipe.model_dump(),
+        resources=out.resources,
+        capabilities=out.capabilities,
+        artifacts=arts,
+        episodes=list(out.episodes),
     )
 
 
@@ -168,8 +196,10 @@ def load_warnings(rows: list[StartRow], each: int = 3) -> list[str]:
         return [w for _, _, w in busy]
     worst = max(busy, key=lambda t: t[0])
     names = ", ".join(f"{r.id} (block {r.block + 1}, {r.arm})" for _, r, _ in busy)
-    return [f"{len(busy)} of {len(rows)} starts ran while the machine was busier than its cores: starts {names}; "
-            f"the busiest: {worst[2]}"]
+    return [
+        f"{len(busy)} of {len(rows)} starts ran while the machine was busier than its cores: starts {names}; "
+        f"the busiest: {worst[2]}"
+    ]
 
 
 def machine_of(row: StartRow) -> MachineSnapshot | None:
@@ -182,10 +212,14 @@ def machine_cells(snap: MachineSnapshot | None, row: StartRow) -> dict[str, str]
     if snap is None:
         return {"host": "not recorded"}
     gpus = ", ".join(g.name for g in snap.gpus) if snap.gpus else f"{snap.gpu_status} ({snap.gpu_note})".strip()
-    return {"host": snap.host, "CPU": f"{snap.cpu_model or '?'} × {snap.cpu_cores or '?'}",
-            "governor": snap.cpu_governor or "not readable", "GPU": gpus,
-            "driver / CUDA": f"{snap.driver_version or '-'} / {snap.cuda_version or '-'}",
-            "engine": f"{row.engine or '-'} {row.engine_version or ''}".strip() + _sha(row)}
+    return {
+        "host": snap.host,
+        "CPU": f"{snap.cpu_model or '?'} × {snap.cpu_cores or '?'}",
+        "governor": snap.cpu_governor or "not readable",
+        "GPU": gpus,
+        "driver / CUDA": f"{snap.driver_version or '-'} / {snap.cuda_version or '-'}",
+        "engine": f"{row.engine or '-'} {row.engine_version or ''}".strip() + _sha(row),
+    }
 
 
 def _sha(row: StartRow) -> str:

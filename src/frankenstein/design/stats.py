@@ -229,10 +229,11 @@ def sign_flip_unsupported(n: int, integral: bool, max_abs: int | None) -> str | 
         return None
     if integral and max_abs is not None and n * (n * max_abs + 1) <= CONVOLUTION_CELLS:
         return None
-    bound = (f", or whole numbers with n * (n * largest |difference| + 1) <= {CONVOLUTION_CELLS}"
-             if integral else "")
-    return (f"{n} blocks are too many for an exact sign-flip test: it is computed exactly for at most "
-            f"{MAX_ENUMERATED_BLOCKS} blocks of real values{bound}; use the sign test or fewer blocks")
+    bound = f", or whole numbers with n * (n * largest |difference| + 1) <= {CONVOLUTION_CELLS}" if integral else ""
+    return (
+        f"{n} blocks are too many for an exact sign-flip test: it is computed exactly for at most "
+        f"{MAX_ENUMERATED_BLOCKS} blocks of real values{bound}; use the sign test or fewer blocks"
+    )
 
 
 def _convolve(ints: Sequence[int], neg: int, pos: int) -> int:
@@ -283,8 +284,13 @@ def sign_flip_p_scipy(values: Sequence[float], side: Side = "greater") -> float:
     if not 2 <= len(x) <= SCIPY_CROSS_CHECK_BLOCKS:
         raise ValueError(f"the scipy cross-check takes 2 to {SCIPY_CROSS_CHECK_BLOCKS} blocks, not {len(x)}")
     res = sps.permutation_test(
-        (x,), _mean, permutation_type="samples", n_resamples=np.inf, vectorized=True,
-        alternative=side, batch=4096,
+        (x,),
+        _mean,
+        permutation_type="samples",
+        n_resamples=np.inf,
+        vectorized=True,
+        alternative=side,
+        batch=4096,
     )
     return float(res.pvalue)
 
@@ -329,8 +335,9 @@ def sign_flip_ci(values: Sequence[float], tail: float | Fraction) -> Interval | 
     k = math.floor(t * 2**n)
     if k == 0 or n > MAX_CI_BLOCKS:
         return None
-    return Interval(_kth_mean(values, "greater", k, t), -_kth_mean(values, "less", k, t),
-                    1 - Fraction(2 * k, 2**n), "permutation")
+    return Interval(
+        _kth_mean(values, "greater", k, t), -_kth_mean(values, "less", k, t), 1 - Fraction(2 * k, 2**n), "permutation"
+    )
 
 
 def _kth_mean(values: Sequence[float], side: Side, k: int, tail: Fraction) -> float:
@@ -370,7 +377,9 @@ def sign_p_range(in_favour: int, done: int, remaining: int) -> tuple[Fraction, F
     return sign_test(in_favour + remaining, n, cross_check=False).p, sign_test(in_favour, n, cross_check=False).p
 
 
-def sign_flip_p_range(done_values: Sequence[float], remaining: int, side: Side = "greater") -> tuple[Fraction, Fraction]:
+def sign_flip_p_range(
+    done_values: Sequence[float], remaining: int, side: Side = "greater"
+) -> tuple[Fraction, Fraction]:
     """(smallest, largest) sign-flip p over any values of the ``remaining`` blocks: true bounds.
 
     A subset S of all n blocks counts when its tie values sum to <= 0. The subsets of the done
@@ -386,8 +395,9 @@ def sign_flip_p_range(done_values: Sequence[float], remaining: int, side: Side =
         p = sign_flip_p(done_values, side)
         return p, p
     if side == "two-sided":
-        c = min(count_at_most_zero(tie_values(done_values, "greater")),
-                count_at_most_zero(tie_values(done_values, "less")))
+        c = min(
+            count_at_most_zero(tie_values(done_values, "greater")), count_at_most_zero(tie_values(done_values, "less"))
+        )
         return min(Fraction(1), Fraction(2 * c, 2**n)), Fraction(1)
     c = count_at_most_zero(tie_values(done_values, side))
     c_hi = max(c, count_at_most_zero(tie_values(done_values, side, force_real=True)))

@@ -17,8 +17,15 @@ from collections.abc import Sequence
 from fractions import Fraction
 
 from frankenstein.design.plan import UPPER_BOUND_LEVEL, Plan, PlanRow
-from frankenstein.design.rules import (AllBlocksBetter, HarmRule, PermutationRule, Rule, SignRule, Verdict,
-                                       format_difference)
+from frankenstein.design.rules import (
+    AllBlocksBetter,
+    HarmRule,
+    PermutationRule,
+    Rule,
+    SignRule,
+    Verdict,
+    format_difference,
+)
 from frankenstein.design.stats import MAX_ENUMERATED_BLOCKS
 
 
@@ -47,8 +54,11 @@ def describe_rule(rule: Rule) -> str:
     if isinstance(rule, AllBlocksBetter):
         text = "all blocks better (false-positive rate 1/2^n)"
     elif isinstance(rule, PermutationRule):
-        side = {"better": "one-sided, candidate better", "worse": "one-sided, candidate worse",
-                "two-sided": "two-sided"}[rule.side]
+        side = {
+            "better": "one-sided, candidate better",
+            "worse": "one-sided, candidate worse",
+            "two-sided": "two-sided",
+        }[rule.side]
         text = f"paired sign-flip permutation test over all 2^n assignments, {side}"
     elif isinstance(rule, HarmRule):
         test = "sign test" if rule.test == "sign" else "paired sign-flip permutation test"
@@ -80,17 +90,27 @@ def format_block_table(v: Verdict) -> list[str]:
     if v.data == "difference":
         rows = [[r.block, _num(r.difference), r.favours or "-"] for r in v.rows]
         return render_table(["block", "difference", "favours"], rows, "lrl")
-    rows = [[r.block, _num(r.served), _num(r.candidate),
-             "-" if r.ratio_minus_one is None else _pct(r.ratio_minus_one),
-             "-" if r.log_ratio is None else f"{r.log_ratio:+.4f}", r.favours or "-"] for r in v.rows]
+    rows = [
+        [
+            r.block,
+            _num(r.served),
+            _num(r.candidate),
+            "-" if r.ratio_minus_one is None else _pct(r.ratio_minus_one),
+            "-" if r.log_ratio is None else f"{r.log_ratio:+.4f}",
+            r.favours or "-",
+        ]
+        for r in v.rows
+    ]
     return render_table(["block", "served", "candidate", "ratio - 1", "log ratio", "favours"], rows, "lrrrrl")
 
 
 def format_summary(v: Verdict) -> list[str]:
     """Rule, direction, counts, estimate, exact CI, exact p, and the verdict with its reason."""
-    lines = [f"rule: {v.rule.kind} ({describe_rule(v.rule)})",
-             f"direction: {v.direction} is better for the candidate",
-             f"blocks: {v.n_blocks}; favour the candidate: {v.in_favour}, the served arm: {v.against}, ties: {v.ties}"]
+    lines = [
+        f"rule: {v.rule.kind} ({describe_rule(v.rule)})",
+        f"direction: {v.direction} is better for the candidate",
+        f"blocks: {v.n_blocks}; favour the candidate: {v.in_favour}, the served arm: {v.against}, ties: {v.ties}",
+    ]
     if v.geomean_ratio is not None:
         lines.append(f"geometric-mean ratio (candidate/served): {v.geomean_ratio:.4f} ({_pct(v.geomean_ratio - 1)})")
     if v.mean_difference is not None:
@@ -109,8 +129,10 @@ def _ci_lines(v: Verdict) -> list[str]:
     if v.ci is None:
         return [f"confidence interval: none ({v.ci_note})"] if v.ci_note else []
     c = v.ci
-    text = (f"{c.level * 100:g}% CI for the {c.estimand}: [{c.low:.6g}, {c.high:.6g}] "
-            f"(exact coverage {format_p(c.coverage)})")
+    text = (
+        f"{c.level * 100:g}% CI for the {c.estimand}: [{c.low:.6g}, {c.high:.6g}] "
+        f"(exact coverage {format_p(c.coverage)})"
+    )
     return [text] + ([f"  note: {v.ci_note}"] if v.ci_note else [])
 
 
@@ -125,19 +147,26 @@ def format_plan(plan: Plan, pilot: str | None = None) -> list[str]:
     lines: list[str] = []
     s = plan.spread
     if s is not None:
-        lines += [f"pilot: {pilot or 'A/A blocks'}: {s.n_blocks} blocks",
-                  f"  mean log ratio: {s.mean_log_ratio:+.4f} ({_aa_test(s.aa_p)})",
-                  f"  spread of the block log ratio: sd {s.sd:.4f} ({UPPER_BOUND_LEVEL * 100:g}% upper bound {s.sd_upper:.4f})",
-                  f"  start-to-start spread: about {s.start_sd * 100:.2f}% per start (sd / sqrt 2)"]
+        lines += [
+            f"pilot: {pilot or 'A/A blocks'}: {s.n_blocks} blocks",
+            f"  mean log ratio: {s.mean_log_ratio:+.4f} ({_aa_test(s.aa_p)})",
+            f"  spread of the block log ratio: sd {s.sd:.4f} ({UPPER_BOUND_LEVEL * 100:g}% upper bound {s.sd_upper:.4f})",
+            f"  start-to-start spread: about {s.start_sd * 100:.2f}% per start (sd / sqrt 2)",
+        ]
     else:
         lines.append(f"spread of the block log ratio: sd {plan.sd:.4f} (given)")
     better = "lower" if plan.direction == "lower" else "higher"
-    lines.append(f"effect: {plan.effect * 100:g}% ({better} is better); target power {plan.target * 100:g}%; "
-                 f"at most {plan.max_blocks} blocks; model: independent normal block log ratios")
+    lines.append(
+        f"effect: {plan.effect * 100:g}% ({better} is better); target power {plan.target * 100:g}%; "
+        f"at most {plan.max_blocks} blocks; model: independent normal block log ratios"
+    )
     lines += ["", *_plan_table(plan.rows, plan)]
     if s is not None:
-        lines += ["", f"at the {UPPER_BOUND_LEVEL * 100:g}% upper bound of the spread (sd {s.sd_upper:.4f}):",
-                  *_plan_table(plan.upper_rows, plan)]
+        lines += [
+            "",
+            f"at the {UPPER_BOUND_LEVEL * 100:g}% upper bound of the spread (sd {s.sd_upper:.4f}):",
+            *_plan_table(plan.upper_rows, plan),
+        ]
     lines += _plan_warnings(plan)
     return lines
 
@@ -157,8 +186,10 @@ def _plan_table(rows: Sequence[PlanRow], plan: Plan) -> list[str]:
     for r in rows:
         if r.blocks is None:
             where = f" (best: {_power(r.power)} at {r.best_blocks} blocks)" if r.best_blocks else ""
-            table.append(f"no block count up to {plan.max_blocks} gives the {r.rule.kind} rule "
-                         f"{plan.target * 100:g}% power{where}")
+            table.append(
+                f"no block count up to {plan.max_blocks} gives the {r.rule.kind} rule "
+                f"{plan.target * 100:g}% power{where}"
+            )
     return table
 
 
@@ -168,6 +199,8 @@ def _plan_warnings(plan: Plan) -> list[str]:
     if s is not None and s.n_blocks < 5:
         out.append(f"warning: a spread from {s.n_blocks} blocks is rough; prefer the plan at the upper bound")
     if s is not None and s.aa_p is not None and s.aa_p <= Fraction(1, 20):
-        out.append(f"warning: the A/A arms differ (p = {format_p(s.aa_p)}): look for order or warm-up "
-                   "effects before trusting any plan")
+        out.append(
+            f"warning: the A/A arms differ (p = {format_p(s.aa_p)}): look for order or warm-up "
+            "effects before trusting any plan"
+        )
     return out

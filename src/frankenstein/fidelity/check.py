@@ -94,7 +94,9 @@ def check_fidelity(
     for line in format_summary(summary):
         echo(line)
     if tolerance is not None:
-        word, why = apply_rule(FidelityRule(tolerance=tolerance, threshold=threshold), summary["candidate"], summary["noise_floor"])
+        word, why = apply_rule(
+            FidelityRule(tolerance=tolerance, threshold=threshold), summary["candidate"], summary["noise_floor"]
+        )
         summary["would_be"] = word
         echo(
             f"the fidelity rule with tolerance {tolerance:g} would say: {word} ({why}); register a design for a verdict"

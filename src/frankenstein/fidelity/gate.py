@@ -45,9 +45,11 @@ def apply_rule(rule: FidelityRule, candidate: dict[str, Any], noise: dict[str, A
     mean, above = candidate["kl"]["mean"], candidate["above_threshold"]
     ok_mean = mean <= rule.tolerance
     ok_above = above < rule.max_positions_above
-    reason = (f"mean KL {mean:.6f} {'≤' if ok_mean else '>'} {rule.tolerance:g} nats; "
-              f"{above} position(s) above {rule.threshold:g} nats ({'fewer than' if ok_above else 'not fewer than'} "
-              f"{rule.max_positions_above})")
+    reason = (
+        f"mean KL {mean:.6f} {'≤' if ok_mean else '>'} {rule.tolerance:g} nats; "
+        f"{above} position(s) above {rule.threshold:g} nats ({'fewer than' if ok_above else 'not fewer than'} "
+        f"{rule.max_positions_above})"
+    )
     return ("passed" if ok_mean and ok_above else "failed"), reason
 
 
@@ -59,11 +61,15 @@ def captured_reason(rule: FidelityRule, candidate: dict[str, Any]) -> str | None
     if low < rule.min_captured_mass:
         n = candidate.get("below_captured_floor")
         which = f"{n} position(s)" if n else "a position"
-        return (f"captured mass: {which} below the registered {rule.min_captured_mass:g} of the served mass in the "
-                f"shared top-k bins (lowest {low:.4f}); the bound is blind to the rest there")
+        return (
+            f"captured mass: {which} below the registered {rule.min_captured_mass:g} of the served mass in the "
+            f"shared top-k bins (lowest {low:.4f}); the bound is blind to the rest there"
+        )
     if mean < rule.min_captured_mass_mean:
-        return (f"captured mass: the shared top-k bins hold {mean:.4f} of the served mass on average, below the "
-                f"registered {rule.min_captured_mass_mean:g}; the bound is blind to the rest")
+        return (
+            f"captured mass: the shared top-k bins hold {mean:.4f} of the served mass on average, below the "
+            f"registered {rule.min_captured_mass_mean:g}; the bound is blind to the rest"
+        )
     return None
 
 
@@ -73,18 +79,22 @@ def noise_reason(rule: FidelityRule, noise: dict[str, Any] | None) -> str | None
         return None
     mean = noise["kl"]["mean"]
     if mean > rule.tolerance:
-        return (f"noise floor: the served recipe against itself already has mean KL {mean:.6f} > the "
-                f"{rule.tolerance:g} nats tolerance; the rule cannot tell the candidate from run-to-run noise")
+        return (
+            f"noise floor: the served recipe against itself already has mean KL {mean:.6f} > the "
+            f"{rule.tolerance:g} nats tolerance; the rule cannot tell the candidate from run-to-run noise"
+        )
     return None
 
 
 def rule_line(rule: FidelityRule) -> str:
     """The registered rule, in one line, as the analysis and the note print it."""
-    return (f"rule (registered): mean KL ≤ {rule.tolerance:g} nats and fewer than {rule.max_positions_above} "
-            f"position(s) above {rule.threshold:g} nats; valid only where the shared top-k bins hold ≥ "
-            f"{rule.min_captured_mass:g} of the served mass at every position and ≥ {rule.min_captured_mass_mean:g} "
-            f"on average, and the noise floor's mean KL is ≤ the tolerance; tail masses below {TAIL_FLOOR:g} count "
-            "as rounding (a divergence within them is not seen)")
+    return (
+        f"rule (registered): mean KL ≤ {rule.tolerance:g} nats and fewer than {rule.max_positions_above} "
+        f"position(s) above {rule.threshold:g} nats; valid only where the shared top-k bins hold ≥ "
+        f"{rule.min_captured_mass:g} of the served mass at every position and ≥ {rule.min_captured_mass_mean:g} "
+        f"on average, and the noise floor's mean KL is ≤ the tolerance; tail masses below {TAIL_FLOOR:g} count "
+        "as rounding (a divergence within them is not seen)"
+    )
 
 
 def decided_by(word: str, reason: str) -> str:
@@ -96,12 +106,19 @@ def decided_by(word: str, reason: str) -> str:
         return "the measurement (" + reason.split(";")[0] + ")"
     if word == "passed":
         return "mean KL and positions above threshold (both held)"
-    parts = [name for name, bad in (("mean KL", " > " in reason.split(";")[0]),
-                                    ("positions above threshold", "not fewer than" in reason)) if bad]
+    parts = [
+        name
+        for name, bad in (
+            ("mean KL", " > " in reason.split(";")[0]),
+            ("positions above threshold", "not fewer than" in reason),
+        )
+        if bad
+    ]
     return " and ".join(parts) or "the rule"
 
 
 # ---------------------------------------------------------------- lines
+
 
 def _f(x: float | None, width: int = 9) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
@@ -109,16 +126,20 @@ def _f(x: float | None, width: int = 9) -> str:
     return f"{x:{width}.6f}" if abs(x) < 10 else f"{x:{width}.3f}"
 
 
-HEADER = (f"{'':24}{'positions':>9} {'mean':>9} {'median':>9} {'p90':>9} {'p99':>9} {'p99.9':>9} {'max':>9} "
-          f"{'>thr':>5} {'top-1 agree':>11}")
+HEADER = (
+    f"{'':24}{'positions':>9} {'mean':>9} {'median':>9} {'p90':>9} {'p99':>9} {'p99.9':>9} {'max':>9} "
+    f"{'>thr':>5} {'top-1 agree':>11}"
+)
 
 
 def summary_row(label: str, s: dict[str, Any] | None) -> str:
     if not s or not s.get("positions"):
         return f"{label:24}{0:>9} " + "(nothing compared)"
     k = s["kl"]
-    return (f"{label:24}{s['positions']:>9} {_f(k['mean'])} {_f(k['median'])} {_f(k['p90'])} {_f(k['p99'])} "
-            f"{_f(k['p99_9'])} {_f(k['max'])} {s['above_threshold']:>5} {s['top1_agreement'] * 100:>10.1f}%")
+    return (
+        f"{label:24}{s['positions']:>9} {_f(k['mean'])} {_f(k['median'])} {_f(k['p90'])} {_f(k['p99'])} "
+        f"{_f(k['p99_9'])} {_f(k['max'])} {s['above_threshold']:>5} {s['top1_agreement'] * 100:>10.1f}%"
+    )
 
 
 def _bad_line(label: str, s: dict[str, Any] | None) -> str:
@@ -135,7 +156,8 @@ def format_summary(summary: dict[str, Any]) -> list[str]:
     lines = [
         f"KL(served ‖ candidate) per position, nats — {BOUND_LABEL}",
         f"path measured: {summary.get('path', '-')}",
-        f"top-k: requested {k.get('requested', '-')}, used " + ", ".join(f"{a} {v}" for a, v in k.get("used", {}).items()),
+        f"top-k: requested {k.get('requested', '-')}, used "
+        + ", ".join(f"{a} {v}" for a, v in k.get("used", {}).items()),
         f"threshold for counting a position: {cand.get('threshold', '-')} nats",
         HEADER,
         summary_row("noise floor (A vs A′)", noise),
@@ -146,10 +168,14 @@ def format_summary(summary: dict[str, Any]) -> list[str]:
         for b in cand["by_confidence"]:
             lines.append(f"  {b['bucket']:<12} {b['positions']:>7} positions  mean KL {_f(b['mean_kl']).strip()}")
         dp = cand["recorded_token_dp"]
-        lines.append(f"recorded token: mean |Δp| {_f(dp['mean_abs']).strip()}, max |Δp| {_f(dp['max_abs']).strip()} "
-                     f"({dp['unknown']} positions where one engine did not list it)")
-        lines.append(f"captured mass (served probability in shared bins): mean {_f(cand['captured_mass_mean']).strip()}, "
-                     f"min {_f(cand['captured_mass_min']).strip()}")
+        lines.append(
+            f"recorded token: mean |Δp| {_f(dp['mean_abs']).strip()}, max |Δp| {_f(dp['max_abs']).strip()} "
+            f"({dp['unknown']} positions where one engine did not list it)"
+        )
+        lines.append(
+            f"captured mass (served probability in shared bins): mean {_f(cand['captured_mass_mean']).strip()}, "
+            f"min {_f(cand['captured_mass_min']).strip()}"
+        )
     lines.append("bad engine output (counted, left out of the numbers above):")
     lines += [_bad_line("noise floor", noise), _bad_line("candidate", cand)]
     for e in (cand.get("bad_examples") or [])[:5]:

@@ -111,9 +111,18 @@ def snapshot(*, gpu: bool = True) -> MachineSnapshot:
     """Read the machine now; GPU fields through NVML unless ``gpu`` is False (then "not sampled")."""
     status, note, driver, cuda, gpus = _gpu_part(gpu)
     return MachineSnapshot(
-        taken_at=time.time(), host=socket.gethostname(), platform=platform.platform(),
-        cpu_model=cpu_model(), cpu_cores=os.cpu_count(), cpu_usable=_usable_cores(), load_avg=load_avg(),
-        cpu_governor=cpu_governor(), gpu_status=status, gpu_note=note, driver_version=driver, cuda_version=cuda,
+        taken_at=time.time(),
+        host=socket.gethostname(),
+        platform=platform.platform(),
+        cpu_model=cpu_model(),
+        cpu_cores=os.cpu_count(),
+        cpu_usable=_usable_cores(),
+        load_avg=load_avg(),
+        cpu_governor=cpu_governor(),
+        gpu_status=status,
+        gpu_note=note,
+        driver_version=driver,
+        cuda_version=cuda,
         gpus=tuple(gpus),
     )
 
@@ -144,18 +153,23 @@ def gpu_states(nv: Any) -> list[GpuState]:
         mem = _call(nv.nvmlDeviceGetMemoryInfo, h)
         power = _call(nv.nvmlDeviceGetPowerUsage, h)
         reasons_fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
-            nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
+            nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None
+        )
         mask = _call(reasons_fn, h) if reasons_fn else None
-        out.append(GpuState(
-            index=i, name=_text(_call(nv.nvmlDeviceGetName, h)) or "unknown", uuid=_text(_call(nv.nvmlDeviceGetUUID, h)),
-            memory_total_mib=None if mem is None else mem.total / 2**20,
-            memory_used_mib=None if mem is None else mem.used / 2**20,
-            sm_clock_mhz=_call(nv.nvmlDeviceGetClockInfo, h, getattr(nv, "NVML_CLOCK_SM", 1)),
-            memory_clock_mhz=_call(nv.nvmlDeviceGetClockInfo, h, getattr(nv, "NVML_CLOCK_MEM", 2)),
-            temperature_c=_call(nv.nvmlDeviceGetTemperature, h, getattr(nv, "NVML_TEMPERATURE_GPU", 0)),
-            power_w=None if power is None else power / 1000.0,
-            throttle_reasons=throttle_names(mask) if isinstance(mask, int) else (),
-        ))
+        out.append(
+            GpuState(
+                index=i,
+                name=_text(_call(nv.nvmlDeviceGetName, h)) or "unknown",
+                uuid=_text(_call(nv.nvmlDeviceGetUUID, h)),
+                memory_total_mib=None if mem is None else mem.total / 2**20,
+                memory_used_mib=None if mem is None else mem.used / 2**20,
+                sm_clock_mhz=_call(nv.nvmlDeviceGetClockInfo, h, getattr(nv, "NVML_CLOCK_SM", 1)),
+                memory_clock_mhz=_call(nv.nvmlDeviceGetClockInfo, h, getattr(nv, "NVML_CLOCK_MEM", 2)),
+                temperature_c=_call(nv.nvmlDeviceGetTemperature, h, getattr(nv, "NVML_TEMPERATURE_GPU", 0)),
+                power_w=None if power is None else power / 1000.0,
+                throttle_reasons=throttle_names(mask) if isinstance(mask, int) else (),
+            )
+        )
     return out
 
 

@@ -99,9 +99,13 @@ class LoadSampler:
             self._thread.join()
         q = self._queue
         self.record = LoadRecord(
-            cores=self.cores, wall_s=time.monotonic() - self._t0, samples=len(q),
-            runnable_mean=sum(q) / len(q) if q else None, runnable_max=max(q) if q else None,
-            loadavg_before=self._before, loadavg_after=load_avg(),
+            cores=self.cores,
+            wall_s=time.monotonic() - self._t0,
+            samples=len(q),
+            runnable_mean=sum(q) / len(q) if q else None,
+            runnable_max=max(q) if q else None,
+            loadavg_before=self._before,
+            loadavg_after=load_avg(),
         )
 
 
@@ -113,8 +117,10 @@ def judge_load(label: str, record: LoadRecord) -> str | None:
     la = "n/a"
     if record.loadavg_before and record.loadavg_after:
         la = f"{record.loadavg_before[0]:.2f} → {record.loadavg_after[0]:.2f}"
-    return (f"{label}: the machine was busier than its {record.cores} cores during this start "
-            f"(run queue {queue}; 1-min load average {la}); its timings may include waiting for a CPU")
+    return (
+        f"{label}: the machine was busier than its {record.cores} cores during this start "
+        f"(run queue {queue}; 1-min load average {la}); its timings may include waiting for a CPU"
+    )
 
 
 def resolvable_effect(threshold: float | None, geomean_ratio: float | None) -> float | None:
@@ -141,9 +147,11 @@ def judge_spread(values: Sequence[float], resolvable: float | None, metric: str)
     limit = math.log1p(resolvable)
     if spread <= limit:
         return None
-    return (f"served arm's {metric} varies {math.expm1(spread):.0%} start to start (sd of ln over "
-            f"{len(values)} starts), more than the {resolvable:.1%} effect the rule resolves here; "
-            "a quieter machine or more blocks would tell them apart")
+    return (
+        f"served arm's {metric} varies {math.expm1(spread):.0%} start to start (sd of ln over "
+        f"{len(values)} starts), more than the {resolvable:.1%} effect the rule resolves here; "
+        "a quieter machine or more blocks would tell them apart"
+    )
 
 
 def other_engines(exclude: Sequence[int] = ()) -> list[tuple[int, str]]:

@@ -46,9 +46,14 @@ class _Series:
     def summary(self, index: int) -> dict[str, Any]:
         mem, pw = self.mem, self.power
         return {
-            "index": index, "samples": len(mem), "memory_mib_peak": max(mem), "memory_mib_mean": sum(mem) / len(mem),
-            "power_w_mean": sum(pw) / len(pw) if pw else None, "power_w_max": max(pw) if pw else None,
-            "sm_clock_mhz_min": min(self.sm) if self.sm else None, "sm_clock_mhz_max": max(self.sm) if self.sm else None,
+            "index": index,
+            "samples": len(mem),
+            "memory_mib_peak": max(mem),
+            "memory_mib_mean": sum(mem) / len(mem),
+            "power_w_mean": sum(pw) / len(pw) if pw else None,
+            "power_w_max": max(pw) if pw else None,
+            "sm_clock_mhz_min": min(self.sm) if self.sm else None,
+            "sm_clock_mhz_max": max(self.sm) if self.sm else None,
             "temperature_c_max": max(self.temp) if self.temp else None,
             "throttle_reasons": sorted(self.reasons),
         }
@@ -119,8 +124,11 @@ class ResourceSampler:
         nv = self._nv
         try:
             procs = nv.nvmlDeviceGetComputeRunningProcesses(h)
-            mine = [p.usedGpuMemory for p in procs
-                    if p.usedGpuMemory is not None and self._pid is not None and _in_tree(p.pid, self._pid)]
+            mine = [
+                p.usedGpuMemory
+                for p in procs
+                if p.usedGpuMemory is not None and self._pid is not None and _in_tree(p.pid, self._pid)
+            ]
             if mine:
                 self._source = "per-process"
                 return float(sum(mine)) / 2**20
@@ -137,7 +145,8 @@ class ResourceSampler:
     def _reasons(self, h: Any) -> int | None:
         nv = self._nv
         fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
-            nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
+            nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None
+        )
         return None if fn is None else self._read(fn, h)
 
     @staticmethod
@@ -161,8 +170,13 @@ class ResourceSampler:
         gpus = [s.summary(i) for i, s in sorted(self._series.items()) if s.mem]
         if not gpus:
             return {"gpu": None, "status": "no GPU", "note": "no GPU: NVML sees no devices"}
-        return {"gpu": gpus, "status": "sampled", "memory_source": self._source, "interval_s": self.interval_s,
-                "sampled_at": time.time()}
+        return {
+            "gpu": gpus,
+            "status": "sampled",
+            "memory_source": self._source,
+            "interval_s": self.interval_s,
+            "sampled_at": time.time(),
+        }
 
 
 def _in_tree(pid: int, root: int) -> bool:

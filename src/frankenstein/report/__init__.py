@@ -1,6 +1,6 @@
 """The progress note (Markdown with PNG plots) and the refusals it reports.
 
-    write_report(campaign, out_dir, since=None) -> Path    the note's path
+write_report(campaign, out_dir, since=None) -> Path    the note's path
 """
 
 from __future__ import annotations

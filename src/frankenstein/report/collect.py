@@ -66,15 +66,27 @@ def collect(campaign: Campaign, since: str | None = None) -> NoteData:
     lower = since or ""
     designs = [design_report(campaign, get(campaign, did)) for did in campaign.store.design_ids(lower)]
     steps = [e for e in campaign.store.ledger_steps() if e.at >= lower]
-    return NoteData(campaign=campaign.config.name, base=campaign.config.served, served=served_parts(campaign),
-                    since=since, designs=designs, steps=steps, refusals=campaign.store.refusals(since),
-                    credits=credits(campaign))
+    return NoteData(
+        campaign=campaign.config.name,
+        base=campaign.config.served,
+        served=served_parts(campaign),
+        since=since,
+        designs=designs,
+        steps=steps,
+        refusals=campaign.store.refusals(since),
+        credits=credits(campaign),
+    )
 
 
 def design_report(campaign: Campaign, reg: Registered) -> DesignReport:
-    rep = DesignReport(reg=reg, facts=design_facts(campaign, reg), part=tested_part(reg),
-                       block_status=block_status(campaign, reg), description=kind_of(reg.design.kind).describe(reg),
-                       episodes=campaign.store.episodes_of(reg.design_id))
+    rep = DesignReport(
+        reg=reg,
+        facts=design_facts(campaign, reg),
+        part=tested_part(reg),
+        block_status=block_status(campaign, reg),
+        description=kind_of(reg.design.kind).describe(reg),
+        episodes=campaign.store.episodes_of(reg.design_id),
+    )
     try:
         rep.analysis = analyze(campaign, reg.design_id)
     except FrankError as exc:
@@ -88,7 +100,7 @@ def tested_part(reg: Registered) -> str:
     if s is None or c is None:
         return "command arms"
     if c.parts[: len(s.parts)] == s.parts and len(c.parts) > len(s.parts):
-        return " + ".join(c.parts[len(s.parts):])
+        return " + ".join(c.parts[len(s.parts) :])
     if c.parts == s.parts:
         return "no part (same parts in both arms)"
     return f"[{', '.join(c.parts)}] against [{', '.join(s.parts)}]"
@@ -125,7 +137,14 @@ def credits(campaign: Campaign) -> list[Credit]:
     out = []
     for name, step in [*((p, None) for p in base_parts), *((p, adopted_at.get(p)) for p in served_parts(campaign))]:
         prov = cfg.parts[name].provenance if name in cfg.parts else None
-        out.append(Credit(part=name, fork=prov.fork if prov else "", commit=prov.commit if prov else "",
-                          author=prov.author if prov else "", licence=prov.licence if prov else "", step=step))
+        out.append(
+            Credit(
+                part=name,
+                fork=prov.fork if prov else "",
+                commit=prov.commit if prov else "",
+                author=prov.author if prov else "",
+                licence=prov.licence if prov else "",
+                step=step,
+            )
+        )
     return out
-

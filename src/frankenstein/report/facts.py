@@ -16,8 +16,10 @@ def resource_lines(res: Resources) -> list[str]:
     """Memory and power seen, per GPU, or a plain statement that they are absent."""
     if res.starts and res.absent and res.not_sampled:
         why = "; ".join(sorted(set(res.not_sampled)))
-        return [f"GPU memory and power: not sampled in {len(res.not_sampled)} of the {res.starts} ok starts ({why}); "
-                "absent, not zero, and not a statement that there was no GPU."]
+        return [
+            f"GPU memory and power: not sampled in {len(res.not_sampled)} of the {res.starts} ok starts ({why}); "
+            "absent, not zero, and not a statement that there was no GPU."
+        ]
     if res.starts and res.absent:
         return [f"GPU memory and power: absent (no GPU where the {res.starts} ok starts ran), not zero."]
     if not res.starts:
@@ -35,7 +37,11 @@ def resource_lines(res: Resources) -> list[str]:
             if g is None:
                 parts.append(f"{arm}: absent")
                 continue
-            power = "power absent" if g.power_w_mean is None else f"power mean {g.power_w_mean:.0f} W, max {g.power_w_max:.0f} W"
+            power = (
+                "power absent"
+                if g.power_w_mean is None
+                else f"power mean {g.power_w_mean:.0f} W, max {g.power_w_max:.0f} W"
+            )
             parts.append(f"{arm}: peak {g.peak_mib:.0f} MiB, {power}")
         lines.append(f"GPU {i}{src}: " + "; ".join(parts) + ".")
     return lines
@@ -46,8 +52,10 @@ def what_it_shows(f: DesignFacts, measures: str, concurrency: str | None = None)
     lines = [measures, concurrency or _concurrency(f)]
     if f.workload_hash:
         turns = f"the first {f.max_turns} turns" if f.max_turns else "all turns"
-        lines.append(f"Workload `{_basename(f.workload_path)}` (hash `{f.workload_hash[:12]}`), {turns} per start after "
-                     f"{f.warmup_turns} warm-up turn(s): other prompts and lengths may behave differently.")
+        lines.append(
+            f"Workload `{_basename(f.workload_path)}` (hash `{f.workload_hash[:12]}`), {turns} per start after "
+            f"{f.warmup_turns} warm-up turn(s): other prompts and lengths may behave differently."
+        )
     lines.append(_engines(f))
     lines.append(_fidelity(f))
     lines += resource_lines(f.resources)
@@ -75,8 +83,10 @@ def _fidelity(f: DesignFacts) -> str:
     bound = "KL over the top-k union plus one tail bucket is a lower bound of the full-vocabulary KL"
     path = "; ".join(f.fidelity_paths) or "not recorded"
     if kind_of(f.kind).measures_fidelity:
-        return (f"Fidelity path measured: {path}; forced decode of the recorded continuations, top-{f.top_k} "
-                f"logprobs requested; {bound}. Other paths (e.g. accepted draft tokens) were not measured.")
+        return (
+            f"Fidelity path measured: {path}; forced decode of the recorded continuations, top-{f.top_k} "
+            f"logprobs requested; {bound}. Other paths (e.g. accepted draft tokens) were not measured."
+        )
     if f.fidelity_gate:
         return f"Fidelity was gated by design `{f.fidelity_gate}` (path measured: {path}; {bound})."
     return "Fidelity was not measured for this design: it does not show that the outputs are unchanged."

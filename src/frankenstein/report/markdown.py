@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 def md_table(header: Sequence[str], rows: Sequence[Sequence[str]], align: str) -> list[str]:
     """A pipe table; ``align`` has one 'l' or 'r' per column. Cells are escaped for pipes."""
+
     def line(cells: Sequence[str]) -> str:
         return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
 

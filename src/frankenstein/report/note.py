@@ -55,12 +55,13 @@ def result_phrase(d: DesignReport) -> str:
         est = f"{metric} mean difference {num(v.mean_difference)}"
     else:
         est = f"{metric} ratio {v.geomean_ratio:.4f} ({pct(v.geomean_ratio - 1)})" if v.geomean_ratio else metric
-    word = v.rule.phrase(a.word)
+    word = v.rule.phrase(a.word)  # type: ignore[arg-type]  # Analysis.word is a plain str
     return f"{est}, {v.in_favour} of {v.n_blocks} blocks in its favour, {_p_text(v.p)}, verdict {word}"
 
 
 def fidelity_phrase(summary: dict[str, Any], word: str) -> str:
     """'mean KL 0.0051 nats (noise floor 0), 0 position(s) above 0.5 nats, verdict passed' (top-k lower bounds)."""
+
     def mean(s: Any) -> str:
         return f"{s['kl']['mean']:.4g}" if isinstance(s, dict) and s.get("positions") else "not measured"
 
@@ -68,16 +69,20 @@ def fidelity_phrase(summary: dict[str, Any], word: str) -> str:
     above = cand.get("above_threshold")
     rule = summary.get("rule") or {}
     tail = f", {above} position(s) above {rule.get('threshold', '-')} nats" if above is not None else ""
-    return (f"mean KL {mean(cand)} nats (top-k lower bound; noise floor {mean(summary.get('noise_floor'))}){tail}, "
-            f"verdict {word}")
+    return (
+        f"mean KL {mean(cand)} nats (top-k lower bound; noise floor {mean(summary.get('noise_floor'))}){tail}, "
+        f"verdict {word}"
+    )
 
 
 def scope_phrase(scope: dict[str, Any]) -> str:
     """The same phrase from what the ledger recorded at adoption."""
     g = scope.get("geomean_ratio")
     est = f"{scope.get('metric')} ratio {g:.4f} ({pct(g - 1)})" if g else str(scope.get("metric"))
-    return (f"{est}, {scope.get('in_favour')} of {scope.get('blocks')} blocks in its favour, {_p_text(scope.get('p'))}, "
-            f"verdict {scope.get('verdict')}")
+    return (
+        f"{est}, {scope.get('in_favour')} of {scope.get('blocks')} blocks in its favour, {_p_text(scope.get('p'))}, "
+        f"verdict {scope.get('verdict')}"
+    )
 
 
 # ---------------------------------------------------------------- summary
@@ -89,13 +94,17 @@ def format_summary(data: NoteData) -> list[str]:
     by_id = {d.design_id: d for d in data.designs}
     events: list[tuple[str, int, Any]] = [(e.at, 0, e) for e in data.steps]
     events += [(r.at, 1, r) for r in data.refusals if r.what == "adopt"]
-    bullets = [_step_bullet(x, by_id) if isinstance(x, LedgerEntry) else _refusal_bullet(x, by_id)
-               for _, _, x in sorted(events, key=lambda t: (t[0], t[1], t[2].seq))]
+    bullets = [
+        _step_bullet(x, by_id) if isinstance(x, LedgerEntry) else _refusal_bullet(x, by_id)
+        for _, _, x in sorted(events, key=lambda t: (t[0], t[1], t[2].seq))
+    ]
     used = {e.design_id for e in data.steps} | {r.name for r in data.refusals if r.what == "adopt"}
     for d in data.designs:
         if d.design_id not in used:
-            bullets.append(f"- design {code(d.design_id)} ({d.reg.design.kind}, {_part(d)}): {result_phrase(d)}; "
-                           f"{_no_decision(d)}.")
+            bullets.append(
+                f"- design {code(d.design_id)} ({d.reg.design.kind}, {_part(d)}): {result_phrase(d)}; "
+                f"{_no_decision(d)}."
+            )
     return ["## Summary", "", *(bullets or ["- Nothing recorded yet."])]
 
 
@@ -111,8 +120,10 @@ def _step_bullet(e: LedgerEntry, by_id: dict[str, DesignReport]) -> str:
     if e.action == "revert":
         why = f"; why: {e.why}" if e.why else ""
         head = "**re-applied**" if e.scope.get("undoes_action") == "revert" else "**reverted**"
-        return (f"- {head} {code(e.part)} (step {e.seq}, undoes step {e.scope.get('undoes')}: "
-                f"{e.scope.get('undoes_action')}){why}; served parts after it: {_parts(e.parts)}.")
+        return (
+            f"- {head} {code(e.part)} (step {e.seq}, undoes step {e.scope.get('undoes')}: "
+            f"{e.scope.get('undoes_action')}){why}; served parts after it: {_parts(e.parts)}."
+        )
     head = "**adopted by force**" if e.forced else "**adopted**"
     text = f"- {head} {code(e.part)} (step {e.seq}, design {code(e.design_id or '-')}): {scope_phrase(e.scope)}"
     if e.forced:
@@ -143,13 +154,21 @@ def format_design(d: DesignReport, base: str, plots: dict[str, str]) -> list[str
     lines += format_secondary(d)
     if d.episodes:
         lines += ["", *format_pass_matrix(d)]
-    for key, label in (("blocks", f"{design.primary_metric} per block, paired"),
-                       ("kl", "KL per position against the noise floor"), ("passes", "pass matrix")):
+    for key, label in (
+        ("blocks", f"{design.primary_metric} per block, paired"),
+        ("kl", "KL per position against the noise floor"),
+        ("passes", "pass matrix"),
+    ):
         if key in plots:
             lines += ["", f"![{label}]({plots[key]})"]
     if kind_of(design.kind).measures_fidelity and "kl" not in plots:
         lines += ["", "No KL plot: the fidelity module gave no per-position KL for this design."]
-    lines += ["", "### What this does and does not show", "", *(f"- {s}" for s in what_it_shows(d.facts, d.description.measures, d.description.concurrency))]
+    lines += [
+        "",
+        "### What this does and does not show",
+        "",
+        *(f"- {s}" for s in what_it_shows(d.facts, d.description.measures, d.description.concurrency)),
+    ]
     lines += format_machines(d)
     return lines
 
@@ -178,8 +197,11 @@ def format_machines(d: DesignReport) -> list[str]:
 def _design_head(d: DesignReport, base: str) -> list[str]:
     reg, design = d.reg, d.reg.design
     s, c = reg.frozen.recipes["served"], reg.frozen.recipes["candidate"]
-    arms = ("command arms" if s is None or c is None else
-            f"served = {code(' + '.join([base, *s.parts]))}, candidate = {code(' + '.join([base, *c.parts]))}")
+    arms = (
+        "command arms"
+        if s is None or c is None
+        else f"served = {code(' + '.join([base, *s.parts]))}, candidate = {code(' + '.join([base, *c.parts]))}"
+    )
     return [
         f"- Tests: {_part(d)}; {arms}.",
         f"- Registered {reg.registered_at}, design hash {code(reg.design_hash[:16])}; {design.blocks} blocks, "
@@ -204,7 +226,12 @@ def format_block_table(d: DesignReport) -> list[str]:
         return ["```text", *(a.lines or [f"verdict: {a.word}"]), "```"]
     rows = {r.block: r for r in v.rows}
     vals = _arm_values(d, d.reg.design.primary_metric)
-    header, served, cand, rel = ["block"], ["served"], ["candidate"], [("difference" if v.data == "difference" else "ratio − 1")]
+    header, served, cand, rel = (
+        ["block"],
+        ["served"],
+        ["candidate"],
+        [("difference" if v.data == "difference" else "ratio − 1")],
+    )
     analysed: dict[str, list[float | None]] = {"served": [], "candidate": []}
     for b in range(d.reg.design.blocks):
         r = rows.get(str(b + 1))
@@ -225,11 +252,16 @@ def format_block_table(d: DesignReport) -> list[str]:
     header.append("mean")
     served.append(num(_mean(analysed["served"])))
     cand.append(num(_mean(analysed["candidate"])))
-    rel.append(num(v.mean_difference) if v.data == "difference" else pct(v.geomean_ratio - 1 if v.geomean_ratio else None))
+    rel.append(
+        num(v.mean_difference) if v.data == "difference" else pct(v.geomean_ratio - 1 if v.geomean_ratio else None)
+    )
     table = md_table(header, [served, cand, rel], "l" + "r" * (len(header) - 1))
-    note = ("The mean column gives each arm's arithmetic mean over the blocks analysed and, for ratio − 1, the "
-            "geometric-mean ratio − 1: the estimate the rule tests." if v.data == "ratio" else
-            "The mean column gives each arm's arithmetic mean and the mean difference (candidate − served).")
+    note = (
+        "The mean column gives each arm's arithmetic mean over the blocks analysed and, for ratio − 1, the "
+        "geometric-mean ratio − 1: the estimate the rule tests."
+        if v.data == "ratio"
+        else "The mean column gives each arm's arithmetic mean and the mean difference (candidate − served)."
+    )
     return [*table, "", note + _dropped(d)]
 
 
@@ -250,16 +282,23 @@ def format_rule(d: DesignReport) -> list[str]:
     rule = d.reg.design.rule
     if a is not None and a.verdict is None and isinstance(rule, FidelityRule):
         decided = (a.fidelity or {}).get("decided_by")
-        return [f"**Rule:** {code('fidelity')}: {rule_line(rule).removeprefix('rule (registered): ')}.", "",
-                f"**It said:** {a.word} ({a.why or ''})." + (f" Decided by: {decided}." if decided else "")]
+        return [
+            f"**Rule:** {code('fidelity')}: {rule_line(rule).removeprefix('rule (registered): ')}.",
+            "",
+            f"**It said:** {a.word} ({a.why or ''})." + (f" Decided by: {decided}." if decided else ""),
+        ]
     if a is None or a.verdict is None:
         return [f"**Verdict:** {d.word}."]
     v = a.verdict
-    said = f"**It said:** {a.word} ({v.reason}). {v.in_favour} of {v.n_blocks} blocks favour the candidate, " \
-           f"{v.against} the served arm, {v.ties} tie(s); {_p_text(v.p)}"
+    said = (
+        f"**It said:** {a.word} ({v.reason}). {v.in_favour} of {v.n_blocks} blocks favour the candidate, "
+        f"{v.against} the served arm, {v.ties} tie(s); {_p_text(v.p)}"
+    )
     if v.ci is not None:
-        said += (f"; {v.ci.level * 100:g}% CI for the {v.ci.estimand}: [{v.ci.low:.5g}, {v.ci.high:.5g}] "
-                 f"(exact coverage {format_p(v.ci.coverage)})")
+        said += (
+            f"; {v.ci.level * 100:g}% CI for the {v.ci.estimand}: [{v.ci.low:.5g}, {v.ci.high:.5g}] "
+            f"(exact coverage {format_p(v.ci.coverage)})"
+        )
     said += "."
     if a.invalidated:
         said += f" Overridden to invalid: {a.invalidated}."
@@ -281,13 +320,22 @@ def format_secondary(d: DesignReport) -> list[str]:
             cells.append(pct(c / s - 1) if s and c else "—")
         g = summary.get("geomean_ratio")
         only = summary.get("per_arm") if g is None else None
-        cells.append("only " + ", ".join(f"{arm} {num(v)}" for arm, v in only.items()) if only else pct(g - 1 if g else None))
+        cells.append(
+            "only " + ", ".join(f"{arm} {num(v)}" for arm, v in only.items()) if only else pct(g - 1 if g else None)
+        )
         rows.append(cells)
-    lines = (["", "Secondary metrics (reported, not tested):", "", *md_table(header, rows, "l" + "r" * (len(header) - 1))]
-             if rows else [])
+    lines = (
+        ["", "Secondary metrics (reported, not tested):", "", *md_table(header, rows, "l" + "r" * (len(header) - 1))]
+        if rows
+        else []
+    )
     if a.speculation:
-        lines += ["", "Speculation per arm (summed over the turns that drafted; not a ratio between arms): "
-                  + "; ".join(speculation_lines(a.speculation)) + "."]
+        lines += [
+            "",
+            "Speculation per arm (summed over the turns that drafted; not a ratio between arms): "
+            + "; ".join(speculation_lines(a.speculation))
+            + ".",
+        ]
     return lines
 
 
@@ -322,8 +370,10 @@ def format_didnt_work(data: NoteData) -> list[str]:
     for d in data.designs:
         head = f"- {code(d.design_id)} ({d.reg.design.kind}, {_part(d)}): "
         if d.facts.stopped:
-            out.append(head + f"stopped after {d.facts.blocks_run} of {d.facts.blocks} blocks ({d.facts.stopped}); "
-                       f"over the blocks run: {result_phrase(d)}.")
+            out.append(
+                head + f"stopped after {d.facts.blocks_run} of {d.facts.blocks} blocks ({d.facts.stopped}); "
+                f"over the blocks run: {result_phrase(d)}."
+            )
         elif went_wrong(d):
             out.append(head + f"{d.word}: {result_phrase(d)}.")
         if d.facts.starts_failed:
@@ -334,7 +384,11 @@ def format_didnt_work(data: NoteData) -> list[str]:
             out.append(f"- registration of design {code(r.name)}{where} refused: {r.reason.rstrip('.')}.")
         else:
             out.append(f"- adoption of {code(r.part or '-')} on design {code(r.name)} refused: {r.reason.rstrip('.')}.")
-    return ["## What didn't work", "", *(out or ["- Nothing: no design in this note failed, stopped short or was refused."])]
+    return [
+        "## What didn't work",
+        "",
+        *(out or ["- Nothing: no design in this note failed, stopped short or was refused."]),
+    ]
 
 
 def _failures(d: DesignReport) -> str:
@@ -347,10 +401,24 @@ def _failures(d: DesignReport) -> str:
 def format_credits(data: NoteData) -> list[str]:
     if not data.credits:
         return ["## Credits", "", f"No parts served: the served recipe is the base recipe {code(data.base)}."]
-    rows = [[code(c.part), c.fork or "not given", c.commit or "not given", c.author or "not given",
-             c.licence or "not given", f"step {c.step}" if c.step else "base recipe"] for c in data.credits]
-    return ["## Credits", "", "Parts in the served recipe now, with their provenance from `frank.toml`:", "",
-            *md_table(["part", "fork", "commit", "author", "licence", "adopted"], rows, "llllll")]
+    rows = [
+        [
+            code(c.part),
+            c.fork or "not given",
+            c.commit or "not given",
+            c.author or "not given",
+            c.licence or "not given",
+            f"step {c.step}" if c.step else "base recipe",
+        ]
+        for c in data.credits
+    ]
+    return [
+        "## Credits",
+        "",
+        "Parts in the served recipe now, with their provenance from `frank.toml`:",
+        "",
+        *md_table(["part", "fork", "commit", "author", "licence", "adopted"], rows, "llllll"),
+    ]
 
 
 # ---------------------------------------------------------------- the note
@@ -358,11 +426,15 @@ def format_credits(data: NoteData) -> list[str]:
 
 def render_note(data: NoteData, plots: Plots) -> list[str]:
     since = f"since {data.since}" if data.since else "since the campaign began"
-    lines = [f"# Progress note: {data.campaign}", "",
-             f"Served recipe now: {code(' + '.join([data.base, *data.served]))}. This note covers the designs "
-             f"registered, ledger steps and refusals {since}: {len(data.designs)} design(s), {len(data.steps)} "
-             "ledger step(s). Every number comes from the campaign's store, analysed under each design's registered rule.",
-             "", *format_summary(data)]
+    lines = [
+        f"# Progress note: {data.campaign}",
+        "",
+        f"Served recipe now: {code(' + '.join([data.base, *data.served]))}. This note covers the designs "
+        f"registered, ledger steps and refusals {since}: {len(data.designs)} design(s), {len(data.steps)} "
+        "ledger step(s). Every number comes from the campaign's store, analysed under each design's registered rule.",
+        "",
+        *format_summary(data),
+    ]
     for d in data.designs:
         lines += ["", *format_design(d, data.base, plots.get(d.design_id, {}))]
     lines += ["", *format_didnt_work(data), "", *format_credits(data)]
@@ -375,8 +447,12 @@ def plan_plots(data: NoteData) -> Plots:
     out: Plots = {}
     for d in data.designs:
         p: dict[str, str] = {}
-        if d.analysis is not None and d.analysis.verdict is not None and d.analysis.verdict.data == "ratio" \
-                and _arm_values(d, d.reg.design.primary_metric):
+        if (
+            d.analysis is not None
+            and d.analysis.verdict is not None
+            and d.analysis.verdict.data == "ratio"
+            and _arm_values(d, d.reg.design.primary_metric)
+        ):
             p["blocks"] = f"{slug(d.design_id)}-blocks.png"
         if d.analysis is not None and d.analysis.kl and d.analysis.kl.get("candidate"):
             p["kl"] = f"{slug(d.design_id)}-kl.png"
@@ -396,14 +472,28 @@ def draw_plots(data: NoteData, plots: Plots, out_dir: Path) -> list[Path]:
         if "blocks" in files:
             vals = _arm_values(d, metric)
             blocks = list(range(d.reg.design.blocks))
-            written.append(P.plot_paired_blocks(out_dir / files["blocks"], [str(b + 1) for b in blocks],
-                                                [vals.get(b, {}).get("served") for b in blocks],
-                                                [vals.get(b, {}).get("candidate") for b in blocks], metric,
-                                                f"{did}: {metric} per block"))
+            written.append(
+                P.plot_paired_blocks(
+                    out_dir / files["blocks"],
+                    [str(b + 1) for b in blocks],
+                    [vals.get(b, {}).get("served") for b in blocks],
+                    [vals.get(b, {}).get("candidate") for b in blocks],
+                    metric,
+                    f"{did}: {metric} per block",
+                )
+            )
         if "kl" in files and d.analysis is not None and d.analysis.kl:
             f = d.analysis.kl
-            written.append(P.plot_kl(out_dir / files["kl"], f["candidate"], f.get("noise"), tolerance=f.get("tolerance"),
-                                     threshold=f.get("threshold"), title=f"{did}: KL per position"))
+            written.append(
+                P.plot_kl(
+                    out_dir / files["kl"],
+                    f["candidate"],
+                    f.get("noise"),
+                    tolerance=f.get("tolerance"),
+                    threshold=f.get("threshold"),
+                    title=f"{did}: KL per position",
+                )
+            )
         if "passes" in files:
             rows, cols, cells = pass_matrix(d)
             written.append(P.plot_pass_matrix(out_dir / files["passes"], rows, cols, cells, f"{did}: pass matrix"))

@@ -34,8 +34,14 @@ def _save(fig: Any, path: Path) -> Path:
     return path
 
 
-def plot_paired_blocks(path: Path, blocks: Sequence[str], served: Sequence[float | None],
-                       candidate: Sequence[float | None], metric: str, title: str) -> Path:
+def plot_paired_blocks(
+    path: Path,
+    blocks: Sequence[str],
+    served: Sequence[float | None],
+    candidate: Sequence[float | None],
+    metric: str,
+    title: str,
+) -> Path:
     """One x position per block; a line joins the block's two values, so the eye reads pairs, not clouds."""
     fig = _figure(max(4.0, 0.6 * len(blocks) + 2.0), 3.2)
     ax = fig.add_subplot(1, 1, 1)
@@ -63,8 +69,15 @@ def _ecdf(values: Sequence[float]) -> tuple[list[float], list[float]]:
     return [xs[0], *xs], [0.0, *((i + 1) / n for i in range(n))]
 
 
-def plot_kl(path: Path, candidate: Sequence[float], noise: Sequence[float] | None, *, tolerance: float | None = None,
-            threshold: float | None = None, title: str = "") -> Path:
+def plot_kl(
+    path: Path,
+    candidate: Sequence[float],
+    noise: Sequence[float] | None,
+    *,
+    tolerance: float | None = None,
+    threshold: float | None = None,
+    title: str = "",
+) -> Path:
     """Empirical CDFs of per-position KL (nats, symlog axis): the candidate's and the noise floor's (A vs A′).
     Top-k KL is a lower bound of the full KL; the axis label says so."""
     fig = _figure(5.5, 3.4)
@@ -86,8 +99,9 @@ def plot_kl(path: Path, candidate: Sequence[float], noise: Sequence[float] | Non
     return _save(fig, path)
 
 
-def plot_pass_matrix(path: Path, rows: Sequence[str], cols: Sequence[str], cells: Sequence[Sequence[bool | None]],
-                     title: str = "") -> Path:
+def plot_pass_matrix(
+    path: Path, rows: Sequence[str], cols: Sequence[str], cells: Sequence[Sequence[bool | None]], title: str = ""
+) -> Path:
     """Green pass, red fail, grey not run; one row per task and draw, one column per block and arm."""
     from matplotlib.colors import ListedColormap
 

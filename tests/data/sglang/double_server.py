@@ -51,7 +51,11 @@ class Handler(BaseHTTPRequestHandler):
             self._send(404, {"detail": "Not Found"})
         elif not body.get("return_logprob"):
             self._send(200, SPEC)
-        elif len(body.get("input_ids", [])) == 5 and body.get("logprob_start_len") == 1 and body.get("top_logprobs_num") == 3:
+        elif (
+            len(body.get("input_ids", [])) == 5
+            and body.get("logprob_start_len") == 1
+            and body.get("top_logprobs_num") == 3
+        ):
             self._send(200, LOGPROBS)
         else:
             self._send(400, {"error": {"message": "the double only knows the recorded request shape"}})

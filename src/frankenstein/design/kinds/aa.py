@@ -14,8 +14,11 @@ class AAKind(SpeedKind):
     same_arms = True
 
     def describe(self, reg: Registered) -> Description:
-        return Description(measures="It is an A/A design: it measures how often the rule fires on no change, for "
-                                    f"{metric_scope(reg.design.primary_metric)}.", head=metric_head(reg))
+        return Description(
+            measures="It is an A/A design: it measures how often the rule fires on no change, for "
+            f"{metric_scope(reg.design.primary_metric)}.",
+            head=metric_head(reg),
+        )
 
     def went_wrong(self, word: str) -> bool:
         return word != "not confirmed"

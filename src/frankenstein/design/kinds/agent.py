@@ -50,8 +50,16 @@ def agent_start(campaign: Campaign, reg: Registered, slot: Slot, recipe: Resolve
         tasks = load_suite(suite_dir(spec.suite), spec.tasks)
         with tempfile.TemporaryDirectory(prefix="frank-agent-") as work:
             for d in range(spec.draws):
-                results = run_draw(engine.base_url, suite_dir(spec.suite), tasks, d, trace, Path(work),
-                                   temperature=spec.temperature, limit_overrides=dict(spec.limits) or None)
+                results = run_draw(
+                    engine.base_url,
+                    suite_dir(spec.suite),
+                    tasks,
+                    d,
+                    trace,
+                    Path(work),
+                    temperature=spec.temperature,
+                    limit_overrides=dict(spec.limits) or None,
+                )
                 episodes += [r.row() for r in results]
         out.status = "ok"
     except (EngineError, SandboxError, TaskError) as exc:
@@ -82,8 +90,15 @@ def analyze_agent(campaign: Campaign, reg: Registered) -> Analysis:
     for arm in ARMS:
         for task, cells in sorted(matrix.get(arm, {}).items()):
             lines.append(f"  {arm:<9} {task:<22} " + " ".join(f"{k}:{v}" for k, v in cells.items()))
-    return Analysis(reg=reg, verdict=verdict, blocks_done=len(blocks), failures=failures, lines=lines, matrix=matrix,
-                    per_block={"passes": values})
+    return Analysis(
+        reg=reg,
+        verdict=verdict,
+        blocks_done=len(blocks),
+        failures=failures,
+        lines=lines,
+        matrix=matrix,
+        per_block={"passes": values},
+    )
 
 
 def matrix_json(campaign: Campaign, design_id: str) -> str:
@@ -102,9 +117,9 @@ class AgentKind:
         if design.primary_metric != "passes":
             raise DesignError("an agent design's primary metric is 'passes'", path=path, field="primary_metric")
         if design.rule.kind == "fidelity":
-            raise DesignError("rule \"fidelity\" is only for fidelity designs", path=path, field="rule.kind")
+            raise DesignError('rule "fidelity" is only for fidelity designs', path=path, field="rule.kind")
         if design.rule.kind != "harm":
-            raise DesignError("an agent design uses rule \"harm\"", path=path, field="rule.kind")
+            raise DesignError('an agent design uses rule "harm"', path=path, field="rule.kind")
         check_block_rule(design, path, "difference")
         check_stopping(self.name, design, path)
 
@@ -114,8 +129,15 @@ class AgentKind:
     def check_workload(self, turns: list[Turn], workload: Path, path: Path) -> None:
         return None
 
-    def start(self, campaign: Campaign, reg: Registered, slot: Slot, recipe: ResolvedRecipe,
-              workload: Workload | None, progress: Progress | None) -> StartOutcome:
+    def start(
+        self,
+        campaign: Campaign,
+        reg: Registered,
+        slot: Slot,
+        recipe: ResolvedRecipe,
+        workload: Workload | None,
+        progress: Progress | None,
+    ) -> StartOutcome:
         return agent_start(campaign, reg, slot, recipe)
 
     def start_value(self, reg: Registered, out: StartOutcome) -> str:
@@ -126,9 +148,11 @@ class AgentKind:
         return analyze_agent(campaign, reg)
 
     def describe(self, reg: Registered) -> Description:
-        return Description(measures=f"It measures {metric_scope(reg.design.primary_metric)}.",
-                           head=f"- Primary metric: `{reg.design.primary_metric}` ({reg.frozen.direction} is better).",
-                           concurrency="Tested one agent, one request at a time: it says nothing about concurrent serving.")
+        return Description(
+            measures=f"It measures {metric_scope(reg.design.primary_metric)}.",
+            head=f"- Primary metric: `{reg.design.primary_metric}` ({reg.frozen.direction} is better).",
+            concurrency="Tested one agent, one request at a time: it says nothing about concurrent serving.",
+        )
 
     def went_wrong(self, word: str) -> bool:
         return word in ("harm shown", "invalid")

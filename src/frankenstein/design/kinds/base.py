@@ -121,8 +121,15 @@ class DesignKind(Protocol):
     def check_recipes(self, design: DesignFile, recipes: dict[str, ResolvedRecipe | None], path: Path) -> None:
         """Refuse, once the arms are resolved, a primary metric an arm cannot produce."""
 
-    def start(self, campaign: Campaign, reg: Registered, slot: Slot, recipe: ResolvedRecipe,
-              workload: Workload | None, progress: Progress | None) -> StartOutcome:
+    def start(
+        self,
+        campaign: Campaign,
+        reg: Registered,
+        slot: Slot,
+        recipe: ResolvedRecipe,
+        workload: Workload | None,
+        progress: Progress | None,
+    ) -> StartOutcome:
         """Run one start of a recipe arm; engine failures become a failed outcome, never an exception."""
 
     def start_value(self, reg: Registered, out: StartOutcome) -> str:
@@ -181,8 +188,11 @@ def check_stopping(kind: str, design: DesignFile, path: Path) -> None:
     """Refuse ``stopping = "curtail"`` for a kind whose runner never stops early (agent, fidelity):
     registering it would promise a stopping rule that is not implemented."""
     if design.stopping == "curtail":
-        raise DesignError(f"stopping = \"curtail\" is not implemented for {kind} designs (they run every block); "
-                          "use stopping = \"none\"", path=path, field="stopping")
+        raise DesignError(
+            f'stopping = "curtail" is not implemented for {kind} designs (they run every block); use stopping = "none"',
+            path=path,
+            field="stopping",
+        )
 
 
 # Launch flags that turn speculative decoding on, per engine: an arm without one drafts nothing.
@@ -210,7 +220,10 @@ def check_primary_metric(design: DesignFile, recipes: dict[str, ResolvedRecipe |
             raise DesignError(
                 f"arm {arm} ({recipe.name}) launches no speculative decoding, so it cannot produce "
                 f"{design.primary_metric}; test a metric both arms have and list {design.primary_metric} under "
-                "secondary (it is then reported per arm)", path=path, field="primary_metric")
+                "secondary (it is then reported per arm)",
+                path=path,
+                field="primary_metric",
+            )
 
 
 def can_still_change(reg: Registered, served: list[float], candidate: list[float], remaining: int) -> bool:
@@ -226,7 +239,9 @@ def settled(campaign: Campaign, reg: Registered, next_block: int) -> bool:
     """Whether the verdict can no longer change before ``next_block`` runs (curtailment): every earlier
     block is analysed or dropped, and the blocks still to run (registered − analysed − dropped) cannot move it."""
     served, candidate, _ = block_values(campaign, reg)
-    dropped = {b for b in dropped_blocks(reg, arm_values(campaign, reg, reg.design.primary_metric)[1]) if b < next_block}
+    dropped = {
+        b for b in dropped_blocks(reg, arm_values(campaign, reg, reg.design.primary_metric)[1]) if b < next_block
+    }
     complete = [b for b in range(next_block) if b in served and b in candidate and b not in dropped]
     if len(complete) + len(dropped) < next_block:
         return False
@@ -247,9 +262,15 @@ def speculation_per_arm(campaign: Campaign, reg: Registered) -> dict[str, dict[s
             acc[row.arm][2] += 1
     if not any(n for _, _, n in acc.values()):
         return {}
-    return {arm: {"drafted": d if n else None, "accepted": a if n else None,
-                  "acceptance_rate": a / d if n and d else None, "starts": float(n)}
-            for arm, (d, a, n) in acc.items()}
+    return {
+        arm: {
+            "drafted": d if n else None,
+            "accepted": a if n else None,
+            "acceptance_rate": a / d if n and d else None,
+            "starts": float(n),
+        }
+        for arm, (d, a, n) in acc.items()
+    }
 
 
 def speculation_lines(per_arm: dict[str, dict[str, float | None]]) -> list[str]:
@@ -260,8 +281,10 @@ def speculation_lines(per_arm: dict[str, dict[str, float | None]]) -> list[str]:
             out.append(f"{arm}: no drafts recorded (it cannot produce an acceptance rate)")
             continue
         rate = v.get("acceptance_rate")
-        out.append(f"{arm}: drafted {v['drafted']:.0f}, accepted {v['accepted']:.0f}, acceptance rate "
-                   f"{'-' if rate is None else f'{rate:.4f}'} ({v['starts']:.0f} starts)")
+        out.append(
+            f"{arm}: drafted {v['drafted']:.0f}, accepted {v['accepted']:.0f}, acceptance rate "
+            f"{'-' if rate is None else f'{rate:.4f}'} ({v['starts']:.0f} starts)"
+        )
     return out
 
 
@@ -270,9 +293,13 @@ def metric_scope(metric: str) -> str:
     if metric == "passes":
         return "graded passes per start, not speed: a part that keeps every pass can still be slower"
     if metric in STEP_METRICS:
-        return (f"step time (`{metric}`, from the server's own timings), not task time: it does not show that a task "
-                "finishes sooner or still passes; an agent design shows that")
+        return (
+            f"step time (`{metric}`, from the server's own timings), not task time: it does not show that a task "
+            "finishes sooner or still passes; an agent design shows that"
+        )
     if metric in REQUEST_METRICS:
-        return (f"per-request time (`{metric}`), not task time: it does not show that a whole task finishes sooner "
-                "or still passes")
+        return (
+            f"per-request time (`{metric}`), not task time: it does not show that a whole task finishes sooner "
+            "or still passes"
+        )
     return f"`{metric}` as the arms reported it"

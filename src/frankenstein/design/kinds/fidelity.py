@@ -29,7 +29,14 @@ from frankenstein.engines import adapter_for
 from frankenstein.errors import DesignError, EngineError, FidelityError
 from frankenstein.fidelity.compare import PairComparison, compare, pool, summarize_pairs
 from frankenstein.fidelity.forced import (
-    ForcedResult, ForcedTurn, forced_decode, from_npz, prepare_turns, skipped_reason, to_npz, workload_problems,
+    ForcedResult,
+    ForcedTurn,
+    forced_decode,
+    from_npz,
+    prepare_turns,
+    skipped_reason,
+    to_npz,
+    workload_problems,
 )
 from frankenstein.fidelity.gate import apply_rule, decided_by, format_summary, rule_line
 from frankenstein.store import now_iso
@@ -43,18 +50,29 @@ def start_metrics(result: ForcedResult) -> dict[str, float]:
     present = np.arange(result.ids.shape[1])[None, :] < result.n[:, None]
     nonfinite = (~np.isfinite(result.logprobs) & present).any(axis=1) & ~result.error
     return {
-        "positions": float(result.positions), "turns": float(len(result.turn_ids)),
-        "skipped_turns": float(len(result.skipped)), "k_requested": float(result.k_requested),
-        "k_used": float(result.k_used), "error_positions": float(result.error.sum()),
+        "positions": float(result.positions),
+        "turns": float(len(result.turn_ids)),
+        "skipped_turns": float(len(result.skipped)),
+        "k_requested": float(result.k_requested),
+        "k_used": float(result.k_used),
+        "error_positions": float(result.error.sum()),
         "short_positions": float(((result.n < result.k_used) & ~result.error).sum()),
-        "nonfinite_positions": float(nonfinite.sum()), "seconds": result.seconds,
+        "nonfinite_positions": float(nonfinite.sum()),
+        "seconds": result.seconds,
         "ms_per_position": 1000.0 * result.seconds / max(1, result.positions),
     }
 
 
-def run_forced(recipe: ResolvedRecipe, workload: Workload, log_dir: Path, top_k: int,
-               max_positions: int | None, max_turns: int | None = None, *,
-               forced: list[ForcedTurn] | None = None) -> tuple[StartOutcome, ForcedResult | None, list[ForcedTurn]]:
+def run_forced(
+    recipe: ResolvedRecipe,
+    workload: Workload,
+    log_dir: Path,
+    top_k: int,
+    max_positions: int | None,
+    max_turns: int | None = None,
+    *,
+    forced: list[ForcedTurn] | None = None,
+) -> tuple[StartOutcome, ForcedResult | None, list[ForcedTurn]]:
     """One engine life: start, force-decode, stop. Engine failures become a failed outcome.
 
     The forced sequences are built by this engine from the workload, unless ``forced`` gives them."""
@@ -86,20 +104,23 @@ def run_forced(recipe: ResolvedRecipe, workload: Workload, log_dir: Path, top_k:
     return out, result, forced
 
 
-def fidelity_start(campaign: Campaign, reg: Registered, slot: Slot, recipe: ResolvedRecipe,
-                   workload: Workload | None) -> StartOutcome:
+def fidelity_start(
+    campaign: Campaign, reg: Registered, slot: Slot, recipe: ResolvedRecipe, workload: Workload | None
+) -> StartOutcome:
     """One start of a fidelity design (the artifact rides on ``out.artifacts``)."""
     if workload is None:
         raise FidelityError(f"design {reg.design_id}: a fidelity design needs a workload")
     spec = reg.design.fidelity
-    out, result, _ = run_forced(recipe, workload, campaign.logs, spec.top_k, spec.max_positions,
-                                reg.design.replay.max_turns)
+    out, result, _ = run_forced(
+        recipe, workload, campaign.logs, spec.top_k, spec.max_positions, reg.design.replay.max_turns
+    )
     if result is not None:
         out.artifacts = {ARTIFACT: to_npz(result)}
     return out
 
 
 # ---------------------------------------------------------------- analysis
+
 
 @dataclass
 class ForcedStart:
@@ -169,10 +190,12 @@ def fidelity_summary(reg: Registered, starts: list[ForcedStart]) -> dict[str, An
         candidate["below_captured_floor"] = int((pool(cand).captured < rule.min_captured_mass).sum())
     return {
         "bound": "lower bound of the full-vocabulary KL (top-k union + one tail bucket)",
-        "path": path, "k": {"requested": reg.design.fidelity.top_k, "used": k_used},
+        "path": path,
+        "k": {"requested": reg.design.fidelity.top_k, "used": k_used},
         "noise_floor": summarize_pairs(noise, rule.threshold) if noise else None,
         "candidate": candidate,
-        "rule": rule.model_dump(), "skipped": skipped,
+        "rule": rule.model_dump(),
+        "skipped": skipped,
         "pairs": {"noise_floor": [p.label for p in noise], "candidate": [p.label for p in cand]},
     }
 
@@ -196,11 +219,24 @@ def analyze_fidelity(campaign: Campaign, reg: Registered) -> Analysis:
     summary["word"], summary["why"], summary["dropped"] = word, why, notes
     summary["decided_by"] = decided_by(word, why)
     blocks = sorted({s.block for s in starts if s.arm == "candidate"})
-    lines = [rule_line(rule), *format_summary(summary), f"verdict: {word} ({why})",
-             f"decided by: {summary['decided_by']}"]
-    return Analysis(reg=reg, verdict=None, blocks_done=len(blocks), dropped=notes, failures=failures, outcome=word,
-                    why=why, lines=lines, fidelity=json.loads(json.dumps(summary, default=float)),
-                    kl=kl_series(rule, starts))
+    lines = [
+        rule_line(rule),
+        *format_summary(summary),
+        f"verdict: {word} ({why})",
+        f"decided by: {summary['decided_by']}",
+    ]
+    return Analysis(
+        reg=reg,
+        verdict=None,
+        blocks_done=len(blocks),
+        dropped=notes,
+        failures=failures,
+        outcome=word,
+        why=why,
+        lines=lines,
+        fidelity=json.loads(json.dumps(summary, default=float)),
+        kl=kl_series(rule, starts),
+    )
 
 
 def kl_series(rule: FidelityRule, starts: list[ForcedStart]) -> dict[str, Any] | None:
@@ -208,8 +244,12 @@ def kl_series(rule: FidelityRule, starts: list[ForcedStart]) -> dict[str, Any] |
     noise, cand = make_pairs(starts)
     if not cand:
         return None
-    return {"candidate": [float(x) for x in pool(cand).kl], "noise": [float(x) for x in pool(noise).kl] if noise else None,
-            "tolerance": rule.tolerance, "threshold": rule.threshold}
+    return {
+        "candidate": [float(x) for x in pool(cand).kl],
+        "noise": [float(x) for x in pool(noise).kl] if noise else None,
+        "tolerance": rule.tolerance,
+        "threshold": rule.threshold,
+    }
 
 
 class FidelityKind:
@@ -222,8 +262,9 @@ class FidelityKind:
 
     def check(self, design: DesignFile, path: Path) -> None:
         if not isinstance(design.rule, FidelityRule):
-            raise DesignError("a fidelity design needs rule.kind = \"fidelity\" with a tolerance", path=path,
-                              field="rule.kind")
+            raise DesignError(
+                'a fidelity design needs rule.kind = "fidelity" with a tolerance', path=path, field="rule.kind"
+            )
         check_stopping(self.name, design, path)
 
     def check_recipes(self, design: DesignFile, recipes: dict[str, ResolvedRecipe | None], path: Path) -> None:
@@ -232,11 +273,22 @@ class FidelityKind:
     def check_workload(self, turns: list[Turn], workload: Path, path: Path) -> None:
         problems = workload_problems(turns)
         if len(problems) == len(turns):
-            raise DesignError(f"workload {workload} has no turn whose continuation can be forced ({problems[0]}); "
-                              "make one with `frank fidelity fill`", path=path, field="workload")
+            raise DesignError(
+                f"workload {workload} has no turn whose continuation can be forced ({problems[0]}); "
+                "make one with `frank fidelity fill`",
+                path=path,
+                field="workload",
+            )
 
-    def start(self, campaign: Campaign, reg: Registered, slot: Slot, recipe: ResolvedRecipe,
-              workload: Workload | None, progress: Progress | None) -> StartOutcome:
+    def start(
+        self,
+        campaign: Campaign,
+        reg: Registered,
+        slot: Slot,
+        recipe: ResolvedRecipe,
+        workload: Workload | None,
+        progress: Progress | None,
+    ) -> StartOutcome:
         return fidelity_start(campaign, reg, slot, recipe, workload)
 
     def start_value(self, reg: Registered, out: StartOutcome) -> str:
@@ -249,9 +301,10 @@ class FidelityKind:
     def describe(self, reg: Registered) -> Description:
         return Description(
             measures="It measures how far the candidate's next-token distributions move from the served recipe's, "
-                     "not speed.",
+            "not speed.",
             head=f"- Measured: per-position KL(served ‖ candidate) from forced decode, top-{reg.design.fidelity.top_k} "
-                 "logprobs.")
+            "logprobs.",
+        )
 
     def went_wrong(self, word: str) -> bool:
         return word != "passed"

@@ -21,8 +21,16 @@ from frankenstein.campaign import Campaign
 from frankenstein.config import ResolvedRecipe
 from frankenstein.design import rules, stats
 from frankenstein.design.kinds.base import (
-    Analysis, Description, Progress, arm_values, block_values, can_still_change, check_primary_metric, dropped_blocks,
-    metric_scope, speculation_per_arm,
+    Analysis,
+    Description,
+    Progress,
+    arm_values,
+    block_values,
+    can_still_change,
+    check_primary_metric,
+    dropped_blocks,
+    metric_scope,
+    speculation_per_arm,
 )
 from frankenstein.design.model import DesignFile, FidelityRule, Registered, Slot
 from frankenstein.design.rules import DataKind
@@ -45,7 +53,9 @@ class SpeedKind:
         known = dict(METRICS)
         for field, metric in [("primary_metric", design.primary_metric), *(("secondary", s) for s in design.secondary)]:
             if metric not in known:
-                raise DesignError(f"unknown metric {metric!r} (known: {', '.join(sorted(known))})", path=path, field=field)
+                raise DesignError(
+                    f"unknown metric {metric!r} (known: {', '.join(sorted(known))})", path=path, field=field
+                )
         check_block_rule(design, path)
 
     def check_recipes(self, design: DesignFile, recipes: dict[str, ResolvedRecipe | None], path: Path) -> None:
@@ -54,8 +64,15 @@ class SpeedKind:
     def check_workload(self, turns: list[Turn], workload: Path, path: Path) -> None:
         return None
 
-    def start(self, campaign: Campaign, reg: Registered, slot: Slot, recipe: ResolvedRecipe,
-              workload: Workload | None, progress: Progress | None) -> StartOutcome:
+    def start(
+        self,
+        campaign: Campaign,
+        reg: Registered,
+        slot: Slot,
+        recipe: ResolvedRecipe,
+        workload: Workload | None,
+        progress: Progress | None,
+    ) -> StartOutcome:
         if workload is None:
             raise DesignError(f"design {reg.design_id}: a {self.name} design with recipe arms needs a workload")
         return measure_start(recipe, workload, reg.design.replay, campaign.logs, progress)
@@ -80,7 +97,7 @@ def check_block_rule(design: DesignFile, path: Path, data: DataKind = "ratio") -
     """A block rule (not the fidelity rule) whose smallest reachable p can reach its alpha in ``blocks``."""
     rule = design.rule
     if isinstance(rule, FidelityRule):
-        raise DesignError("rule \"fidelity\" is only for fidelity designs", path=path, field="rule.kind")
+        raise DesignError('rule "fidelity" is only for fidelity designs', path=path, field="rule.kind")
     reason = rules.unreachable_reason(rule, design.blocks) or rules.check_computable(rule, design.blocks, data)
     if reason:
         raise DesignError(reason, path=path, field="blocks")
@@ -142,8 +159,10 @@ def _curtailed(out: Analysis, served: list[float], candidate: list[float]) -> No
     if dec is None or out.verdict is None:
         return
     also = f", {len(dropped)} dropped" if dropped else ""
-    reason = (f"curtailed after {len(served)} of {d.blocks} blocks{also}, {remaining} not run: "
-              "no remaining blocks could change the verdict")
+    reason = (
+        f"curtailed after {len(served)} of {d.blocks} blocks{also}, {remaining} not run: "
+        "no remaining blocks could change the verdict"
+    )
     out.verdict = out.verdict.model_copy(update={"word": dec.word, "reason": reason})
 
 

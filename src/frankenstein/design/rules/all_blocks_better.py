@@ -22,8 +22,11 @@ class AllBlocksBetter(BlockRule):
         up = sum(1 for x in g if x > 0)
         st = stats.sign_test(up, n, cross_check=cross_check)
         fired: Fired = "better" if up == n else None
-        why = (f"all {n} blocks favour the candidate" if fired
-               else f"{up} of {n} blocks favour the candidate; the rule needs all")
+        why = (
+            f"all {n} blocks favour the candidate"
+            if fired
+            else f"{up} of {n} blocks favour the candidate; the rule needs all"
+        )
         return RuleResult(st.p, fired, st.p_scipy if cross_check else None, why)
 
     def exact_power(self, n: int, q: float) -> float | None:

@@ -15,8 +15,18 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
-from pydantic import (BaseModel, ConfigDict, Field, GetCoreSchemaHandler, GetJsonSchemaHandler, PlainSerializer,
-                      PlainValidator, TypeAdapter, ValidationError, WithJsonSchema)
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    PlainSerializer,
+    PlainValidator,
+    TypeAdapter,
+    ValidationError,
+    WithJsonSchema,
+)
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import PydanticCustomError, core_schema
 
@@ -42,7 +52,9 @@ def _to_fraction(v: object) -> Fraction:
 
 
 ExactFraction = Annotated[
-    Fraction, PlainValidator(_to_fraction), PlainSerializer(str, return_type=str),
+    Fraction,
+    PlainValidator(_to_fraction),
+    PlainSerializer(str, return_type=str),
     WithJsonSchema({"type": "string", "examples": ["1/32"]}),
 ]
 
@@ -97,8 +109,11 @@ class BlockRule(_Model):
             except ValueError as exc:  # too large to compute exactly
                 raise AnalysisError(str(exc)) from exc
             n = len(g)
-            p_scipy = (stats.sign_flip_p_scipy(g, self.test_side())
-                       if cross_check and 2 <= n <= stats.SCIPY_CROSS_CHECK_BLOCKS else None)
+            p_scipy = (
+                stats.sign_flip_p_scipy(g, self.test_side())
+                if cross_check and 2 <= n <= stats.SCIPY_CROSS_CHECK_BLOCKS
+                else None
+            )
         return RuleResult(p, self._fired(g, p, alpha), p_scipy, _p_reason(p, alpha))
 
     def _fired(self, g: Sequence[float], p: Fraction, alpha: Fraction) -> Fired:
@@ -198,6 +213,7 @@ def _validator(extra: tuple[type[BaseModel], ...]) -> Callable[[Any], Any]:
             msg = f"kind must be one of {', '.join(table)}, got {kind!r}"
             raise PydanticCustomError("rule_kind", msg.replace("{", "{{").replace("}", "}}"))
         return table[kind].model_validate(value)
+
     return validate
 
 
@@ -217,12 +233,19 @@ class RuleField:
 
     def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
         return core_schema.no_info_plain_validator_function(
-            _validator(self.extra), serialization=core_schema.plain_serializer_function_ser_schema(_dump))
+            _validator(self.extra), serialization=core_schema.plain_serializer_function_ser_schema(_dump)
+        )
 
-    def __get_pydantic_json_schema__(self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
         kinds = [*RULES, *(c.__pydantic_fields__["kind"].default for c in self.extra)]
-        return {"type": "object", "description": "a decision rule, chosen by `kind`",
-                "properties": {"kind": {"enum": kinds}}, "required": ["kind"]}
+        return {
+            "type": "object",
+            "description": "a decision rule, chosen by `kind`",
+            "properties": {"kind": {"enum": kinds}},
+            "required": ["kind"],
+        }
 
 
 def rule_field(*extra: type[BaseModel]) -> RuleField:
@@ -234,8 +257,9 @@ Rule = Annotated[BlockRule, RuleField()]
 RULE_ADAPTER: TypeAdapter[BlockRule] = TypeAdapter(Rule)
 
 
-def parse_rule(kind: str, *, alpha: float = 0.05, side: str | None = None, min_effect: float | None = None,
-               test: str | None = None) -> BlockRule:
+def parse_rule(
+    kind: str, *, alpha: float = 0.05, side: str | None = None, min_effect: float | None = None, test: str | None = None
+) -> BlockRule:
     """Build a rule from command-line words; a bad value raises AnalysisError naming the field."""
     data: dict[str, object] = {"kind": kind, "alpha": alpha}
     if min_effect is not None:

@@ -6,12 +6,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
 from frankenstein.design import stats
-from frankenstein.design.rules.base import (BlockRule, DataKind, Direction, ExactFraction, Fired, Rule, Word, _Model)
+from frankenstein.design.rules.base import BlockRule, DataKind, Direction, ExactFraction, Fired, Rule, Word, _Model
 from frankenstein.errors import AnalysisError
 
 
@@ -96,8 +96,10 @@ def unreachable_reason(rule: BlockRule, n: int) -> str | None:
     p = rule.smallest_p(n)
     if p <= stats.exact_fraction(rule.alpha):
         return None
-    return (f"{n} blocks cannot reach alpha = {rule.alpha:g} under the {rule.kind} rule: the smallest "
-            f"reachable p is {p} = {float(p):.4g} (it needs at least {min_blocks(rule)} blocks)")
+    return (
+        f"{n} blocks cannot reach alpha = {rule.alpha:g} under the {rule.kind} rule: the smallest "
+        f"reachable p is {p} = {float(p):.4g} (it needs at least {min_blocks(rule)} blocks)"
+    )
 
 
 def check_computable(rule: BlockRule, n_blocks: int, data_kind: DataKind, max_abs: int | None = None) -> str | None:
@@ -143,8 +145,14 @@ def format_difference(x: float) -> str:
     return f"{x:+.6g}"
 
 
-def decide(rule: BlockRule, g: Sequence[float], direction: Direction = "lower", data: DataKind = "ratio",
-           *, cross_check: bool = False) -> Decision:
+def decide(
+    rule: BlockRule,
+    g: Sequence[float],
+    direction: Direction = "lower",
+    data: DataKind = "ratio",
+    *,
+    cross_check: bool = False,
+) -> Decision:
     """The rule's word and exact p from per-block gains (positive = candidate better).
 
     Ties (a gain of exactly 0) never count in anyone's favour. A non-finite gain is invalid. With
@@ -167,10 +175,17 @@ def decide(rule: BlockRule, g: Sequence[float], direction: Direction = "lower", 
     short = mean < better if res.fired == "better" else mean > -worse
     if rule.min_effect is not None and short:
         est = mean if direction == "higher" else -mean
-        what = (f"geometric-mean ratio {math.exp(est):.4g}" if data == "ratio"
-                else f"mean difference {format_difference(est)}")
-        return Decision(rule.word(None), res.p, f"{res.why}, but the {what} is short of the practical threshold "
-                        f"min_effect = {rule.min_effect:g}", res.p_scipy)
+        what = (
+            f"geometric-mean ratio {math.exp(est):.4g}"
+            if data == "ratio"
+            else f"mean difference {format_difference(est)}"
+        )
+        return Decision(
+            rule.word(None),
+            res.p,
+            f"{res.why}, but the {what} is short of the practical threshold min_effect = {rule.min_effect:g}",
+            res.p_scipy,
+        )
     return Decision(rule.word(res.fired), res.p, res.why, res.p_scipy)
 
 
@@ -185,8 +200,13 @@ def outcomes(rule: BlockRule, done_gains: Sequence[float], remaining: int) -> fr
     return rule.outcomes(done_gains, remaining)
 
 
-def curtailed(rule: BlockRule, done_gains: Sequence[float], remaining: int, direction: Direction = "lower",
-              data: DataKind = "ratio") -> Decision | None:
+def curtailed(
+    rule: BlockRule,
+    done_gains: Sequence[float],
+    remaining: int,
+    direction: Direction = "lower",
+    data: DataKind = "ratio",
+) -> Decision | None:
     """Curtailment: the decision every completion of ``remaining`` blocks gives, or None if it can change.
 
     The word is the rule's own: the outcomes of the rule (its p range under values of any size,
@@ -222,8 +242,13 @@ def can_change(rule: BlockRule, done_gains: Sequence[float], remaining: int) -> 
     return curtailed(rule, done_gains, remaining) is None
 
 
-def evaluate(rule: BlockRule, served: Sequence[float], candidate: Sequence[float], direction: Direction,
-             blocks: Sequence[object] | None = None) -> Verdict:
+def evaluate(
+    rule: BlockRule,
+    served: Sequence[float],
+    candidate: Sequence[float],
+    direction: Direction,
+    blocks: Sequence[object] | None = None,
+) -> Verdict:
     """The verdict from start-level values per block (one per arm); the test runs on log ratios.
 
     Non-positive or non-finite values, or too few blocks for alpha, give the word "invalid".
@@ -231,60 +256,99 @@ def evaluate(rule: BlockRule, served: Sequence[float], candidate: Sequence[float
     if len(served) != len(candidate):
         raise AnalysisError(f"served has {len(served)} blocks, candidate {len(candidate)}")
     labels = _labels(blocks, len(served))
-    base: dict[str, object] = dict(rule=rule, direction=direction, data="ratio", n_blocks=len(served),
-                smallest_p=rule.smallest_p(len(served)))
+    base: dict[str, Any] = dict(
+        rule=rule, direction=direction, data="ratio", n_blocks=len(served), smallest_p=rule.smallest_p(len(served))
+    )
     for label, s, c in zip(labels, served, candidate):
         if not (math.isfinite(s) and math.isfinite(c) and s > 0 and c > 0):
-            rows = [BlockRow(block=b, served=_finite(x), candidate=_finite(y)) for b, x, y in zip(labels, served, candidate)]
-            return Verdict(word="invalid", says="invalid", reason=f"block {label}: a ratio needs positive finite "
-                           f"values (served {s:g}, candidate {c:g})", rows=rows, **base)  # type: ignore[arg-type]
+            rows = [
+                BlockRow(block=b, served=_finite(x), candidate=_finite(y)) for b, x, y in zip(labels, served, candidate)
+            ]
+            return Verdict(
+                word="invalid",
+                says="invalid",
+                reason=f"block {label}: a ratio needs positive finite values (served {s:g}, candidate {c:g})",
+                rows=rows,
+                **base,
+            )
     logs = stats.log_ratios(served, candidate)
     rel = stats.ratios_minus_one(served, candidate)
     g = gains(logs, direction)
-    rows = [BlockRow(block=b, served=s, candidate=c, ratio_minus_one=r, log_ratio=lr, favours=_favours(x))
-            for b, s, c, r, lr, x in zip(labels, served, candidate, rel, logs, g)]
+    rows = [
+        BlockRow(block=b, served=s, candidate=c, ratio_minus_one=r, log_ratio=lr, favours=_favours(x))
+        for b, s, c, r, lr, x in zip(labels, served, candidate, rel, logs, g)
+    ]
     ci, note = _interval(rule, logs, "ratio")
-    extra: dict[str, object] = dict(geomean_ratio=stats.geomean_ratio(logs) if logs else None, ci=ci, ci_note=note)
+    extra: dict[str, Any] = dict(geomean_ratio=stats.geomean_ratio(logs) if logs else None, ci=ci, ci_note=note)
     return _verdict(rule, g, direction, "ratio", rows, base, extra)
 
 
-def evaluate_differences(rule: BlockRule, differences: Sequence[float], direction: Direction,
-                         blocks: Sequence[object] | None = None) -> Verdict:
+def evaluate_differences(
+    rule: BlockRule, differences: Sequence[float], direction: Direction, blocks: Sequence[object] | None = None
+) -> Verdict:
     """The verdict from paired differences (candidate - served) per block, e.g. pass counts.
 
     Whole-number differences are counted exactly by convolution; there is no ratio, so the summary
     gives the mean difference and min_effect is read in the data's own units.
     """
     labels = _labels(blocks, len(differences))
-    base: dict[str, object] = dict(rule=rule, direction=direction, data="difference", n_blocks=len(differences),
-                smallest_p=rule.smallest_p(len(differences)))
+    base: dict[str, Any] = dict(
+        rule=rule,
+        direction=direction,
+        data="difference",
+        n_blocks=len(differences),
+        smallest_p=rule.smallest_p(len(differences)),
+    )
     for label, d in zip(labels, differences):
         if not math.isfinite(d):
             rows = [BlockRow(block=b, difference=_finite(x)) for b, x in zip(labels, differences)]
-            return Verdict(word="invalid", says="invalid", reason=f"block {label}: difference is not a finite number",
-                           rows=rows, **base)  # type: ignore[arg-type]
+            return Verdict(
+                word="invalid",
+                says="invalid",
+                reason=f"block {label}: difference is not a finite number",
+                rows=rows,
+                **base,
+            )
     g = gains(differences, direction)
     rows = [BlockRow(block=b, difference=d, favours=_favours(x)) for b, d, x in zip(labels, differences, g)]
     ci, note = _interval(rule, list(differences), "difference")
     mean = stats.safe_mean(differences) if differences else None
-    extra: dict[str, object] = dict(mean_difference=mean, ci=ci, ci_note=note)
+    extra: dict[str, Any] = dict(mean_difference=mean, ci=ci, ci_note=note)
     return _verdict(rule, g, direction, "difference", rows, base, extra)
 
 
-def _verdict(rule: BlockRule, g: list[float], direction: Direction, data: DataKind, rows: list[BlockRow],
-             base: dict[str, object], extra: dict[str, object]) -> Verdict:
+def _verdict(
+    rule: BlockRule,
+    g: list[float],
+    direction: Direction,
+    data: DataKind,
+    rows: list[BlockRow],
+    base: dict[str, Any],
+    extra: dict[str, Any],
+) -> Verdict:
     d = decide(rule, g, direction, data, cross_check=True)
     return Verdict(
-        word=d.word, says=rule.phrase(d.word), reason=d.reason, rows=rows, p=d.p,
-        p_float=None if d.p is None else float(d.p), p_scipy=d.p_scipy, in_favour=sum(1 for x in g if x > 0),
-        against=sum(1 for x in g if x < 0), ties=sum(1 for x in g if x == 0), **base, **extra,  # type: ignore[arg-type]
+        word=d.word,
+        says=rule.phrase(d.word),
+        reason=d.reason,
+        rows=rows,
+        p=d.p,
+        p_float=None if d.p is None else float(d.p),
+        p_scipy=d.p_scipy,
+        in_favour=sum(1 for x in g if x > 0),
+        against=sum(1 for x in g if x < 0),
+        ties=sum(1 for x in g if x == 0),
+        **base,
+        **extra,
     )
 
 
-_ESTIMANDS = {("permutation", "ratio"): "geometric-mean ratio (centre of symmetry of the log ratios)",
-              ("sign", "ratio"): "median ratio (order statistics of the log ratios)",
-              ("permutation", "difference"): "centre of symmetry of the differences",
-              ("sign", "difference"): "median difference"}
+_ESTIMANDS = {
+    ("permutation", "ratio"): "geometric-mean ratio (centre of symmetry of the log ratios)",
+    ("sign", "ratio"): "median ratio (order statistics of the log ratios)",
+    ("permutation", "difference"): "centre of symmetry of the differences",
+    ("sign", "difference"): "median difference",
+}
 
 
 def _interval(rule: BlockRule, values: list[float], data: DataKind) -> tuple[ConfidenceInterval | None, str]:
@@ -309,8 +373,14 @@ def _interval(rule: BlockRule, values: list[float], data: DataKind) -> tuple[Con
     if iv is None:
         return None, f"no exact interval at level {float(1 - 2 * tail):g} with {len(values)} blocks"
     lo, hi = (math.exp(iv.low), math.exp(iv.high)) if data == "ratio" else (iv.low, iv.high)
-    return ConfidenceInterval(low=lo, high=hi, level=float(1 - 2 * tail), coverage=iv.coverage, method=iv.method,
-                              estimand=_ESTIMANDS[(iv.method, data)]), note
+    return ConfidenceInterval(
+        low=lo,
+        high=hi,
+        level=float(1 - 2 * tail),
+        coverage=iv.coverage,
+        method=iv.method,
+        estimand=_ESTIMANDS[(iv.method, data)],
+    ), note
 
 
 def _favours(gain: float) -> Literal["candidate", "served", "tie"]:

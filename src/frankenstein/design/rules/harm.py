@@ -14,8 +14,10 @@ class HarmRule(BlockRule):
 
     kind: Literal["harm"] = "harm"
     test: Literal["permutation", "sign"] = "permutation"
-    summary = ("harm shown when the exact one-sided test (permutation, or sign counting blocks against the "
-               "candidate) gives p <= alpha that the candidate is worse; otherwise no harm shown")
+    summary = (
+        "harm shown when the exact one-sided test (permutation, or sign counting blocks against the "
+        "candidate) gives p <= alpha that the candidate is worse; otherwise no harm shown"
+    )
 
     @property
     def test_name(self) -> stats.TestName:  # type: ignore[override]

@@ -15,8 +15,10 @@ class PermutationRule(BlockRule):
     kind: Literal["permutation"] = "permutation"
     side: Literal["better", "worse", "two-sided"] = "better"
     test_name: ClassVar[stats.TestName] = "permutation"
-    summary = ("exact sign-flip test of the sum over all 2**n assignments: side better confirms, worse shows "
-               "harm, two-sided does either at alpha (the direction of the mean)")
+    summary = (
+        "exact sign-flip test of the sum over all 2**n assignments: side better confirms, worse shows "
+        "harm, two-sided does either at alpha (the direction of the mean)"
+    )
 
     def test_side(self) -> stats.Side:
         return _SIDES[self.side]

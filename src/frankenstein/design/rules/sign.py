@@ -12,5 +12,7 @@ from frankenstein.design.rules.base import BlockRule, register_rule
 class SignRule(BlockRule):
     kind: Literal["sign"] = "sign"
     test_name: ClassVar[stats.TestName] = "sign"
-    summary = ("confirmed when the exact one-sided sign test gives p <= alpha: P(Binomial(n, 1/2) >= blocks "
-               "favouring the candidate); ties count against")
+    summary = (
+        "confirmed when the exact one-sided sign test gives p <= alpha: P(Binomial(n, 1/2) >= blocks "
+        "favouring the candidate); ties count against"
+    )
