@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.frank-setup
 
-.PHONY: setup demo test vllm-env clean-venv
+.PHONY: setup demo test lint vllm-env clean-venv
 
 VLLM_VENV  := .venv-vllm
 VLLM_PY    := $(VLLM_VENV)/bin/python
@@ -48,10 +48,19 @@ real-model: | $(PY)
 demo: setup
 	$(VENV)/bin/frank demo
 
+# The code's habits (settings in pyproject.toml): ruff lint, ruff format check, mypy.
+lint: setup
+	$(VENV)/bin/ruff check src tests scripts benchmarks
+	$(VENV)/bin/ruff format --check src tests scripts benchmarks
+	$(VENV)/bin/mypy
+
+# Lint first, then every test; pytest runs even when lint fails, and either failure fails `make test`.
 # pytest exit code 5 (no tests collected) is a failure here, never a pass.
 test: setup vllm-env real-model
+	$(MAKE) --no-print-directory lint; lint=$$?; \
 	FRANK_VLLM_PYTHON=$(abspath $(VLLM_PY)) $(PY) -m pytest -q tests; rc=$$?; \
-	if [ $$rc -eq 5 ]; then echo "make test: no tests were collected" >&2; exit 1; fi; exit $$rc
+	if [ $$rc -eq 5 ]; then echo "make test: no tests were collected" >&2; exit 1; fi; \
+	if [ $$lint -ne 0 ]; then echo "make test: lint (ruff/mypy) failed" >&2; [ $$rc -ne 0 ] || rc=1; fi; exit $$rc
 
 clean-venv:
 	rm -rf $(VENV) $(VLLM_VENV)
