@@ -65,7 +65,7 @@ def measure_start(
     sampler = ResourceSampler()
     try:
         engine.start()
-        sampler.start(engine.process.proc.pid if engine.process and engine.process.proc else None)
+        sampler.start(engine.pid)
         out.engine_version = engine.version
         out.capabilities = engine.capabilities()
         before = _metrics_or_empty(engine)

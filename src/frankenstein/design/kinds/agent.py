@@ -22,6 +22,7 @@ from frankenstein.design.model import ARMS, DesignFile, Registered, Slot
 from frankenstein.design.start import StartOutcome
 from frankenstein.design.table import format_verdict
 from frankenstein.engines import adapter_for
+from frankenstein.measure.resources import ResourceSampler
 from frankenstein.errors import DesignError, EngineError, SandboxError, TaskError
 from frankenstein.shipped import expand
 from frankenstein.store import now_iso
@@ -43,8 +44,10 @@ def agent_start(campaign: Campaign, reg: Registered, slot: Slot, recipe: Resolve
     engine = adapter_for(recipe, campaign.logs)
     out.engine = engine.kind
     episodes: list[dict[str, Any]] = []
+    sampler = ResourceSampler()  # NVML on the engine's own process tree, as speed starts do
     try:
         engine.start()
+        sampler.start(engine.pid)
         out.engine_version = engine.version
         out.capabilities = engine.capabilities()
         tasks = load_suite(suite_dir(spec.suite), spec.tasks)
@@ -65,6 +68,7 @@ def agent_start(campaign: Campaign, reg: Registered, slot: Slot, recipe: Resolve
     except (EngineError, SandboxError, TaskError) as exc:
         out.status, out.reason = "failed", str(exc)
     finally:
+        out.resources = sampler.stop()
         engine.stop()
     out.metrics = {"passes": float(sum(e["passed"] for e in episodes)), "episodes": float(len(episodes))}
     out.episodes = episodes

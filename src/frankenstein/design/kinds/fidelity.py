@@ -26,6 +26,7 @@ from frankenstein.design.kinds.base import Analysis, Description, Failure, Progr
 from frankenstein.design.model import DesignFile, FidelityRule, Registered, Slot
 from frankenstein.design.start import StartOutcome
 from frankenstein.engines import adapter_for
+from frankenstein.measure.resources import ResourceSampler
 from frankenstein.errors import DesignError, EngineError, FidelityError
 from frankenstein.fidelity.compare import PairComparison, compare, pool, summarize_pairs
 from frankenstein.fidelity.forced import (
@@ -80,8 +81,10 @@ def run_forced(
     out = StartOutcome(status="failed", reason=None, started_at=now_iso(), recipe=recipe, engine=engine.kind)
     turns = list(workload.turns[:max_turns] if max_turns else workload.turns)
     skipped: list[str] = []
+    sampler = ResourceSampler()  # NVML on the engine's own process tree, as speed starts do
     try:
         engine.start()
+        sampler.start(engine.pid)
         out.engine_version = engine.version
         out.capabilities = engine.capabilities()
         if forced is None:
@@ -97,6 +100,7 @@ def run_forced(
         out.status, out.reason = "failed", str(exc)
         return out, None, forced or []
     finally:
+        out.resources = sampler.stop()
         engine.stop()
     out.status = "ok"
     out.metrics = start_metrics(result)
