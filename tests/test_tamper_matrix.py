@@ -474,6 +474,14 @@ def test_report_refuses_too(camp: Path, sql: sqlite3.Connection, capsys, tmp_pat
     assert code == 1 and expected in err and not (tmp_path / "note").exists()
 
 
+def test_serve_refuses_a_ledger_row_written_outside_frank(camp: Path, sql: sqlite3.Connection, capsys) -> None:
+    """A hand-inserted ledger step would change what `frank serve` serves: serve verifies before it starts anything."""
+    expected = ledger_row_inserted(sql, camp)
+    sql.close()
+    code, _, err = cli(capsys, "serve", "--listen", "127.0.0.1:0", "-c", str(camp))
+    assert code == 1 and expected in err and "serve refuses to work from a campaign that fails verification" in err
+
+
 def test_force_with_why_goes_on_and_is_recorded_in_the_chain(camp: Path, sql: sqlite3.Connection, capsys) -> None:
     expected = start_value_edited(sql, camp)
     sql.close()

@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 
 from frankenstein.campaign import open_campaign
+from frankenstein.design.registry import verified
 from frankenstein.engines import start_engine
 from frankenstein.errors import ConfigError, FrankError
 from frankenstein.regioncache.cache import DEFAULT_MAX_BYTES, RegionCache, load_tokenizer
@@ -125,6 +126,7 @@ def _upstream(opts: ServeOptions, stack: ExitStack) -> tuple[str, str | None]:
     if opts.upstream:
         return opts.upstream.rstrip("/"), None
     campaign = stack.enter_context(open_campaign(opts.campaign))
+    verified(campaign, "serve")  # a ledger row written outside frank must not change what is served
     recipe = served_recipe(campaign)
     engine = stack.enter_context(start_engine(recipe, campaign.logs))
     return engine.base_url, recipe.model
