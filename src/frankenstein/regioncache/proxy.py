@@ -33,6 +33,7 @@ from frankenstein.regioncache.cache import RegionCache
 from frankenstein.regioncache.render import Renderer, Unrenderable
 from frankenstein.workload.listener import (
     CONNECT_RETRIES,
+    HOP_HEADERS,
     BadRequest,
     ProxyHTTPServer,
     bad_request,
@@ -41,20 +42,6 @@ from frankenstein.workload.listener import (
     send_json,
 )
 
-_HOP = {
-    "connection",
-    "keep-alive",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "host",
-    "content-length",
-    "accept-encoding",
-    "content-encoding",
-}
 _NO_BODY = {204, 304}
 
 
@@ -169,7 +156,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _pass_through(self, raw: bytes) -> None:
         self.server.tally(local=False)
         url = self.server.upstream + self.path
-        headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_HEADERS}
         try:
             resp = open_stream(
                 url,
@@ -191,7 +178,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _relay(self, resp: Streamed) -> None:
         self.send_response(resp.status_code)
         for k, v in resp.headers.items():
-            if k.lower() not in _HOP:
+            if k.lower() not in HOP_HEADERS:
                 self.send_header(k, v)
         if self.command == "HEAD" or resp.status_code in _NO_BODY:
             self.send_header("Content-Length", "0")

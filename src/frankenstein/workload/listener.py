@@ -25,6 +25,23 @@ CONNECT_RETRIES = 3  # upstream connects retried by the proxies (safe: nothing w
 # thousand forwarded connects would overflow it and be dropped; queued here they are all answered.
 UPSTREAM_SLOTS = 64
 MAX_BODY_BYTES = 256 * 1024 * 1024
+# Headers a proxy never forwards either way (hop-by-hop, and those it recomputes itself).
+HOP_HEADERS = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+        "accept-encoding",
+        "content-encoding",
+    }
+)
 
 
 class BadRequest(Exception):

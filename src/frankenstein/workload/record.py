@@ -58,7 +58,15 @@ from urllib.parse import urlsplit
 from frankenstein.engines.http import Streamed, TransportError, open_stream
 from frankenstein.engines.sse import SseParser
 from frankenstein.errors import FrankError
-from frankenstein.workload.listener import CONNECT_RETRIES, BadRequest, ProxyHTTPServer, bad_request, loads, read_body
+from frankenstein.workload.listener import (
+    CONNECT_RETRIES,
+    HOP_HEADERS,
+    BadRequest,
+    ProxyHTTPServer,
+    bad_request,
+    loads,
+    read_body,
+)
 from frankenstein.workload.trace import (
     CHAT,
     RecordedOutput,
@@ -79,20 +87,6 @@ _ALIASES = {
     "/v1/completions": "/v1/completions",
     "/completions": "/v1/completions",
     "/completion": "/completion",
-}
-_HOP = {
-    "connection",
-    "keep-alive",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "host",
-    "content-length",
-    "accept-encoding",
-    "content-encoding",
 }
 _LLAMA_STOP = {"eos": "stop", "word": "stop", "limit": "length"}
 
@@ -404,14 +398,14 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- forwarding helpers
     def _upstream_headers(self) -> dict[str, str]:
-        headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_HEADERS}
         headers["Accept-Encoding"] = "identity"
         return headers
 
     def _reply(self, status: int, headers: Mapping[str, str] | Message, data: bytes) -> None:
         self.send_response(status)
         for k, v in headers.items():
-            if k.lower() not in _HOP:
+            if k.lower() not in HOP_HEADERS:
                 self.send_header(k, v)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
@@ -479,7 +473,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _relay_stream(self, endpoint: str, body: dict[str, Any], resp: Streamed, t0: float) -> None:
         self.send_response(200)
         for k, v in resp.headers.items():
-            if k.lower() not in _HOP:
+            if k.lower() not in HOP_HEADERS:
                 self.send_header(k, v)
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
