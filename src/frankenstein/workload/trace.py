@@ -262,6 +262,12 @@ def parse_line(raw: bytes, path: str | Path, lineno: int) -> Turn:
         raise TraceError(str(exc), path=path, field=where) from exc
     if not isinstance(data, dict):
         raise TraceError(f"expected a JSON object, got {type(data).__name__}", path=path, field=where)
+    try:  # a lone surrogate escape ("\\ud800") parses, but no request with it can be sent as UTF-8
+        _dumps(data).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise TraceError(
+            "a string holds a lone surrogate escape (not encodable as UTF-8)", path=path, field=where
+        ) from exc
     version = data.get("frank_trace")
     if version is None:
         raise TraceError("missing (not a frank trace line?)", path=path, field=f"{where}: frank_trace")
