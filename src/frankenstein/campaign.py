@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,7 +52,7 @@ class Campaign:
     def logs(self) -> Path:
         return self.root / "logs"
 
-    def recipe(self, name: str, extra_parts: list[str] = ()) -> ResolvedRecipe:  # type: ignore[assignment]
+    def recipe(self, name: str, extra_parts: Sequence[str] = ()) -> ResolvedRecipe:
         return resolve(self.config, name, list(extra_parts), base_dir=self.root)
 
     def close(self) -> None:

@@ -7,6 +7,7 @@ parts. ``served`` names the base recipe; the ledger (``frank adopt``) appends pa
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -27,8 +28,9 @@ _NAME = re.compile(NAME_PATTERN)
 def check_name(value: str) -> str:
     if not _NAME.fullmatch(value):
         shown = value if len(value) <= 40 else value[:40] + "…"
-        raise ValueError(f"{shown!r} is not a name: a name is 1-64 letters, digits, '.', '_' or '-', "
-                         "starting with a letter or digit")
+        raise ValueError(
+            f"{shown!r} is not a name: a name is 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"
+        )
     return value
 
 
@@ -128,7 +130,9 @@ def load_config(path: str | Path) -> CampaignConfig:
     return config
 
 
-def resolve(config: CampaignConfig, recipe_name: str, extra_parts: list[str] = (), base_dir: Path | None = None) -> ResolvedRecipe:  # type: ignore[assignment]
+def resolve(
+    config: CampaignConfig, recipe_name: str, extra_parts: Sequence[str] = (), base_dir: Path | None = None
+) -> ResolvedRecipe:
     """Apply a recipe's parts (and any extra ones) in order; later parts override binary/model."""
     if recipe_name not in config.recipes:
         raise ConfigError(f"unknown recipe {recipe_name!r} (known: {', '.join(sorted(config.recipes)) or 'none'})")
@@ -151,6 +155,13 @@ def resolve(config: CampaignConfig, recipe_name: str, extra_parts: list[str] = (
         model = str((base_dir / model).resolve())
     return ResolvedRecipe(
         name=recipe_name if not extra_parts else f"{recipe_name}+{'+'.join(extra_parts)}",
-        engine=r.engine, model=model, args=args, env=env, binary=binary, python=python,
-        command=r.command, parts=names, start_timeout_s=r.start_timeout_s,
+        engine=r.engine,
+        model=model,
+        args=args,
+        env=env,
+        binary=binary,
+        python=python,
+        command=r.command,
+        parts=names,
+        start_timeout_s=r.start_timeout_s,
     )

@@ -185,14 +185,27 @@ MIGRATIONS: list[tuple[str, str]] = [
 
 # Each record kind: its table, its key column, and its child tables (rows keyed by the record's id).
 RECORD_TABLES: dict[str, tuple[str, str]] = {
-    "registry": ("registry", "seq"), "start": ("starts", "id"), "ledger": ("ledger", "seq"),
-    "refusal": ("refusals", "seq"), "override": ("overrides", "seq"),
+    "registry": ("registry", "seq"),
+    "start": ("starts", "id"),
+    "ledger": ("ledger", "seq"),
+    "refusal": ("refusals", "seq"),
+    "override": ("overrides", "seq"),
 }
 START_CHILDREN = (("turns", "idx"), ("artifacts", "name"), ("episodes", "task_id, draw"))
 
 TURN_KEYS = ("idx", "turn_id", "warmup", "error")  # columns; every other key of a turn row is a metric
-LEGACY_TURN_METRICS = ("prompt_tokens", "cached_tokens", "generated_tokens", "prompt_ms", "decode_ms", "target_steps",
-                       "drafted", "accepted", "ttft_ms", "e2e_ms")
+LEGACY_TURN_METRICS = (
+    "prompt_tokens",
+    "cached_tokens",
+    "generated_tokens",
+    "prompt_ms",
+    "decode_ms",
+    "target_steps",
+    "drafted",
+    "accepted",
+    "ttft_ms",
+    "e2e_ms",
+)
 
 
 def busy_timeout_s(env: Mapping[str, str]) -> float:
@@ -220,8 +233,9 @@ class Store:
         self.head_path = chain.head_path(self.path)
         self._links: list[Link] = []  # appended in the open transaction; their head lines go out before COMMIT
         try:
-            self.conn = sqlite3.connect(self.path, timeout=busy_timeout_s(os.environ), isolation_level=None,
-                                        check_same_thread=False)
+            self.conn = sqlite3.connect(
+                self.path, timeout=busy_timeout_s(os.environ), isolation_level=None, check_same_thread=False
+            )
             self.conn.row_factory = sqlite3.Row
             self.conn.execute("PRAGMA journal_mode=WAL")
             self.conn.execute("PRAGMA foreign_keys=ON")
@@ -270,8 +284,10 @@ class Store:
                     raise StoreError(f"{self.path}: cannot write: {exc}") from exc
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise StoreError(f"{self.path}: the database stayed locked by another process for {wait_s:.0f} s; "
-                                     "nothing was written (FRANK_DB_LOCK_WAIT_S sets how long to wait)") from exc
+                    raise StoreError(
+                        f"{self.path}: the database stayed locked by another process for {wait_s:.0f} s; "
+                        "nothing was written (FRANK_DB_LOCK_WAIT_S sets how long to wait)"
+                    ) from exc
                 time.sleep(min(delay, left))
                 delay = min(delay * 2, 2.0)
 
@@ -299,7 +315,10 @@ class Store:
                 c.execute("INSERT INTO migrations (name, applied_at) VALUES (?, ?)", (name, now_iso()))
                 if name == "0004_chain":
                     self._seal_existing(c)
-            c.execute("UPDATE meta SET value=? WHERE key='format_version'", (str(max(FORMAT_VERSION, int(row[0]) if row else 0)),))
+            c.execute(
+                "UPDATE meta SET value=? WHERE key='format_version'",
+                (str(max(FORMAT_VERSION, int(row[0]) if row else 0)),),
+            )
 
     def query(self, sql: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> list[sqlite3.Row]:
         """Raw rows, for tests and one-off inspection; library code uses the typed reads below."""
@@ -333,30 +352,55 @@ class Store:
         with self.transaction() as c:
             problem = _slot_problem(c, design_id, block, position, rep, arm) if design_id is not None else None
             if problem:
-                raise StoreError(f"start refused: design {design_id}, block {_one(block)}, position {_one(position)}, "
-                                 f"rep {rep}, arm {arm}: {problem}")
+                raise StoreError(
+                    f"start refused: design {design_id}, block {_one(block)}, position {_one(position)}, "
+                    f"rep {rep}, arm {arm}: {problem}"
+                )
             cur = c.execute(
                 """INSERT INTO starts (design_id, block, position, arm, rep, status, reason, started_at, finished_at,
                    engine, engine_version, recipe, metrics, resources, capabilities)
                    VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)""",
                 (
-                    design_id, block, position, arm, rep, status, reason, started_at, now_iso(), engine,
-                    engine_version, _dumps(recipe) if recipe is not None else None,
-                    _dumps(metrics), _dumps(resources or {}), _dumps(capabilities or {}),
+                    design_id,
+                    block,
+                    position,
+                    arm,
+                    rep,
+                    status,
+                    reason,
+                    started_at,
+                    now_iso(),
+                    engine,
+                    engine_version,
+                    _dumps(recipe) if recipe is not None else None,
+                    _dumps(metrics),
+                    _dumps(resources or {}),
+                    _dumps(capabilities or {}),
                 ),
             )
             start_id = int(cur.lastrowid or 0)
             for t in turns:
                 values = {k: v for k, v in t.items() if k not in TURN_KEYS}
-                c.execute("INSERT INTO turns (start_id, idx, turn_id, warmup, error, metrics) VALUES (?,?,?,?,?,?)",
-                          (start_id, t["idx"], t["turn_id"], int(t["warmup"]), t.get("error"), _dumps(values)))
+                c.execute(
+                    "INSERT INTO turns (start_id, idx, turn_id, warmup, error, metrics) VALUES (?,?,?,?,?,?)",
+                    (start_id, t["idx"], t["turn_id"], int(t["warmup"]), t.get("error"), _dumps(values)),
+                )
             for name, data in (artifacts or {}).items():
                 c.execute("INSERT INTO artifacts VALUES (?,?,?)", (start_id, name, data))
             for e in episodes:
                 c.execute(
                     "INSERT INTO episodes VALUES (?,?,?,?,?,?,?,?,?)",
-                    (start_id, e["task_id"], e["draw"], e["task_hash"], e["status"], int(e["passed"]),
-                     e.get("grader_rc"), e["turns"], _dumps(e.get("detail", {}))),
+                    (
+                        start_id,
+                        e["task_id"],
+                        e["draw"],
+                        e["task_hash"],
+                        e["status"],
+                        int(e["passed"]),
+                        e.get("grader_rc"),
+                        e["turns"],
+                        _dumps(e.get("detail", {})),
+                    ),
                 )
             self._chain(c, "start", start_id)
         return start_id
@@ -369,8 +413,20 @@ class Store:
             c.execute(
                 "INSERT INTO registry (seq, design_id, kind, name, canonical, design_hash, seed, schedule, registered_at,"
                 " tool_version, prev_hash, row_hash) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                (row.seq, row.design_id, row.kind, row.name, row.canonical, row.design_hash, row.seed, row.schedule,
-                 row.registered_at, row.tool_version, row.prev_hash, row.row_hash),
+                (
+                    row.seq,
+                    row.design_id,
+                    row.kind,
+                    row.name,
+                    row.canonical,
+                    row.design_hash,
+                    row.seed,
+                    row.schedule,
+                    row.registered_at,
+                    row.tool_version,
+                    row.prev_hash,
+                    row.row_hash,
+                ),
             )
             self._chain(c, "registry", row.seq)
         return row
@@ -387,23 +443,36 @@ class Store:
                 (e.action, e.part, e.design_id, _dumps(e.scope), int(e.forced), e.why, json.dumps(e.parts), at),
             )
             self._chain(c, "ledger", int(cur.lastrowid or 0))
-        return LedgerEntry(seq=int(cur.lastrowid or 0), action=e.action, part=e.part, design_id=e.design_id,
-                           scope=e.scope, forced=e.forced, why=e.why, parts=list(e.parts), at=at)
+        return LedgerEntry(
+            seq=int(cur.lastrowid or 0),
+            action=e.action,
+            part=e.part,
+            design_id=e.design_id,
+            scope=e.scope,
+            forced=e.forced,
+            why=e.why,
+            parts=list(e.parts),
+            at=at,
+        )
 
-    def insert_refusal(self, *, what: RefusalWhat, name: str, reason: str, part: str | None = None,
-                       path: str | None = None) -> int:
+    def insert_refusal(
+        self, *, what: RefusalWhat, name: str, reason: str, part: str | None = None, path: str | None = None
+    ) -> int:
         """Append one refusal in its own transaction; returns its seq."""
         with self.transaction() as c:
-            cur = c.execute("INSERT INTO refusals (what, name, part, path, reason, at) VALUES (?,?,?,?,?,?)",
-                            (what, name, part, path, reason, now_iso()))
+            cur = c.execute(
+                "INSERT INTO refusals (what, name, part, path, reason, at) VALUES (?,?,?,?,?,?)",
+                (what, name, part, path, reason, now_iso()),
+            )
             self._chain(c, "refusal", int(cur.lastrowid or 0))
         return int(cur.lastrowid or 0)
 
     def insert_override(self, *, command: str, why: str, problem: str) -> int:
         """Record that ``command`` was forced on a campaign that failed verification (``problem``), and why."""
         with self.transaction() as c:
-            cur = c.execute("INSERT INTO overrides (command, why, problem, at) VALUES (?,?,?,?)",
-                            (command, why, problem, now_iso()))
+            cur = c.execute(
+                "INSERT INTO overrides (command, why, problem, at) VALUES (?,?,?,?)", (command, why, problem, now_iso())
+            )
             self._chain(c, "override", int(cur.lastrowid or 0))
         return int(cur.lastrowid or 0)
 
@@ -416,8 +485,10 @@ class Store:
         label, tables = found
         last = c.execute("SELECT * FROM chain ORDER BY seq DESC LIMIT 1").fetchone()
         link = chain.make_link(_link(last) if last else None, kind, ref, label, chain.digest(tables))
-        c.execute("INSERT INTO chain VALUES (?,?,?,?,?,?,?)",
-                  (link.seq, link.kind, link.ref, link.label, link.digest, link.prev_hash, link.row_hash))
+        c.execute(
+            "INSERT INTO chain VALUES (?,?,?,?,?,?,?)",
+            (link.seq, link.kind, link.ref, link.label, link.digest, link.prev_hash, link.row_hash),
+        )
         self._links.append(link)
         return link
 
@@ -464,8 +535,9 @@ class Store:
                     why = ""
                     if kind == "start":
                         r = self.conn.execute("SELECT * FROM starts WHERE id = ?", (ref,)).fetchone()
-                        slot = r["design_id"] and _slot_problem(self.conn, r["design_id"], r["block"], r["position"],
-                                                                r["rep"], r["arm"])
+                        slot = r["design_id"] and _slot_problem(
+                            self.conn, r["design_id"], r["block"], r["position"], r["rep"], r["arm"]
+                        )
                         why = f"; {slot}" if slot else ""
                     return f"{label}: not in the chain (written outside frank){why}"
         return None
@@ -479,8 +551,9 @@ class Store:
 
     def _orphans(self) -> str | None:
         for table, _ in START_CHILDREN:
-            r = self.conn.execute(f"SELECT start_id FROM {table} WHERE start_id NOT IN (SELECT id FROM starts) LIMIT 1"
-                                  ).fetchone()
+            r = self.conn.execute(
+                f"SELECT start_id FROM {table} WHERE start_id NOT IN (SELECT id FROM starts) LIMIT 1"
+            ).fetchone()
             if r is not None:
                 return f"{table} of start {r[0]}: that start is not recorded (deleted, or the rows were written outside frank)"
         return None
@@ -508,8 +581,10 @@ class Store:
 
     def design_ids(self, since: str = "") -> list[str]:
         """Registered design ids, oldest first, registered at or after ``since`` (a timestamp prefix)."""
-        return [r["design_id"] for r in self.query("SELECT design_id FROM registry WHERE registered_at >= ? ORDER BY seq",
-                                                   (since,))]
+        return [
+            r["design_id"]
+            for r in self.query("SELECT design_id FROM registry WHERE registered_at >= ? ORDER BY seq", (since,))
+        ]
 
     def starts_of(self, design_id: str) -> list[StartRow]:
         """Every recorded start of a design (failed ones too), by block and position."""
@@ -528,18 +603,36 @@ class Store:
 
     def artifacts_of(self, design_id: str, name: str) -> dict[int, bytes]:
         """The artifact ``name`` of each start of a design that has one, by start id."""
-        rows = self.query("SELECT a.start_id, a.data FROM artifacts a JOIN starts s ON s.id = a.start_id"
-                          " WHERE s.design_id = ? AND a.name = ?", (design_id, name))
+        rows = self.query(
+            "SELECT a.start_id, a.data FROM artifacts a JOIN starts s ON s.id = a.start_id"
+            " WHERE s.design_id = ? AND a.name = ?",
+            (design_id, name),
+        )
         return {int(r["start_id"]): bytes(r["data"]) for r in rows}
 
     def episodes_of(self, design_id: str) -> list[EpisodeRow]:
         """Every graded episode of a design's starts, by block, position, task and draw."""
         rows = self.query(
             "SELECT s.block, s.position, s.arm, e.* FROM episodes e JOIN starts s ON s.id = e.start_id"
-            " WHERE s.design_id = ? ORDER BY s.block, s.position, e.task_id, e.draw", (design_id,))
-        return [EpisodeRow(start_id=r["start_id"], block=r["block"], arm=r["arm"], task_id=r["task_id"], draw=r["draw"],
-                           task_hash=r["task_hash"], status=r["status"], passed=bool(r["passed"]),
-                           grader_rc=r["grader_rc"], turns=r["turns"], detail=_loads(r["detail"])) for r in rows]
+            " WHERE s.design_id = ? ORDER BY s.block, s.position, e.task_id, e.draw",
+            (design_id,),
+        )
+        return [
+            EpisodeRow(
+                start_id=r["start_id"],
+                block=r["block"],
+                arm=r["arm"],
+                task_id=r["task_id"],
+                draw=r["draw"],
+                task_hash=r["task_hash"],
+                status=r["status"],
+                passed=bool(r["passed"]),
+                grader_rc=r["grader_rc"],
+                turns=r["turns"],
+                detail=_loads(r["detail"]),
+            )
+            for r in rows
+        ]
 
     def ledger_steps(self) -> list[LedgerEntry]:
         """Every ledger step, oldest first."""
@@ -556,8 +649,10 @@ class Store:
 
     def overrides(self) -> list[Override]:
         """Every forced override of a failed verification, oldest first."""
-        return [Override(r["seq"], r["command"], r["why"], r["problem"], r["at"])
-                for r in self.query("SELECT * FROM overrides ORDER BY seq")]
+        return [
+            Override(r["seq"], r["command"], r["why"], r["problem"], r["at"])
+            for r in self.query("SELECT * FROM overrides ORDER BY seq")
+        ]
 
 
 # ---------------------------------------------------------------- rows
@@ -665,8 +760,9 @@ def registered_slots(schedule: list[list[str]]) -> dict[tuple[int, int], tuple[s
     return out
 
 
-def _slot_problem(c: sqlite3.Connection, design_id: str, block: int | None, position: int | None, rep: int,
-                  arm: str) -> str | None:
+def _slot_problem(
+    c: sqlite3.Connection, design_id: str, block: int | None, position: int | None, rep: int, arm: str
+) -> str | None:
     """Why a start is not one the registration of ``design_id`` created (None when it is; an unregistered
     design is left to the caller: a start may be stored before its design is read back)."""
     row = c.execute("SELECT schedule FROM registry WHERE design_id = ?", (design_id,)).fetchone()
@@ -678,8 +774,10 @@ def _slot_problem(c: sqlite3.Connection, design_id: str, block: int | None, posi
         return "its design's stored schedule does not read"
     blocks = len(json.loads(row[0]))
     if (block, position) not in slots:
-        return (f"block {_one(block)}, position {_one(position)} is not a slot the registration created "
-                f"({blocks} blocks of {len(slots) // max(blocks, 1)} starts)")
+        return (
+            f"block {_one(block)}, position {_one(position)} is not a slot the registration created "
+            f"({blocks} blocks of {len(slots) // max(blocks, 1)} starts)"
+        )
     want_arm, want_rep = slots[(block, position)]  # type: ignore[index]
     if (arm, rep) != (want_arm, want_rep):
         return f"the registration put arm {want_arm} rep {want_rep} in this slot, not arm {arm} rep {rep}"
@@ -704,8 +802,15 @@ def _record(c: sqlite3.Connection, kind: str, ref: int) -> tuple[str, dict[str, 
 
 
 def _link(r: sqlite3.Row) -> Link:
-    return Link(seq=r["seq"], kind=r["kind"], ref=r["ref"], label=r["label"], digest=r["digest"],
-                prev_hash=r["prev_hash"], row_hash=r["row_hash"])
+    return Link(
+        seq=r["seq"],
+        kind=r["kind"],
+        ref=r["ref"],
+        label=r["label"],
+        digest=r["digest"],
+        prev_hash=r["prev_hash"],
+        row_hash=r["row_hash"],
+    )
 
 
 def _dumps(obj: Any) -> str:
@@ -723,11 +828,24 @@ def _loads(text: str | None) -> dict[str, Any]:
 
 def _start(r: sqlite3.Row) -> StartRow:
     recipe = json.loads(r["recipe"]) if r["recipe"] else None
-    return StartRow(id=r["id"], design_id=r["design_id"], block=r["block"], position=r["position"], arm=r["arm"],
-                    rep=r["rep"], status=r["status"], reason=r["reason"], started_at=r["started_at"],
-                    finished_at=r["finished_at"], engine=r["engine"], engine_version=r["engine_version"], recipe=recipe,
-                    metrics=_loads(r["metrics"]), resources=_loads(r["resources"]),
-                    capabilities=_loads(r["capabilities"]))
+    return StartRow(
+        id=r["id"],
+        design_id=r["design_id"],
+        block=r["block"],
+        position=r["position"],
+        arm=r["arm"],
+        rep=r["rep"],
+        status=r["status"],
+        reason=r["reason"],
+        started_at=r["started_at"],
+        finished_at=r["finished_at"],
+        engine=r["engine"],
+        engine_version=r["engine_version"],
+        recipe=recipe,
+        metrics=_loads(r["metrics"]),
+        resources=_loads(r["resources"]),
+        capabilities=_loads(r["capabilities"]),
+    )
 
 
 def _registry(r: sqlite3.Row) -> RegistryRow:
@@ -735,6 +853,14 @@ def _registry(r: sqlite3.Row) -> RegistryRow:
 
 
 def _ledger(r: sqlite3.Row) -> LedgerEntry:
-    return LedgerEntry(seq=r["seq"], action=r["action"], part=r["part"], design_id=r["design_id"],
-                       scope=json.loads(r["scope"]), forced=bool(r["forced"]), why=r["why"],
-                       parts=json.loads(r["parts"]), at=r["at"])
+    return LedgerEntry(
+        seq=r["seq"],
+        action=r["action"],
+        part=r["part"],
+        design_id=r["design_id"],
+        scope=json.loads(r["scope"]),
+        forced=bool(r["forced"]),
+        why=r["why"],
+        parts=json.loads(r["parts"]),
+        at=r["at"],
+    )

@@ -58,11 +58,23 @@ class FidelityRule(UserFile):
     tolerance: float = Field(ge=0, description="mean KL (nats) allowed")
     threshold: float = Field(default=0.5, gt=0, description="KL (nats) above which a position counts")
     max_positions_above: int = Field(default=1, ge=1, description="fewer than this many positions above threshold")
-    min_captured_mass: float = Field(default=0.5, ge=0, le=1, description=(
-        "served probability the shared top-k bins must hold at every position; below it a position (and so the "
-        "verdict) is invalid"))
-    min_captured_mass_mean: float = Field(default=0.9, ge=0, le=1, description=(
-        "mean over positions of the served probability in the shared bins; below it the verdict is invalid"))
+    min_captured_mass: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description=(
+            "served probability the shared top-k bins must hold at every position; below it a position (and so the "
+            "verdict) is invalid"
+        ),
+    )
+    min_captured_mass_mean: float = Field(
+        default=0.9,
+        ge=0,
+        le=1,
+        description=(
+            "mean over positions of the served probability in the shared bins; below it the verdict is invalid"
+        ),
+    )
 
 
 DesignRule = Annotated[BlockRule | FidelityRule, RuleField(FidelityRule)]  # any rule in the table, or fidelity
@@ -83,7 +95,9 @@ class AgentSpec(UserFile):
 
 class Gates(UserFile):
     fidelity: str | None = Field(default=None, description="a fidelity design id whose verdict must be 'passed'")
-    memory_mib: float | None = Field(default=None, ge=0, description="largest allowed increase of peak GPU memory per GPU")
+    memory_mib: float | None = Field(
+        default=None, ge=0, description="largest allowed increase of peak GPU memory per GPU"
+    )
 
 
 class DesignFile(UserFile):
@@ -109,15 +123,20 @@ class DesignFile(UserFile):
     @model_validator(mode="after")
     def _arms(self) -> DesignFile:
         if sorted(self.arms) != sorted(ARMS):
-            raise ValueError(f"arms must be exactly `served` and `candidate` (got {', '.join(sorted(self.arms)) or 'none'})")
+            raise ValueError(
+                f"arms must be exactly `served` and `candidate` (got {', '.join(sorted(self.arms)) or 'none'})"
+            )
         return self
 
     @field_validator("rule", mode="before")
     @classmethod
     def _rule_kind_is_text(cls, value: object) -> object:
         if isinstance(value, dict) and not isinstance(value.get("kind", ""), str):
-            raise PydanticCustomError("rule_kind", "{field}: {why}",
-                                      {"field": "rule.kind", "why": f"must be a rule's name, got {value['kind']!r}"})
+            raise PydanticCustomError(
+                "rule_kind",
+                "{field}: {why}",
+                {"field": "rule.kind", "why": f"must be a rule's name, got {value['kind']!r}"},
+            )
         return value
 
     @model_validator(mode="after")
@@ -135,8 +154,10 @@ def finish_problem(design: DesignFile) -> tuple[str, str] | None:
     if not math.isfinite(r.temperature) or r.temperature < 0:
         return "replay.temperature", f"must be a finite number >= 0, got {r.temperature}"
     if r.max_turns is not None and r.warmup_turns >= r.max_turns:
-        return "replay.warmup_turns", (f"{r.warmup_turns} warm-up turns of at most {r.max_turns} leave no "
-                                       "measured turn; lower warmup_turns or raise max_turns")
+        return "replay.warmup_turns", (
+            f"{r.warmup_turns} warm-up turns of at most {r.max_turns} leave no "
+            "measured turn; lower warmup_turns or raise max_turns"
+        )
     if not math.isfinite(design.agent.temperature) or design.agent.temperature < 0:
         return "agent.temperature", f"must be a finite number >= 0, got {design.agent.temperature}"
     for name, value in design.agent.limits.items():

@@ -53,8 +53,9 @@ def run_command_arm(command: list[str], log_dir: Path) -> StartOutcome:
     return command_arm.run_command_arm(command, log_dir)
 
 
-def _run_slot(campaign: Campaign, reg: Registered, slot: Slot, workload: Workload | None,
-              progress: Progress | None) -> StartOutcome:
+def _run_slot(
+    campaign: Campaign, reg: Registered, slot: Slot, workload: Workload | None, progress: Progress | None
+) -> StartOutcome:
     spec = reg.design.arms[slot.arm]
     if spec.command is not None:
         return run_command_arm(spec.command, campaign.logs)
@@ -64,7 +65,10 @@ def _run_slot(campaign: Campaign, reg: Registered, slot: Slot, workload: Workloa
 
 
 def run_design(
-    campaign: Campaign, design_id: str, *, resume: bool = False,
+    campaign: Campaign,
+    design_id: str,
+    *,
+    resume: bool = False,
     echo: Callable[[str], None] = print,
     progress_factory: Callable[[str], AbstractContextManager[Progress | None]] | None = None,
 ) -> str:
@@ -90,8 +94,15 @@ def run_design(
             ctx = progress_factory(label) if progress_factory else _null()
             with ctx as progress:
                 out = watched(partial(_run_slot, campaign, reg, slot, workload, progress))
-            record_start(campaign.store, out, design_id=design_id, block=slot.block, position=slot.position,
-                         rep=slot.rep, arm=slot.arm)
+            record_start(
+                campaign.store,
+                out,
+                design_id=design_id,
+                block=slot.block,
+                position=slot.position,
+                rep=slot.rep,
+                arm=slot.arm,
+            )
             ran += 1
             echo(f"{label}: {out.status}{kind.start_value(reg, out)}" + (f" ({out.reason})" if out.reason else ""))
     return f"{design_id}: {ran} starts run, {len(done)} already recorded"
