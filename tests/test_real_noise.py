@@ -166,3 +166,24 @@ def test_other_engines_sees_a_real_llama_server(llama_server_bin: str, tmp_path:
         found = dict(other_engines())
         assert proc.pid in found and "llama-server" in found[proc.pid]
         assert proc.pid not in dict(other_engines(exclude=[proc.pid]))
+
+
+@pytest.mark.engine
+def test_frank_doctor_names_a_real_engine_running(llama_server_bin: str, tmp_path: Path) -> None:
+    """`frank doctor` (the real CLI) says whether the machine looks quiet: a running llama-server is named."""
+    with tiny_server(llama_server_bin, tmp_path / "server.log") as (proc, _url):
+        out = subprocess.run(
+            [sys.executable, "-m", "frankenstein", "doctor"], capture_output=True, text=True, timeout=120
+        )
+    assert out.returncode == 0, out.stderr
+    assert f"machine: another engine is running: pid {proc.pid}" in out.stdout
+
+
+def test_frank_init_leaves_a_core_free(tmp_path: Path) -> None:
+    """The default recipe's engine threads are cores - 1, never more than the machine has."""
+    out = subprocess.run(
+        [sys.executable, "-m", "frankenstein", "init", str(tmp_path / "c")], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    toml = (tmp_path / "c" / "frank.toml").read_text()
+    assert f'"--threads", "{suggested_threads()}"' in toml and suggested_threads() == max(1, (os.cpu_count() or 1) - 1)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from frankenstein.config import CampaignConfig, ResolvedRecipe, load_config, resolve
 from frankenstein.errors import ConfigError
+from frankenstein.measure.noise import suggested_threads
 from frankenstein.store import Store
 
 CONFIG_NAME = "frank.toml"
@@ -25,7 +26,8 @@ served = "base"
 [recipes.base]
 engine = "llamacpp"
 model = "pkg:tiny-target.gguf"
-args = ["--ctx-size", "4096", "--threads", "2", "--parallel", "1", "--seed", "1", "--jinja"]
+# --threads: this machine's cores - 1 when `frank init` ran, so the engine leaves a core to the client and the OS.
+args = ["--ctx-size", "4096", "--threads", "{threads}", "--parallel", "1", "--seed", "1", "--jinja"]
 
 [parts.draft]
 description = "Speculative decoding with the tiny draft model (draft-simple, up to 8 tokens)."
@@ -73,7 +75,9 @@ def init_campaign(root: str | Path, *, toml: str | None = None) -> Campaign:
         (root / sub).mkdir(exist_ok=True)
     cfg = root / CONFIG_NAME
     if not cfg.exists():
-        cfg.write_text(toml if toml is not None else DEFAULT_TOML.format(name=default_name(root)))
+        cfg.write_text(
+            toml if toml is not None else DEFAULT_TOML.format(name=default_name(root), threads=suggested_threads())
+        )
     return open_campaign(root)
 
 

@@ -30,14 +30,19 @@ def init(directory: Path = typer.Argument(..., help="Campaign folder to create."
 
 @app.command()
 def doctor() -> None:
-    """Show which engine binaries Frankenstein finds, and their versions.
+    """Show which engine binaries Frankenstein finds, their versions, and whether the machine looks quiet
+    (load against the cores, the CPU frequency governor, other engines running).
 
     Example: frank doctor
     """
     from frankenstein.engines.llamacpp import binary_version, find_llama_server
+    from frankenstein.measure.machine import snapshot
+    from frankenstein.measure.noise import other_engines, quiet_lines
 
     path = find_llama_server()
     typer.echo(f"llama-server: {path} ({binary_version(path)})")
+    for line in quiet_lines(snapshot(), other_engines()):
+        typer.echo(f"machine: {line}")
 
 
 @engine_app.command("check")
