@@ -75,9 +75,7 @@ def init_campaign(root: str | Path, *, toml: str | None = None) -> Campaign:
         (root / sub).mkdir(exist_ok=True)
     cfg = root / CONFIG_NAME
     if not cfg.exists():
-        cfg.write_text(
-            toml if toml is not None else DEFAULT_TOML.format(name=default_name(root), threads=suggested_threads())
-        )
+        cfg.write_text(toml if toml is not None else default_toml(default_name(root)))
     return open_campaign(root)
 
 
@@ -96,3 +94,8 @@ def default_name(root: Path) -> str:
     """The campaign's name from its folder, made a slug (config.NAME_PATTERN): "My Camp" becomes "My-Camp"."""
     slug = re.sub(r"[^A-Za-z0-9._-]+", "-", root.resolve().name).strip(".-_")[:64]
     return slug or "campaign"
+
+
+def default_toml(name: str) -> str:
+    """The default ``frank.toml`` for a campaign of this name, on this machine (engine threads: cores - 1)."""
+    return DEFAULT_TOML.format(name=name, threads=suggested_threads())

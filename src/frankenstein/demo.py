@@ -10,7 +10,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from frankenstein.campaign import DEFAULT_TOML, Campaign, init_campaign
+from frankenstein.campaign import Campaign, default_toml, init_campaign
 from frankenstein.config import load_config
 from frankenstein.design.analysis import analyze, format_analysis
 from frankenstein.design.registry import register
@@ -78,7 +78,7 @@ def run_demo(
     directory: Path | None = None, *, blocks: int = 5, turns: int = 4, echo: Callable[[str], None] = print
 ) -> Path:
     root = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="frank-demo-"))
-    c = init_campaign(root, toml=DEFAULT_TOML.format(name="demo"))
+    c = init_campaign(root, toml=default_toml("demo"))
     echo(f"demo campaign: {root}")
     with c:
         stage_engine(c, echo)
