@@ -1,0 +1,39 @@
+"""`frank demo`, the README's first command, end to end on the real CLI and the tiny shipped models."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+@pytest.mark.engine
+def test_frank_demo_runs_the_whole_loop(tmp_path: Path, llama_server_bin: str) -> None:
+    env = {**os.environ, "TMPDIR": str(tmp_path), "FRANK_LLAMA_SERVER": llama_server_bin}
+    out = subprocess.run(
+        [sys.executable, "-m", "frankenstein", "demo"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    text = out.stdout
+    assert re.search(r"registered draft-speed-\d+ \(seed [0-9a-f]+\)", text)
+    assert re.search(r"^verdict: (confirmed|not confirmed|invalid) ", text, re.M)
+    assert "candidate: drafted " in text  # speculation per arm
+    assert "decided by: " in text  # the fidelity gate says which part of its rule decided
+    note = re.search(r"^progress note: (.+)$", text, re.M)
+    assert note and Path(note.group(1)).is_file()
+    verify = subprocess.run(
+        [sys.executable, "-m", "frankenstein", "verify", "-c", str(Path(note.group(1)).parents[2])],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert verify.returncode == 0 and "evidence chain verified" in verify.stdout, verify.stdout + verify.stderr
