@@ -55,3 +55,23 @@ def test_all_blocks_better_with_curtail_confirms_after_every_block(tmp_path: Pat
     assert len(c.store.query("SELECT id FROM starts")) == 20
     assert not any("curtailed" in line for line in lines)
     assert analyze(c, reg.design_id).word == "confirmed"
+
+
+def test_a_run_curtailed_for_futility_prints_not_confirmed(tmp_path: Path) -> None:
+    """The candidate loses the first block of an all_blocks_better design: no completion can confirm, so the
+    run stops, and the printed verdict is every completion's word, "not confirmed" (never "invalid", the
+    word of the one block run alone)."""
+    from frankenstein.design.analysis import format_analysis
+
+    c = make_campaign(tmp_path / "c")
+    bench = c.root / "bench.py"
+    bench.write_text(BENCH)
+    p = c.root / "kernel.toml"
+    p.write_text(DESIGN.format(py=sys.executable, bench=bench).replace('"1.0"]', '"2.0"]'))
+    reg = register(c, p)
+    run_design(c, reg.design_id, echo=lambda _: None)
+    assert len(c.store.query("SELECT id FROM starts")) == 2
+    a = analyze(c, reg.design_id)
+    assert a.word == "not confirmed"
+    verdict = [line for line in format_analysis(a) if line.startswith("verdict: ")]
+    assert verdict and verdict[0].startswith("verdict: not confirmed (curtailed after 1 of 10 blocks"), verdict

@@ -119,7 +119,7 @@ def format_summary(v: Verdict) -> list[str]:
     if v.p is not None:
         check = "" if v.p_scipy is None else f" (scipy: {v.p_scipy:.6g})"
         lines.append(f"p = {format_p(v.p)}{check}")
-    lines.append(f"verdict: {v.says or v.word} ({v.reason})")
+    lines.append(f"verdict: {v.rule.phrase(v.word)} ({v.reason})")
     return lines
 
 

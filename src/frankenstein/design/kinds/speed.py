@@ -93,6 +93,20 @@ class SpeedKind:
         return "not adopted" if word == "confirmed" else "no adoption asked"
 
 
+def check_warmup(design: DesignFile, turns: list[Turn], path: Path) -> None:
+    """Refuse warm-up turns that cover every turn a start replays (``min(len(workload), max_turns)``):
+    no turn would be measured."""
+    r = design.replay
+    replayed = min(len(turns), r.max_turns) if r.max_turns else len(turns)
+    if r.warmup_turns >= replayed:
+        raise DesignError(
+            f"{r.warmup_turns} warm-up turns of the {replayed} turns replayed leave no measured turn; "
+            "lower warmup_turns (or use a longer workload)",
+            path=path,
+            field="replay.warmup_turns",
+        )
+
+
 def check_block_rule(design: DesignFile, path: Path, data: DataKind = "ratio") -> None:
     """A block rule (not the fidelity rule) whose smallest reachable p can reach its alpha in ``blocks``."""
     rule = design.rule
@@ -163,7 +177,9 @@ def _curtailed(out: Analysis, served: list[float], candidate: list[float]) -> No
         f"curtailed after {len(served)} of {d.blocks} blocks{also}, {remaining} not run: "
         "no remaining blocks could change the verdict"
     )
-    out.verdict = out.verdict.model_copy(update={"word": dec.word, "reason": reason})
+    out.verdict = out.verdict.model_copy(
+        update={"word": dec.word, "says": out.verdict.rule.phrase(dec.word), "reason": reason}
+    )
 
 
 def _secondary(vals: dict[int, dict[str, float]]) -> dict[str, Any]:
