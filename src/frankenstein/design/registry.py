@@ -20,6 +20,7 @@ from frankenstein import __version__
 from frankenstein.campaign import Campaign
 from frankenstein.config import ResolvedRecipe
 from frankenstein.design.kinds import kind_of
+from frankenstein.design.kinds.speed import SpeedKind, check_warmup
 from frankenstein.design.model import ARMS, DesignFile, FrozenDesign, Registered, load_design, resolve_arms
 from frankenstein.errors import ConfigError, DesignError, FrankError, RegistryError
 from frankenstein.measure.timings import METRICS
@@ -94,6 +95,8 @@ def _check_workload(campaign: Campaign, design: DesignFile, path: Path) -> tuple
     loaded = load_trace(wl)
     h = loaded.hash
     kind.check_workload(list(loaded.turns), wl, path)
+    if isinstance(kind, SpeedKind):  # speed, aa, screen replay the workload with warm-up turns
+        check_warmup(design, list(loaded.turns), path)
     if design.workload_hash is not None and design.workload_hash != h:
         raise DesignError(
             f"workload {wl} no longer matches its hash (design pins {design.workload_hash[:12]}…, file has {h[:12]}…)",

@@ -11,8 +11,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from frankenstein.agent.draw import run_draw
-from frankenstein.agent.tasks import load_suite
+from frankenstein.agent.draw import effective_limits, run_draw
+from frankenstein.agent.tasks import Limits, load_suite
 from frankenstein.campaign import Campaign
 from frankenstein.config import ResolvedRecipe
 from frankenstein.design import rules
@@ -23,12 +23,15 @@ from frankenstein.design.start import StartOutcome
 from frankenstein.design.table import format_verdict
 from frankenstein.engines import adapter_for
 from frankenstein.measure.resources import ResourceSampler
-from frankenstein.errors import DesignError, EngineError, SandboxError, TaskError
+from frankenstein.errors import ConfigError, DesignError, EngineError, SandboxError, TaskError
 from frankenstein.shipped import expand
 from frankenstein.store import now_iso
 from frankenstein.workload.trace import Turn, Workload
 
 Matrix = dict[str, dict[str, dict[str, int]]]
+
+MAX_DRAWS = 100
+"""The most draws per start registration accepts: each draw runs every task once, one request at a time."""
 
 
 def suite_dir(spec: str) -> Path:
@@ -109,6 +112,49 @@ def matrix_json(campaign: Campaign, design_id: str) -> str:
     return json.dumps(pass_matrix(campaign, design_id), sort_keys=True)
 
 
+def check_agent_spec(design: DesignFile, path: Path) -> None:
+    """Refuse an ``[agent]`` table no start could finish: a suite that does not load, an unknown task
+    id, a limit override the tasks refuse, or more draws than :data:`MAX_DRAWS`."""
+    spec = design.agent
+    if spec.draws > MAX_DRAWS:
+        raise DesignError(
+            f"{spec.draws} draws per start is more than the {MAX_DRAWS} registration accepts "
+            "(each draw runs every task once)",
+            path=path,
+            field="agent.draws",
+        )
+    folder = suite_dir(spec.suite)
+    try:
+        tasks = load_suite(folder)
+    except TaskError as exc:
+        raise DesignError(f"the suite does not load: {exc}", path=path, field="agent.suite") from exc
+    if spec.tasks is not None:
+        if not spec.tasks:
+            raise DesignError("names no task (leave it out to run them all)", path=path, field="agent.tasks")
+        known = {t.id for t in tasks}
+        missing = [i for i in spec.tasks if i not in known]
+        if missing:
+            raise DesignError(
+                f"unknown task id(s) {', '.join(missing)} in suite {folder} (known: {', '.join(sorted(known))})",
+                path=path,
+                field="agent.tasks",
+            )
+        tasks = [t for t in tasks if t.id in spec.tasks]
+    known_limits = sorted(Limits.model_fields)
+    for name in spec.limits:
+        if name not in known_limits:
+            raise DesignError(
+                f"unknown limit {name!r} (known: {', '.join(known_limits)})", path=path, field=f"agent.limits.{name}"
+            )
+    for task in tasks:
+        try:
+            effective_limits(task, dict(spec.limits) or None)
+        except ConfigError as exc:
+            name = exc.field or ""
+            why = str(exc).removeprefix(f"limit overrides: {name}: ")
+            raise DesignError(f"{why} (task {task.id})", path=path, field=f"agent.limits.{name}") from exc
+
+
 class AgentKind:
     name = "agent"
     adoptable = False
@@ -126,6 +172,7 @@ class AgentKind:
             raise DesignError('an agent design uses rule "harm"', path=path, field="rule.kind")
         check_block_rule(design, path, "difference")
         check_stopping(self.name, design, path)
+        check_agent_spec(design, path)
 
     def check_recipes(self, design: DesignFile, recipes: dict[str, ResolvedRecipe | None], path: Path) -> None:
         return None
