@@ -599,3 +599,22 @@ def test_credentials_outside_what_the_model_sees_are_removed_and_listed(upstream
             "metadata.session_key",
         ]
     )
+
+
+def test_a_client_that_resets_mid_request_prints_no_traceback(tmp_path: Path, capfd) -> None:
+    """A client gone mid-body (TCP reset) is normal under load: the proxy prints nothing, and keeps serving."""
+    import socket
+    import struct
+
+    with serve_recorder("http://127.0.0.1:9", "127.0.0.1", 0, tmp_path / "t.jsonl") as srv:
+        host, port = srv.url.removeprefix("http://").rsplit(":", 1)
+        for _ in range(3):
+            s = socket.create_connection((host, int(port)))
+            s.sendall(b'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{"mod')
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close = RST
+            s.close()
+        with socket.create_connection((host, int(port))) as s:  # still serving: a bad length gets its 400
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n")
+            assert b" 400 " in s.recv(64).split(b"\r\n")[0]
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "ConnectionResetError" not in err, err

@@ -14,6 +14,7 @@ once; the rest wait in the proxy. The engine behind them still runs what it runs
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -56,6 +57,14 @@ class ProxyHTTPServer(ThreadingHTTPServer):
     def server_activate(self) -> None:
         super().server_activate()
         self.upstream_slots = threading.BoundedSemaphore(UPSTREAM_SLOTS)
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A client that went away mid-request is normal under load: nothing to print. Anything else is
+        one line on stderr, never a traceback on the operator's console."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionError, TimeoutError)):
+            return
+        print(f"frank: request from {client_address} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
 
 
 def read_body(handler: BaseHTTPRequestHandler) -> bytes:
