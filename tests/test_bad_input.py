@@ -142,3 +142,15 @@ def test_replay_accepts_a_shipped_pkg_workload(tmp_path: Path, llama_server_bin:
     run = frank("replay", "base", "pkg:demo-workload.jsonl", "-c", str(root), "--max-turns", "2", timeout=300)
     assert run.returncode == 0, run.stderr
     assert run.stdout.startswith("start 1: ok")
+
+
+def test_a_bad_lock_wait_in_the_environment_is_named(tmp_path: Path) -> None:
+    make_campaign(tmp_path / "c")
+    for name in ("FRANK_DB_BUSY_TIMEOUT_S", "FRANK_DB_LOCK_WAIT_S"):
+        for value in ("abc", "nan", "-1", "inf"):
+            run = frank("served", "-c", str(tmp_path / "c"), env={name: value}, timeout=60)
+            assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr
+            assert (
+                run.stderr.strip()
+                == f"frank: error: environment variable {name}={value!r}: expected a finite number of seconds >= 0"
+            )

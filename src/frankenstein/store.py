@@ -34,6 +34,7 @@ Typed reads:
 from __future__ import annotations
 
 import json
+import math
 import os
 import sqlite3
 import time
@@ -210,13 +211,25 @@ LEGACY_TURN_METRICS = (
 
 def busy_timeout_s(env: Mapping[str, str]) -> float:
     """Seconds SQLite itself waits for a lock per statement (``FRANK_DB_BUSY_TIMEOUT_S``, default 30)."""
-    return float(env.get("FRANK_DB_BUSY_TIMEOUT_S", "30"))
+    return _seconds(env, "FRANK_DB_BUSY_TIMEOUT_S", "30")
 
 
 def lock_wait_s(env: Mapping[str, str]) -> float:
     """Seconds a write waits in all for another process's write lock (``FRANK_DB_LOCK_WAIT_S``,
     default 600: a minute-long hold by a backup or a second tool never loses a start)."""
-    return float(env.get("FRANK_DB_LOCK_WAIT_S", "600"))
+    return _seconds(env, "FRANK_DB_LOCK_WAIT_S", "600")
+
+
+def _seconds(env: Mapping[str, str], name: str, default: str) -> float:
+    """A finite, non-negative number of seconds from the environment, or one clear error naming the variable."""
+    text = env.get(name, default)
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise StoreError(f"environment variable {name}={text!r}: expected a finite number of seconds >= 0")
+    return value
 
 
 def now_iso() -> str:
