@@ -542,3 +542,51 @@ def test_a_store_written_before_the_chain_is_sealed_when_opened(camp: Path) -> N
         c.store.conn.execute("UPDATE starts SET status = 'failed' WHERE id = 1")
         with pytest.raises(StoreError, match=r"start 1 \(design kernel-1, .*\): changed after it was recorded"):
             c.store.verify()
+
+
+def test_a_forced_analyze_warns_on_stderr_naming_the_broken_record(camp: Path, sql: sqlite3.Connection, capsys) -> None:
+    """Issue #14: `analyze --force --why` past a failed verification says so before the verdict."""
+    expected = start_value_edited(sql, camp)
+    sql.close()
+    code, out, err = cli(capsys, "analyze", "threads-3", "--force", "--why", "testing", "-c", str(camp))
+    assert code == 0, err
+    [line] = [x for x in err.splitlines() if x.startswith("warning: ")]
+    assert line.startswith(f"warning: verification failed ({expected}")
+    assert line.endswith("); going on because --force --why 'testing' (recorded as override 1)")
+    assert "verdict" in out
+    code, out, err = cli(capsys, "analyze", "threads-3", "--force", "--why", "again", "-c", str(camp))
+    assert code == 0 and "(recorded as override 2)" in err
+
+
+def test_an_untouched_campaign_prints_no_warning(camp: Path, capsys) -> None:
+    code, _, err = cli(capsys, "analyze", "threads-3", "--force", "--why", "nothing wrong", "-c", str(camp))
+    assert code == 0 and "warning:" not in err
+    with open_campaign(camp) as c:
+        assert c.store.overrides() == []
+
+
+def test_a_forced_report_lists_every_override_with_its_why_and_the_broken_record(
+    camp: Path, sql: sqlite3.Connection, capsys, tmp_path: Path
+) -> None:
+    """Issue #14: the note names the failed verification at the top, lists every override, and a forced
+    adopt's step says that it overrode a failed verification instead of 'nothing'."""
+    expected = start_value_edited(sql, camp)
+    sql.close()
+    code, out, err = cli(capsys, "adopt", "threads1", "--design", "threads-3", "--force", "--why", "x", "-c", str(camp))
+    assert code == 0 and out.startswith("step 2: adopted threads1 on design threads-3 (FORCED)"), err
+    assert f"warning: verification failed ({expected}" in err and "--why 'x' (recorded as override 1)" in err
+    code, out, err = cli(capsys, "report", "--out", str(tmp_path / "note"), "--force", "--why", "y", "-c", str(camp))
+    assert code == 0, err
+    assert "--why 'y' (recorded as override 2)" in err
+    note = (tmp_path / "note" / "note.md").read_text()
+    head = note.split("## Summary")[0]
+    assert f"**Warning: this campaign fails verification** ({expected}" in head
+    assert "under `--force --why` 'y' (override 2)" in head
+    section = note.split("## Verification overridden")[1].split("## Credits")[0]
+    rows = [r for r in section.splitlines() if r.startswith("| 1 ") or r.startswith("| 2 ")]
+    assert len(rows) == 2
+    assert rows[0].startswith("| 1 | `adopt` | x | ") and expected in rows[0]
+    assert rows[1].startswith("| 2 | `report` | y | ") and expected in rows[1]
+    [step] = [x for x in note.splitlines() if "(step 2, design `threads-3`)" in x]
+    overrode = step.split("forced because: x; it overrode: ")[1]
+    assert f"a failed verification ({expected}" in overrode and overrode.endswith("; override 1).")

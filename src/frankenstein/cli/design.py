@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from frankenstein.cli.app import app
+
+if TYPE_CHECKING:
+    from frankenstein.campaign import Campaign
 
 
 class RuleName(str, Enum):
@@ -36,6 +40,26 @@ class HarmTest(str, Enum):
 def _echo_lines(lines: list[str]) -> None:
     for line in lines:
         typer.echo(line)
+
+
+def warn_overrides(campaign: Campaign, seen: int) -> None:
+    """One line on stderr for each override recorded since the campaign had ``seen`` of them: the command
+    goes on past a failed verification under ``--force --why``, and says so before anything else."""
+    for o in campaign.store.overrides()[seen:]:
+        typer.echo(
+            f"warning: verification failed ({o.problem}); going on because --force --why {o.why!r} "
+            f"(recorded as override {o.seq})",
+            err=True,
+        )
+
+
+def verified_or_warn(campaign: Campaign, command: str, *, force: bool, why: str | None) -> None:
+    """``registry.verified``, then the warning line if it went on under ``--force --why`` past a failure."""
+    from frankenstein.design.registry import verified
+
+    seen = len(campaign.store.overrides())
+    verified(campaign, command, force=force, why=why)
+    warn_overrides(campaign, seen)
 
 
 @app.command()
@@ -69,10 +93,9 @@ def analyze(
         from frankenstein.campaign import open_campaign
         from frankenstein.design.analysis import analyze as do_analyze
         from frankenstein.design.analysis import format_analysis
-        from frankenstein.design.registry import verified
 
         with open_campaign(campaign) as c:
-            verified(c, "analyze", force=force, why=why)
+            verified_or_warn(c, "analyze", force=force, why=why)
             lines = format_analysis(do_analyze(c, design_id))
         _echo_lines(lines)
         return

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from frankenstein.cli.app import app
+from frankenstein.cli.design import verified_or_warn, warn_overrides
 
 CAMPAIGN = typer.Option(Path("."), "--campaign", "-c", help="Campaign folder.")
 
@@ -46,7 +47,9 @@ def adopt(
     from frankenstein.ledger import describe_parts, format_scope
 
     with open_campaign(campaign) as c:
-        e = do_adopt(c, part, design, force=force, why=why)
+        seen = len(c.store.overrides())
+        e = do_adopt(c, part, design, force=force, why=why)  # verifies first; a forced failure is recorded
+        warn_overrides(c, seen)
         now = describe_parts(c, e.parts)
     typer.echo(f"step {e.seq}: adopted {part} on design {design}{' (FORCED)' if e.forced else ''}; served: {now}")
     if format_scope(e.scope):
@@ -68,7 +71,9 @@ def revert(
     from frankenstein.ledger import revert as do_revert
 
     with open_campaign(campaign) as c:
-        e = do_revert(c, why=why, force=force)
+        seen = len(c.store.overrides())
+        e = do_revert(c, why=why, force=force)  # verifies first; a forced failure is recorded
+        warn_overrides(c, seen)
         now = describe_parts(c, e.parts)
     typer.echo(f"step {e.seq}: undid step {e.scope['undoes']} ({e.scope['undoes_action']} {e.part}); served: {now}")
 
@@ -93,11 +98,10 @@ def report(
     Example: frank report --out reports/week-49 --since 2025-12-01 -c my-campaign
     """
     from frankenstein.campaign import open_campaign
-    from frankenstein.design.registry import verified
     from frankenstein.report import write_report
 
     day = since.date() if since is not None and since.time() == datetime.min.time() else since
     with open_campaign(campaign) as c:
-        verified(c, "report", force=force, why=why)
+        verified_or_warn(c, "report", force=force, why=why)
         path = write_report(c, out, since=day)
     typer.echo(str(path))

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from frankenstein.cli.app import app
+from frankenstein.cli.design import verified_or_warn
 
 
 @app.command()
@@ -97,11 +98,10 @@ def run(
     Example: frank run draft-vs-base-1 -c my-campaign --resume
     """
     from frankenstein.campaign import open_campaign
-    from frankenstein.design.registry import verified
     from frankenstein.design.runner import run_design
     from frankenstein.progress import bar
 
     with open_campaign(campaign) as c:
-        verified(c, "run --resume" if resume else "run", force=force, why=why)
+        verified_or_warn(c, "run --resume" if resume else "run", force=force, why=why)
         summary = run_design(c, design_id, resume=resume, echo=typer.echo, progress_factory=bar)
     typer.echo(summary)

@@ -1,7 +1,9 @@
 """Everything a progress note says, read from the campaign in one place, so rendering stays pure.
 
 A design's analysis is made under its registered rule (``design.analysis.analyze``); where the analysis
-fails (a tampered artifact, a changed workload), the note says so instead of failing whole.
+fails (a tampered artifact, a changed workload), the note says so instead of failing whole. The campaign is
+verified once more as the note is written (``NoteData.verification``: the first broken record, or None), and
+every recorded ``--force --why`` override of a failed verification is collected, whatever ``since`` says.
 """
 
 from __future__ import annotations
@@ -13,10 +15,10 @@ from frankenstein.design.analysis import Analysis, analyze
 from frankenstein.design.facts import DesignFacts, design_facts
 from frankenstein.design.kinds import Description, kind_of
 from frankenstein.design.model import Registered
-from frankenstein.design.registry import get
-from frankenstein.errors import FrankError
+from frankenstein.design.registry import get, verify
+from frankenstein.errors import FrankError, RegistryError
 from frankenstein.served import served_parts
-from frankenstein.store import EpisodeRow, LedgerEntry, Refusal
+from frankenstein.store import EpisodeRow, LedgerEntry, Override, Refusal
 
 
 @dataclass
@@ -59,11 +61,18 @@ class NoteData:
     steps: list[LedgerEntry]
     refusals: list[Refusal]
     credits: list[Credit]
+    overrides: list[Override] = field(default_factory=list)  # every one, oldest first (not only since)
+    verification: str | None = None  # the first broken record when the note was written; None: verified
 
 
 def collect(campaign: Campaign, since: str | None = None) -> NoteData:
     """Designs registered, ledger steps and refusals at or after ``since`` (an ISO date or timestamp)."""
     lower = since or ""
+    try:
+        verify(campaign)
+        problem = None
+    except RegistryError as exc:  # the note is written only under --force --why then; it says so at the top
+        problem = str(exc)
     designs = [design_report(campaign, get(campaign, did)) for did in campaign.store.design_ids(lower)]
     steps = [e for e in campaign.store.ledger_steps() if e.at >= lower]
     return NoteData(
@@ -75,6 +84,8 @@ def collect(campaign: Campaign, since: str | None = None) -> NoteData:
         steps=steps,
         refusals=campaign.store.refusals(since),
         credits=credits(campaign),
+        overrides=campaign.store.overrides(),
+        verification=problem,
     )
 
 

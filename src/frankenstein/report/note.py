@@ -2,7 +2,9 @@
 
 Sections: a summary (one bullet per decision), one section per design (hypothesis, the block table with
 blocks as columns, the rule and what it said, secondary metrics "reported, not tested", plots, and what
-the result does and does not show), what didn't work, and credits of the served parts.
+the result does and does not show), what didn't work, verification overridden (only when a command went on
+under ``--force --why`` past a failed verification), and credits of the served parts. A campaign that fails
+verification as the note is written gets a warning line under the title, naming the first broken record.
 
 Every formatter returns a list of lines and reads nothing: :func:`collect` gathers the data first. The
 note prints no clock time but those stored with the records, so the same store gives the same text.
@@ -27,7 +29,7 @@ from frankenstein.report import plots as P
 from frankenstein.report.collect import DesignReport, NoteData, collect
 from frankenstein.report.facts import what_it_shows
 from frankenstein.report.markdown import code, md_table, num, pct, slug
-from frankenstein.store import LedgerEntry, Refusal
+from frankenstein.store import LedgerEntry, Override, Refusal
 
 NOTE_NAME = "note.md"
 Plots = dict[str, dict[str, str]]  # design id -> {"blocks" | "kl" | "passes": file name}
@@ -92,10 +94,11 @@ def format_summary(data: NoteData) -> list[str]:
     """One bullet per decision (ledger steps and refused adoptions, in time order), then one per design
     that no decision used."""
     by_id = {d.design_id: d for d in data.designs}
+    forced_past = step_overrides(data.steps, data.overrides)
     events: list[tuple[str, int, Any]] = [(e.at, 0, e) for e in data.steps]
     events += [(r.at, 1, r) for r in data.refusals if r.what == "adopt"]
     bullets = [
-        _step_bullet(x, by_id) if isinstance(x, LedgerEntry) else _refusal_bullet(x, by_id)
+        _step_bullet(x, by_id, forced_past.get(x.seq)) if isinstance(x, LedgerEntry) else _refusal_bullet(x, by_id)
         for _, _, x in sorted(events, key=lambda t: (t[0], t[1], t[2].seq))
     ]
     used = {e.design_id for e in data.steps} | {r.name for r in data.refusals if r.what == "adopt"}
@@ -116,19 +119,41 @@ def _no_decision(d: DesignReport) -> str:
     return kind_of(d.reg.design.kind).no_decision(d.word)
 
 
-def _step_bullet(e: LedgerEntry, by_id: dict[str, DesignReport]) -> str:
+def step_overrides(steps: list[LedgerEntry], overrides: list[Override]) -> dict[int, Override]:
+    """Ledger step seq -> the verification override its own command recorded just before it: the first
+    step of the same action and reason at or after the override."""
+    out: dict[int, Override] = {}
+    for o in overrides:
+        if o.command not in ("adopt", "revert"):
+            continue
+        e = next(
+            (e for e in steps if e.action == o.command and e.why == o.why and e.at >= o.at and e.seq not in out), None
+        )
+        if e is not None:
+            out[e.seq] = o
+    return out
+
+
+def _verification_phrase(o: Override) -> str:
+    return f"a failed verification ({o.problem.rstrip('.')}; override {o.seq})"
+
+
+def _step_bullet(e: LedgerEntry, by_id: dict[str, DesignReport], forced_past: Override | None = None) -> str:
     if e.action == "revert":
         why = f"; why: {e.why}" if e.why else ""
         head = "**re-applied**" if e.scope.get("undoes_action") == "revert" else "**reverted**"
+        past = f"; forced past {_verification_phrase(forced_past)}" if forced_past is not None else ""
         return (
             f"- {head} {code(e.part)} (step {e.seq}, undoes step {e.scope.get('undoes')}: "
-            f"{e.scope.get('undoes_action')}){why}; served parts after it: {_parts(e.parts)}."
+            f"{e.scope.get('undoes_action')}){why}{past}; served parts after it: {_parts(e.parts)}."
         )
     head = "**adopted by force**" if e.forced else "**adopted**"
     text = f"- {head} {code(e.part)} (step {e.seq}, design {code(e.design_id or '-')}): {scope_phrase(e.scope)}"
     if e.forced:
-        over = "; ".join(e.scope.get("overridden") or []) or "nothing"
-        text += f"; forced because: {e.why}; it overrode: {over}"
+        overrode = list(e.scope.get("overridden") or [])
+        if forced_past is not None:
+            overrode.append(_verification_phrase(forced_past))
+        text += f"; forced because: {e.why}; it overrode: {'; '.join(overrode) or 'nothing'}"
     return text + "."
 
 
@@ -398,6 +423,35 @@ def _failures(d: DesignReport) -> str:
     return ": " + "; ".join(f"block {f.block + 1} {f.arm} {f.status} ({f.reason})" for f in a.failures[:5])
 
 
+def format_overrides(data: NoteData) -> list[str]:
+    """Every command that went on under ``--force --why`` past a failed verification: none, no section."""
+    if not data.overrides:
+        return []
+    rows = [[str(o.seq), code(o.command), o.why, o.problem, o.at] for o in data.overrides]
+    return [
+        "## Verification overridden",
+        "",
+        f"{len(data.overrides)} command(s) went on under `--force --why` although the campaign failed "
+        "verification (every override recorded, not only those in this note's period); what they read or "
+        "wrote rests on evidence that had been changed:",
+        "",
+        *md_table(["override", "command", "why", "what failed", "at"], rows, "lllll"),
+    ]
+
+
+def format_verification(data: NoteData) -> list[str]:
+    """The line under the title when the campaign fails verification as the note is written."""
+    if data.verification is None:
+        return []
+    last = data.overrides[-1] if data.overrides and data.overrides[-1].command == "report" else None
+    forced = f" under `--force --why` {last.why!r} (override {last.seq})" if last is not None else ""
+    return [
+        f"**Warning: this campaign fails verification** ({data.verification.rstrip('.')}). This note was "
+        f"written{forced} all the same: numbers that rest on the broken record are not the ones recorded.",
+        "",
+    ]
+
+
 def format_credits(data: NoteData) -> list[str]:
     if not data.credits:
         return ["## Credits", "", f"No parts served: the served recipe is the base recipe {code(data.base)}."]
@@ -429,6 +483,7 @@ def render_note(data: NoteData, plots: Plots) -> list[str]:
     lines = [
         f"# Progress note: {data.campaign}",
         "",
+        *format_verification(data),
         f"Served recipe now: {code(' + '.join([data.base, *data.served]))}. This note covers the designs "
         f"registered, ledger steps and refusals {since}: {len(data.designs)} design(s), {len(data.steps)} "
         "ledger step(s). Every number comes from the campaign's store, analysed under each design's registered rule.",
@@ -437,7 +492,10 @@ def render_note(data: NoteData, plots: Plots) -> list[str]:
     ]
     for d in data.designs:
         lines += ["", *format_design(d, data.base, plots.get(d.design_id, {}))]
-    lines += ["", *format_didnt_work(data), "", *format_credits(data)]
+    lines += ["", *format_didnt_work(data)]
+    if data.overrides:
+        lines += ["", *format_overrides(data)]
+    lines += ["", *format_credits(data)]
     return lines
 
 
