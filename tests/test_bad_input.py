@@ -154,3 +154,14 @@ def test_a_bad_lock_wait_in_the_environment_is_named(tmp_path: Path) -> None:
                 run.stderr.strip()
                 == f"frank: error: environment variable {name}={value!r}: expected a finite number of seconds >= 0"
             )
+
+
+def test_an_unknown_served_recipe_names_frank_toml_and_the_field(tmp_path: Path) -> None:
+    c = make_campaign(tmp_path / "c")
+    toml = c.root / "frank.toml"
+    text = toml.read_text()
+    toml.write_text(text.replace('served = "base"', 'served = "nope"', 1))
+    assert 'served = "nope"' in toml.read_text()
+    run = frank("served", "-c", str(c.root), timeout=60)
+    assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr
+    assert str(toml) in run.stderr and "served" in run.stderr and "unknown recipe 'nope'" in run.stderr, run.stderr

@@ -151,6 +151,9 @@ def load_config(path: str | Path) -> CampaignConfig:
         for p in recipe.parts:
             if p not in config.parts:
                 raise ConfigError(f"unknown part {p!r}", path=path, field=f"recipes.{rname}.parts")
+    if config.served not in config.recipes:
+        known = ", ".join(sorted(config.recipes)) or "none"
+        raise ConfigError(f"unknown recipe {config.served!r} (known: {known})", path=path, field="served")
     return config
 
 
