@@ -165,3 +165,23 @@ def test_an_unknown_served_recipe_names_frank_toml_and_the_field(tmp_path: Path)
     run = frank("served", "-c", str(c.root), timeout=60)
     assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr
     assert str(toml) in run.stderr and "served" in run.stderr and "unknown recipe 'nope'" in run.stderr, run.stderr
+
+
+def test_pkg_paths_stay_inside_the_package_data(tmp_path: Path) -> None:
+    outside = tmp_path / "outside.jsonl"
+    outside.write_text("{}\n")
+    for name in ("../../../../../../../../etc/passwd", f"../../../../../../../..{outside}", "", "."):
+        run = frank("workload", "stats", f"pkg:{name}", timeout=60)
+        assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr
+        assert "names no file inside the package's data folder" in run.stderr, run.stderr
+    assert frank("workload", "stats", "pkg:demo-workload.jsonl", timeout=60).returncode == 0
+
+
+def test_plan_refuses_numbers_it_cannot_use() -> None:
+    for args in (
+        ["--effect", "nan"],
+        ["--effect", "0.05", "--sd", "inf"],
+        ["--effect", "0.05", "--simulations", "1000000000"],
+    ):
+        run = frank("plan", "--direction", "lower", "--sd", "0.1", *args, timeout=60)
+        assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr

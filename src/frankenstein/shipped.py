@@ -5,12 +5,18 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
+from frankenstein.errors import ConfigError
+
 PKG_PREFIX = "pkg:"
 
 
 def data_path(name: str) -> Path:
-    """Absolute path of a file in ``frankenstein/data``."""
-    return Path(str(resources.files("frankenstein") / "data" / name))
+    """Absolute path of a file in ``frankenstein/data``; a name that leaves that folder is refused."""
+    root = Path(str(resources.files("frankenstein") / "data")).resolve()
+    path = (root / name).resolve()
+    if not path.is_relative_to(root) or path == root:
+        raise ConfigError(f"{PKG_PREFIX}{name}: names no file inside the package's data folder")
+    return path
 
 
 def expand(value: str) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -137,6 +139,11 @@ def plan(
     from frankenstein.design.plan import plan_from_options
     from frankenstein.design.table import format_plan
 
+    for name, value in (("--effect", effect), ("--sd", sd), ("--alpha", alpha), ("--power", power)):
+        if value is not None and not math.isfinite(value):
+            raise typer.BadParameter(f"{value} is not a finite number", param_hint=name)
+    if not 1 <= simulations <= 100_000:
+        raise typer.BadParameter("between 1 and 100000", param_hint="--simulations")
     kinds = [r.value for r in rule] or ["all_blocks_better", "sign", "permutation"]
     result = plan_from_options(
         kinds,
