@@ -374,6 +374,8 @@ class _Handler(BaseHTTPRequestHandler):
             if endpoint and body is not None:
                 self._exchange(endpoint, raw, body)
             else:
+                if endpoint:  # a generation request we cannot read is forwarded, and said so: never a silent gap
+                    self.server.note_error(f"{endpoint}: body is not a UTF-8 JSON object; passed through, not recorded")
                 self._pass_through(raw)
         except TransportError as exc:
             self.server.note_error(f"upstream: {exc!r}")
