@@ -154,3 +154,19 @@ def test_valid_designs_still_register(camp: Path, capsys) -> None:
         assert len(c.store.registry_rows()) == 2
     finally:
         c.close()
+
+
+def test_an_engine_the_adapter_table_lacks_is_refused_naming_the_arm(tmp_path: Path, capsys) -> None:
+    """An engine is one adapter module plus one line in engines.ADAPTERS: frank.toml takes any engine name, and
+    registration refuses one the table lacks (a typo, or an adapter not installed)."""
+    toml = TOML + '\n[recipes.other]\nengine = "trtllm"\nmodel = "pkg:tiny-target.gguf"\n'
+    c = make_campaign(tmp_path / "c", toml=toml)
+    make_workload(c.root / "workloads" / "w.jsonl", turns=6)
+    c.close()
+    design = write_design(c.root / "d.toml", candidate_parts="[]")
+    text = design.read_text()
+    head, tail = text.split("[arms.candidate]\n", 1)
+    design.write_text(head + "[arms.candidate]\n" + tail.replace('recipe = "served"', 'recipe = "other"', 1))
+    assert 'recipe = "other"' in design.read_text()
+    line = refused(capsys, c.root, design, "arms.candidate")
+    assert "unknown engine 'trtllm' (known: llamacpp, vllm, sglang, openai)" in line, line

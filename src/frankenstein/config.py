@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import AfterValidator, Field, ValidationError, field_validator
 
@@ -17,7 +17,9 @@ from frankenstein.errors import ConfigError
 from frankenstein.shipped import expand
 from frankenstein.validation import FrozenUserFile, field_error, read_toml
 
-EngineKind = Literal["llamacpp", "vllm", "sglang", "openai"]
+# An engine adapter's name; which names exist is the adapter table's business (engines.ADAPTERS):
+# registration refuses an unknown one naming the arm, and `frank replay`/`frank engine check` name it too.
+EngineKind = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]{0,31}$")]
 
 # Design, recipe, part and campaign names: a slug, so a name is never a path (no '/', no '..', no leading
 # '.' or '-', no spaces) and every file frank names after one stays inside the campaign folder.

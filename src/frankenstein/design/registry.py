@@ -21,6 +21,7 @@ from frankenstein.campaign import Campaign
 from frankenstein.config import ResolvedRecipe
 from frankenstein.design.kinds import kind_of
 from frankenstein.design.kinds.speed import SpeedKind, check_warmup
+from frankenstein.engines import ADAPTERS
 from frankenstein.design.model import ARMS, DesignFile, FrozenDesign, Registered, load_design, resolve_arms
 from frankenstein.errors import ConfigError, DesignError, FrankError, RegistryError
 from frankenstein.measure.timings import METRICS
@@ -65,6 +66,14 @@ def check_design(campaign: Campaign, design: DesignFile, path: Path) -> FrozenDe
         "higher" if METRICS.get(design.primary_metric) == "higher" else "lower"
     )
     recipes = resolve_arms(lambda arm: resolve_arm(campaign, design, arm), path)
+    for arm, recipe in recipes.items():
+        if recipe is not None and recipe.engine not in ADAPTERS:
+            known = ", ".join(ADAPTERS)
+            raise DesignError(
+                f"recipe {recipe.name!r}: unknown engine {recipe.engine!r} (known: {known})",
+                path=path,
+                field=f"arms.{arm}",
+            )
     kind.check_recipes(design, recipes, path)
     same = _same(recipes["served"], recipes["candidate"], design)
     if same and not kind.same_arms:
