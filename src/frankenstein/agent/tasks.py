@@ -15,9 +15,10 @@ import sys
 import tomllib
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from frankenstein.errors import TaskError
+from frankenstein.validation import FrozenUserFile
 
 REQUIRED = ("task.toml", "prompt.md", "workspace", "grader", "oracle")
 GRADER_SCRIPT = "grade.py"
@@ -25,8 +26,8 @@ SKIP_NAMES = {"__pycache__", ".pytest_cache"}
 MAX_TASK_BYTES = 200_000
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _Strict(FrozenUserFile):
+    """A task file's fields (user-written)."""
 
 
 class Limits(_Strict):

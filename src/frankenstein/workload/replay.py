@@ -22,12 +22,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from frankenstein.engines.contract import Engine, Reply
 from frankenstein.errors import EngineRequestError
 from frankenstein.measure.timings import aggregate
 from frankenstein.workload.trace import Turn, Workload, request_bytes
+from frankenstein.validation import FrozenUserFile
 
 
 DEFAULT_PREFILL_TIMEOUT_S = 120.0
@@ -36,10 +37,8 @@ UNKNOWN_LENGTH_TOKENS = 4096
 TIMEOUT_FIELDS = ("prefill_timeout_s", "timeout_per_token_s", "request_timeout_s")
 
 
-class ReplaySettings(BaseModel):
+class ReplaySettings(FrozenUserFile):
     """How turns are sent. Part of a design, so part of its hash."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     concurrency: int = Field(default=1, ge=1)
     force_length: bool = True

@@ -24,10 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator
 
 from frankenstein.errors import TraceError
 from frankenstein.shipped import expand
+from frankenstein.validation import UserFile
 
 TRACE_VERSION: Final = 1
 Endpoint = Literal["/v1/chat/completions", "/v1/completions", "/completion"]
@@ -35,8 +36,8 @@ ENDPOINTS: tuple[str, ...] = ("/v1/chat/completions", "/v1/completions", "/compl
 CHAT: Final = "/v1/chat/completions"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class _Strict(UserFile):
+    """A trace line's fields (a file users write or edit)."""
 
 
 class ToolCall(_Strict):

@@ -17,7 +17,6 @@ from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Field,
     GetCoreSchemaHandler,
     GetJsonSchemaHandler,
@@ -32,6 +31,7 @@ from pydantic_core import PydanticCustomError, core_schema
 
 from frankenstein.design import stats
 from frankenstein.errors import AnalysisError
+from frankenstein.validation import FrozenUserFile
 
 Direction = Literal["lower", "higher"]
 DataKind = Literal["ratio", "difference"]
@@ -59,8 +59,8 @@ ExactFraction = Annotated[
 ]
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _Model(FrozenUserFile):
+    """A rule's fields: part of a user-written design file."""
 
 
 @dataclass(frozen=True)
