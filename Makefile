@@ -16,7 +16,7 @@ $(PY):
 	$(PY) -m pip install -q --upgrade pip wheel
 
 $(STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install -q -e '.[llamacpp,test]'
+	$(PY) -m pip install -q -e '.[llamacpp,test,ray]'
 	$(PY) -m frankenstein doctor
 	touch $(STAMP)
 
