@@ -129,7 +129,7 @@ def test_gate(camp: Path) -> None:
     write_design(camp / "speed.toml", name="sp", blocks=5)
     assert frank("register", str(camp / "speed.toml"), "-c", str(camp)).returncode == 0
     with open_campaign(camp) as c:
-        assert fidelity_gate_passed(c, "sp-2") == (False, "fidelity gate sp-2: a speed design, not a fidelity design")
+        assert fidelity_gate_passed(c, "sp-1") == (False, "fidelity gate sp-1: a speed design, not a fidelity design")
 
 
 def test_quick_check_prints_numbers_and_no_verdict(camp: Path) -> None:

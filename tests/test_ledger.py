@@ -115,7 +115,7 @@ def test_refuses_when_the_served_recipe_changed_since_registration(camp) -> None
     with pytest.raises(LedgerError) as e:
         ledger.adopt(camp, "threads1", b.design_id)
     assert str(e.value) == (
-        "refused: adopt 'threads1' on design b-2: it was registered when the served recipe was base, "
+        "refused: adopt 'threads1' on design b-1: it was registered when the served recipe was base, "
         "and it is now base + draft: register the design again"
     )
     assert ledger.served_parts(camp) == ["draft"]
@@ -245,7 +245,7 @@ def test_revert_undoes_exactly_the_last_step(camp) -> None:
     assert (r.action, r.part, r.design_id, r.parts, r.why) == (
         "revert",
         "threads1",
-        "b-2",
+        "b-1",
         ["draft"],
         "slower at concurrency 4",
     )

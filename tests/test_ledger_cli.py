@@ -31,15 +31,15 @@ def test_adopt_served_revert_report(camp, tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[0] == "step 1: adopted draft on design good-1; served: base + draft"
 
-    r = frank("adopt", "threads1", "--design", "mixed-2", "-c", root)
+    r = frank("adopt", "threads1", "--design", "mixed-1", "-c", root)
     assert r.returncode == 1
     assert r.stderr.strip() == (
-        "frank: error: refused: adopt 'threads1' on design mixed-2: its verdict is "
+        "frank: error: refused: adopt 'threads1' on design mixed-1: its verdict is "
         "'not confirmed', not 'confirmed' (p > alpha = 0.05); it was registered when the served "
         "recipe was base, and it is now base + draft: register the design again"
     )
 
-    r = frank("adopt", "threads1", "--design", "mixed-2", "--force", "-c", root)
+    r = frank("adopt", "threads1", "--design", "mixed-1", "--force", "-c", root)
     assert r.returncode == 1
     assert r.stderr.strip() == "frank: error: --force needs --why TEXT: a forced adoption is recorded with its reason"
 

@@ -109,11 +109,11 @@ def test_tampered_canonical_design_and_chain(camp) -> None:
     register(camp, write_design(camp.root / "e.toml", name="e", blocks=6))
     with camp.store.transaction() as c:
         c.execute("UPDATE registry SET canonical = replace(canonical, '\"blocks\":6', '\"blocks\":9') WHERE seq = 2")
-    with pytest.raises(RegistryError, match=r"registry row 2 \(e-2\): the stored design does not match its hash"):
+    with pytest.raises(RegistryError, match=r"registry row 2 \(e-1\): the stored design does not match its hash"):
         verify(camp)
     with camp.store.transaction() as c:
         c.execute("DELETE FROM registry WHERE seq = 1")
-    with pytest.raises(RegistryError, match=r"registry row 2 \(e-2\): the chain is broken"):
+    with pytest.raises(RegistryError, match=r"registry row 2 \(e-1\): the chain is broken"):
         verify(camp)
 
 

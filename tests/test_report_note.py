@@ -97,10 +97,10 @@ def test_note_of_a_campaign_matches_golden(camp, tmp_path: Path) -> None:
     golden(normalise(note.read_text(), camp, regs), GOLDEN / "note_campaign.md", UPDATE)
     pngs = sorted(p.name for p in (tmp_path / "out").glob("*.png"))
     assert pngs == [
-        "curtailed-3-blocks.png",
+        "curtailed-1-blocks.png",
         "draft-speed-1-blocks.png",
-        "dropped-4-blocks.png",
-        "threads-2-blocks.png",
+        "dropped-1-blocks.png",
+        "threads-1-blocks.png",
     ]
     assert all(is_png(tmp_path / "out" / p) for p in pngs)
 

@@ -106,9 +106,9 @@ def template(tmp_path_factory) -> Path:
     (camp.root / "kernel.toml").write_text(KERNEL.format(py=sys.executable, bench=bench))
     kernel = register(camp, camp.root / "kernel.toml")
     run_design(camp, kernel.design_id, echo=lambda s: None)  # kernel-1: 10 starts by the runner
-    store_design(camp, "draft", '["draft"]')  # draft-2: 12 starts with turns
-    ledger.adopt(camp, "draft", "draft-2")  # ledger step 1
-    store_design(camp, "threads", '["threads1"]')  # threads-3: served = base + draft
+    store_design(camp, "draft", '["draft"]')  # draft-1: 12 starts with turns
+    ledger.adopt(camp, "draft", "draft-1")  # ledger step 1
+    store_design(camp, "threads", '["threads1"]')  # threads-1: served = base + draft
     with pytest.raises(DesignError):
         register(camp, write_design(camp.root / "bad.toml", name="bad", extra='secondary = ["no_such_metric"]'))
     assert len(camp.store.refusals()) == 1  # refusal 1
@@ -173,12 +173,12 @@ def insert_start(conn: sqlite3.Connection, design: str, block: int, position: in
 
 def last_registry_row_deleted(c: sqlite3.Connection, root: Path) -> str:
     c.execute("DELETE FROM registry WHERE seq = 3")
-    return "registry row 3 (threads-3): deleted after it was recorded"
+    return "registry row 3 (threads-1): deleted after it was recorded"
 
 
 def whole_chain_rewritten(c: sqlite3.Connection, root: Path) -> str:
     """Edit a start's value, then recompute its digest and every chain row after it with our own code."""
-    sid = start_of(c, "threads-3")
+    sid = start_of(c, "threads-1")
     c.execute("UPDATE starts SET metrics = json_set(metrics, '$.verify_step_ms', 1.0) WHERE id = ?", (sid,))
     first = int(one(c, "SELECT seq FROM chain WHERE kind = 'start' AND ref = ?", sid)[0])
     prev = _link(one(c, "SELECT * FROM chain WHERE seq = ?", first - 1)) if first > 1 else None
@@ -194,13 +194,13 @@ def whole_chain_rewritten(c: sqlite3.Connection, root: Path) -> str:
 
 
 def start_value_edited(c: sqlite3.Connection, root: Path) -> str:
-    sid = start_of(c, "threads-3")
+    sid = start_of(c, "threads-1")
     c.execute("UPDATE starts SET metrics = json_set(metrics, '$.verify_step_ms', 20.0) WHERE id = ?", (sid,))
     return f"{label(c, sid)}: changed after it was recorded"
 
 
 def start_deleted(c: sqlite3.Connection, root: Path) -> str:
-    sid = start_of(c, "threads-3")
+    sid = start_of(c, "threads-1")
     lab = label(c, sid)
     c.execute("DELETE FROM turns WHERE start_id = ?", (sid,))
     c.execute("DELETE FROM starts WHERE id = ?", (sid,))
@@ -209,7 +209,7 @@ def start_deleted(c: sqlite3.Connection, root: Path) -> str:
 
 def extra_blocks_inserted(c: sqlite3.Connection, root: Path) -> str:
     ids = [
-        insert_start(c, "threads-3", b, pos, 0, arm) for b in (6, 7) for pos, arm in enumerate(("served", "candidate"))
+        insert_start(c, "threads-1", b, pos, 0, arm) for b in (6, 7) for pos, arm in enumerate(("served", "candidate"))
     ]
     return (
         f"{label(c, ids[0])}: not in the chain (written outside frank); block 7, position 1 is not a slot the "
@@ -218,8 +218,8 @@ def extra_blocks_inserted(c: sqlite3.Connection, root: Path) -> str:
 
 
 def extra_repetitions_inserted(c: sqlite3.Connection, root: Path) -> str:
-    arm = one(c, "SELECT arm FROM starts WHERE design_id = 'threads-3' AND block = 0 AND position = 0")[0]
-    sid = insert_start(c, "threads-3", 0, 0, 1, arm)
+    arm = one(c, "SELECT arm FROM starts WHERE design_id = 'threads-1' AND block = 0 AND position = 0")[0]
+    sid = insert_start(c, "threads-1", 0, 0, 1, arm)
     return (
         f"{label(c, sid)}: not in the chain (written outside frank); the registration put arm {arm} rep 0 in "
         f"this slot, not arm {arm} rep 1"
@@ -229,14 +229,14 @@ def extra_repetitions_inserted(c: sqlite3.Connection, root: Path) -> str:
 def arm_labels_swapped(c: sqlite3.Connection, root: Path) -> str:
     c.execute(
         "UPDATE starts SET arm = CASE arm WHEN 'served' THEN 'candidate' ELSE 'served' END "
-        "WHERE design_id = 'threads-3'"
+        "WHERE design_id = 'threads-1'"
     )
-    sid = int(one(c, "SELECT MIN(id) FROM starts WHERE design_id = 'threads-3'")[0])
+    sid = int(one(c, "SELECT MIN(id) FROM starts WHERE design_id = 'threads-1'")[0])
     return f"{label(c, sid)}: changed after it was recorded"
 
 
 def turns_edited(c: sqlite3.Connection, root: Path) -> str:
-    sid = start_of(c, "threads-3")
+    sid = start_of(c, "threads-1")
     c.execute("UPDATE turns SET metrics = json_set(metrics, '$.decode_ms', 1.0) WHERE start_id = ? AND idx = 1", (sid,))
     return f"{label(c, sid)}: changed after it was recorded"
 
@@ -244,7 +244,7 @@ def turns_edited(c: sqlite3.Connection, root: Path) -> str:
 def ledger_row_inserted(c: sqlite3.Connection, root: Path) -> str:
     c.execute(
         "INSERT INTO ledger (action, part, design_id, scope, forced, why, parts, at) VALUES "
-        "('adopt', 'threads1', 'threads-3', '{}', 0, NULL, '[\"draft\", \"threads1\"]', '2025-03-03T00:00:00.000Z')"
+        "('adopt', 'threads1', 'threads-1', '{}', 0, NULL, '[\"draft\", \"threads1\"]', '2025-03-03T00:00:00.000Z')"
     )
     return "ledger step 2 (adopt threads1): not in the chain (written outside frank)"
 
@@ -265,13 +265,13 @@ def workload_edited(c: sqlite3.Connection, root: Path) -> str:
 
 
 def artifact_edited(c: sqlite3.Connection, root: Path) -> str:
-    sid = start_of(c, "draft-2")
+    sid = start_of(c, "draft-1")
     c.execute("UPDATE artifacts SET data = ? WHERE start_id = ?", (b'{"n_decode_total": 99}', sid))
     return f"{label(c, sid)}: changed after it was recorded"
 
 
 def episode_edited(c: sqlite3.Connection, root: Path) -> str:
-    sid = start_of(c, "threads-3", arm="served")
+    sid = start_of(c, "threads-1", arm="served")
     c.execute("UPDATE episodes SET passed = 1 WHERE start_id = ?", (sid,))
     return f"{label(c, sid)}: changed after it was recorded"
 
@@ -279,7 +279,7 @@ def episode_edited(c: sqlite3.Connection, root: Path) -> str:
 def revert_written_outside(c: sqlite3.Connection, root: Path) -> str:
     c.execute(
         "INSERT INTO ledger (action, part, design_id, scope, forced, why, parts, at) VALUES "
-        "('revert', 'draft', 'draft-2', '{}', 0, NULL, '[]', '2025-03-03T00:00:00.000Z')"
+        "('revert', 'draft', 'draft-1', '{}', 0, NULL, '[]', '2025-03-03T00:00:00.000Z')"
     )
     return "ledger step 2 (revert draft): not in the chain (written outside frank)"
 
@@ -296,7 +296,7 @@ def registry_schedule_edited(c: sqlite3.Connection, root: Path) -> str:
 
 def registry_seed_edited(c: sqlite3.Connection, root: Path) -> str:
     c.execute("UPDATE registry SET seed = '0123456789abcdef' WHERE seq = 2")
-    return "registry row 2 (draft-2): the row was changed after registration"
+    return "registry row 2 (draft-1): the row was changed after registration"
 
 
 def registry_time_edited(c: sqlite3.Connection, root: Path) -> str:
@@ -306,30 +306,30 @@ def registry_time_edited(c: sqlite3.Connection, root: Path) -> str:
 
 def registry_design_edited(c: sqlite3.Connection, root: Path) -> str:
     c.execute("UPDATE registry SET canonical = replace(canonical, '\"blocks\":6', '\"blocks\":9') WHERE seq = 3")
-    return "registry row 3 (threads-3): the stored design does not match its hash"
+    return "registry row 3 (threads-1): the stored design does not match its hash"
 
 
 def registry_hash_recomputed(c: sqlite3.Connection, root: Path) -> str:
     row = one(c, "SELECT canonical FROM registry WHERE seq = 3")
     text = row[0].replace('"blocks":6', '"blocks":9')
     c.execute("UPDATE registry SET canonical = ?, design_hash = ? WHERE seq = 3", (text, chain.sha256(text)))
-    return "registry row 3 (threads-3): the row was changed after registration"
+    return "registry row 3 (threads-1): the row was changed after registration"
 
 
 def registry_middle_row_deleted(c: sqlite3.Connection, root: Path) -> str:
     c.execute("DELETE FROM registry WHERE seq = 2")
-    return "registry row 3 (threads-3): the chain is broken"
+    return "registry row 3 (threads-1): the chain is broken"
 
 
 def registry_prev_hash_edited(c: sqlite3.Connection, root: Path) -> str:
     c.execute("UPDATE registry SET prev_hash = ? WHERE seq = 2", ("f" * 64,))
-    return "registry row 2 (draft-2): the chain is broken"
+    return "registry row 2 (draft-1): the chain is broken"
 
 
 def design_file_edited(c: sqlite3.Connection, root: Path) -> str:
-    copy = root / "designs" / "draft-2.toml"
+    copy = root / "designs" / "draft-1.toml"
     copy.write_text(copy.read_text().replace("blocks = 6", "blocks = 60"))
-    return "draft-2.toml: the registered design file was changed or removed after registration"
+    return "draft-1.toml: the registered design file was changed or removed after registration"
 
 
 def design_file_removed(c: sqlite3.Connection, root: Path) -> str:
@@ -423,10 +423,10 @@ def test_the_untouched_campaign_verifies_and_is_acted_on(camp: Path, capsys) -> 
     code, out, err = cli(capsys, "verify", "-c", str(camp))
     assert code == 0, err
     assert "registry verified: 3 designs" in out and "evidence chain verified: 39 records, head " in out
-    assert cli(capsys, "analyze", "threads-3", "-c", str(camp))[0] == 0
-    code, out, err = cli(capsys, "adopt", "threads1", "--design", "threads-3", "-c", str(camp))
+    assert cli(capsys, "analyze", "threads-1", "-c", str(camp))[0] == 0
+    code, out, err = cli(capsys, "adopt", "threads1", "--design", "threads-1", "-c", str(camp))
     assert code == 0, err
-    assert out.startswith("step 2: adopted threads1 on design threads-3")
+    assert out.startswith("step 2: adopted threads1 on design threads-1")
     assert cli(capsys, "verify", "-c", str(camp))[0] == 0
 
 
@@ -438,7 +438,7 @@ def test_tampering_is_detected_and_refused(case, camp: Path, sql: sqlite3.Connec
     assert code == 1 and err.startswith("frank: error: ") and expected in err, err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
     before = counts(camp)
-    for args in (("analyze", "threads-3"), ("adopt", "threads1", "--design", "threads-3")):
+    for args in (("analyze", "threads-1"), ("adopt", "threads1", "--design", "threads-1")):
         code, out, err = cli(capsys, *args, "-c", str(camp))
         assert code == 1 and expected in err and "refuses to work from a campaign that fails verification" in err, err
         assert out == ""
@@ -485,9 +485,9 @@ def test_serve_refuses_a_ledger_row_written_outside_frank(camp: Path, sql: sqlit
 def test_force_with_why_goes_on_and_is_recorded_in_the_chain(camp: Path, sql: sqlite3.Connection, capsys) -> None:
     expected = start_value_edited(sql, camp)
     sql.close()
-    code, _, err = cli(capsys, "analyze", "threads-3", "--force", "-c", str(camp))
+    code, _, err = cli(capsys, "analyze", "threads-1", "--force", "-c", str(camp))
     assert code == 1 and "--force needs --why TEXT: a forced analyze is recorded with its reason" in err
-    code, out, err = cli(capsys, "analyze", "threads-3", "--force", "--why", "looking at it", "-c", str(camp))
+    code, out, err = cli(capsys, "analyze", "threads-1", "--force", "--why", "looking at it", "-c", str(camp))
     assert code == 0, err
     with open_campaign(camp) as c:
         [o] = c.store.overrides()
@@ -548,18 +548,18 @@ def test_a_forced_analyze_warns_on_stderr_naming_the_broken_record(camp: Path, s
     """Issue #14: `analyze --force --why` past a failed verification says so before the verdict."""
     expected = start_value_edited(sql, camp)
     sql.close()
-    code, out, err = cli(capsys, "analyze", "threads-3", "--force", "--why", "testing", "-c", str(camp))
+    code, out, err = cli(capsys, "analyze", "threads-1", "--force", "--why", "testing", "-c", str(camp))
     assert code == 0, err
     [line] = [x for x in err.splitlines() if x.startswith("warning: ")]
     assert line.startswith(f"warning: verification failed ({expected}")
     assert line.endswith("); going on because --force --why 'testing' (recorded as override 1)")
     assert "verdict" in out
-    code, out, err = cli(capsys, "analyze", "threads-3", "--force", "--why", "again", "-c", str(camp))
+    code, out, err = cli(capsys, "analyze", "threads-1", "--force", "--why", "again", "-c", str(camp))
     assert code == 0 and "(recorded as override 2)" in err
 
 
 def test_an_untouched_campaign_prints_no_warning(camp: Path, capsys) -> None:
-    code, _, err = cli(capsys, "analyze", "threads-3", "--force", "--why", "nothing wrong", "-c", str(camp))
+    code, _, err = cli(capsys, "analyze", "threads-1", "--force", "--why", "nothing wrong", "-c", str(camp))
     assert code == 0 and "warning:" not in err
     with open_campaign(camp) as c:
         assert c.store.overrides() == []
@@ -572,8 +572,8 @@ def test_a_forced_report_lists_every_override_with_its_why_and_the_broken_record
     adopt's step says that it overrode a failed verification instead of 'nothing'."""
     expected = start_value_edited(sql, camp)
     sql.close()
-    code, out, err = cli(capsys, "adopt", "threads1", "--design", "threads-3", "--force", "--why", "x", "-c", str(camp))
-    assert code == 0 and out.startswith("step 2: adopted threads1 on design threads-3 (FORCED)"), err
+    code, out, err = cli(capsys, "adopt", "threads1", "--design", "threads-1", "--force", "--why", "x", "-c", str(camp))
+    assert code == 0 and out.startswith("step 2: adopted threads1 on design threads-1 (FORCED)"), err
     assert f"warning: verification failed ({expected}" in err and "--why 'x' (recorded as override 1)" in err
     code, out, err = cli(capsys, "report", "--out", str(tmp_path / "note"), "--force", "--why", "y", "-c", str(camp))
     assert code == 0, err
@@ -587,6 +587,6 @@ def test_a_forced_report_lists_every_override_with_its_why_and_the_broken_record
     assert len(rows) == 2
     assert rows[0].startswith("| 1 | `adopt` | x | ") and expected in rows[0]
     assert rows[1].startswith("| 2 | `report` | y | ") and expected in rows[1]
-    [step] = [x for x in note.splitlines() if "(step 2, design `threads-3`)" in x]
+    [step] = [x for x in note.splitlines() if "(step 2, design `threads-1`)" in x]
     overrode = step.split("forced because: x; it overrode: ")[1]
     assert f"a failed verification ({expected}" in overrode and overrode.endswith("; override 1).")

@@ -13,6 +13,7 @@ import hashlib
 import json
 import random
 import secrets
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -126,6 +127,16 @@ def make_schedule(seed: str, design: DesignFile) -> list[list[str]]:
     return out
 
 
+def next_design_id(name: str, rows: Sequence[RegistryRow]) -> str:
+    """``NAME-N``, N counting designs of that name (``kvq8-fid-1`` for the first). Ids already stored never
+    change: campaigns registered before ids were per name hold ``NAME-SEQ`` ids, so N skips any id taken."""
+    taken = {r.design_id for r in rows}
+    n = sum(1 for r in rows if r.name == name) + 1
+    while f"{name}-{n}" in taken:
+        n += 1
+    return f"{name}-{n}"
+
+
 def _row_hash(
     prev: str, design_id: str, design_hash: str, seed: str, schedule: str, at: str, version: str, source: str
 ) -> str:
@@ -154,7 +165,7 @@ def register(campaign: Campaign, design_path: str | Path) -> Registered:
     def build(last: RegistryRow | None) -> RegistryRow:
         seq = (last.seq if last else 0) + 1
         prev = last.row_hash if last else GENESIS
-        design_id = f"{design.name}-{seq}"
+        design_id = next_design_id(design.name, campaign.store.registry_rows())
         row_hash = _row_hash(prev, design_id, design_hash, seed, sched, at, __version__, text)
         inside(campaign, campaign.root / "designs" / f"{design_id}.toml").write_bytes(source)
         return RegistryRow(
