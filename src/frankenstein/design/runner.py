@@ -64,48 +64,127 @@ def _run_slot(
     return kind_of(reg.design.kind).start(campaign, reg, slot, recipe, workload, progress)
 
 
+ProgressFactory = Callable[[str], AbstractContextManager[Progress | None]]
+Check = Callable[[Slot], StartOutcome | None]
+
+
+def slot_label(reg: Registered, slot: Slot) -> str:
+    return f"block {slot.block + 1}/{reg.design.blocks} · {slot.arm}"
+
+
+def run_slot(
+    campaign: Campaign,
+    reg: Registered,
+    slot: Slot,
+    workload: Workload | None,
+    progress_factory: ProgressFactory | None = None,
+) -> StartOutcome:
+    """One start of a registered slot, watched (machine, load, NVML): the per-start code of every runner."""
+    ctx = progress_factory(slot_label(reg, slot)) if progress_factory else _null()
+    with ctx as progress:
+        return watched(partial(_run_slot, campaign, reg, slot, workload, progress))
+
+
+def block_starts(
+    campaign: Campaign,
+    reg: Registered,
+    slots: list[Slot],
+    workload: Workload | None,
+    *,
+    progress_factory: ProgressFactory | None = None,
+    check: Check | None = None,
+) -> Iterator[tuple[Slot, StartOutcome]]:
+    """The starts of one block in registered arm order, each yielded as soon as it ends (the caller
+    records it before the next one runs). ``check(slot)`` may refuse a start before it runs by returning
+    its failed outcome (a cluster worker checks the host's files). Used by :func:`run_design` and by the
+    cluster worker (:mod:`frankenstein.cluster.worker`)."""
+    for slot in slots:
+        refused = check(slot) if check else None
+        yield slot, refused if refused is not None else run_slot(campaign, reg, slot, workload, progress_factory)
+
+
+def record_slot(campaign: Campaign, design_id: str, slot: Slot, out: StartOutcome) -> int:
+    """Write one start of a registered slot (the store's unique key refuses a slot recorded twice)."""
+    return record_start(
+        campaign.store,
+        out,
+        design_id=design_id,
+        block=slot.block,
+        position=slot.position,
+        rep=slot.rep,
+        arm=slot.arm,
+    )
+
+
+def start_line(reg: Registered, slot: Slot, out: StartOutcome) -> str:
+    """What a runner prints after a start."""
+    value = kind_of(reg.design.kind).start_value(reg, out)
+    return f"{slot_label(reg, slot)}: {out.status}{value}" + (f" ({out.reason})" if out.reason else "")
+
+
+def pinned_workload(reg: Registered) -> Workload | None:
+    """The registered workload, refused when it no longer hashes to the registered value."""
+    if not reg.frozen.workload_path:
+        return None
+    workload = load_trace(reg.frozen.workload_path)
+    if workload.hash != reg.frozen.workload_hash:
+        raise DesignError(f"workload {reg.frozen.workload_path} changed since {reg.design_id} was registered")
+    return workload
+
+
+def unfinished(campaign: Campaign, reg: Registered, resume: bool) -> tuple[list[Slot], int]:
+    """The slots still to run, in registered order, and how many are recorded (refused without ``resume``)."""
+    done = done_slots(campaign, reg.design_id)
+    if done and not resume:
+        raise DesignError(f"design {reg.design_id} already has {len(done)} recorded starts; continue it with --resume")
+    return [s for s in reg.slots() if (s.block, s.position) not in done], len(done)
+
+
+def by_block(slots: list[Slot]) -> list[list[Slot]]:
+    """Slots grouped by block, blocks and slots in registered order."""
+    groups: dict[int, list[Slot]] = {}
+    for slot in slots:
+        groups.setdefault(slot.block, []).append(slot)
+    return [groups[b] for b in sorted(groups)]
+
+
+def curtails(campaign: Campaign, reg: Registered, next_block: int) -> bool:
+    """Whether a curtailing design stops before ``next_block`` (the kind allows it and the verdict is settled)."""
+    kind = kind_of(reg.design.kind)
+    return reg.design.stopping == "curtail" and kind.can_curtail and settled(campaign, reg, next_block)
+
+
+def curtailed_line(next_block: int) -> str:
+    return f"curtailed before block {next_block + 1}: the registered verdict can no longer change"
+
+
 def run_design(
     campaign: Campaign,
     design_id: str,
     *,
     resume: bool = False,
     echo: Callable[[str], None] = print,
-    progress_factory: Callable[[str], AbstractContextManager[Progress | None]] | None = None,
+    progress_factory: ProgressFactory | None = None,
 ) -> str:
     """Run every unfinished start of a registered design; returns a one-line summary."""
     reg = registry.get(campaign, design_id)
-    kind = kind_of(reg.design.kind)
     with run_lock(campaign):
-        done = done_slots(campaign, design_id)
-        if done and not resume:
-            raise DesignError(f"design {design_id} already has {len(done)} recorded starts; continue it with --resume")
-        workload = None
-        if reg.frozen.workload_path:
-            workload = load_trace(reg.frozen.workload_path)
-            if workload.hash != reg.frozen.workload_hash:
-                raise DesignError(f"workload {reg.frozen.workload_path} changed since {design_id} was registered")
-        todo = [s for s in reg.slots() if (s.block, s.position) not in done]
+        todo, recorded = unfinished(campaign, reg, resume)
+        workload = pinned_workload(reg)
         ran = 0
-        for slot in todo:
-            if reg.design.stopping == "curtail" and kind.can_curtail and settled(campaign, reg, slot.block):
-                echo(f"curtailed before block {slot.block + 1}: the registered verdict can no longer change")
+        for block in by_block(todo):
+            if curtails(campaign, reg, block[0].block):
+                echo(curtailed_line(block[0].block))
                 break
-            label = f"block {slot.block + 1}/{reg.design.blocks} · {slot.arm}"
-            ctx = progress_factory(label) if progress_factory else _null()
-            with ctx as progress:
-                out = watched(partial(_run_slot, campaign, reg, slot, workload, progress))
-            record_start(
-                campaign.store,
-                out,
-                design_id=design_id,
-                block=slot.block,
-                position=slot.position,
-                rep=slot.rep,
-                arm=slot.arm,
-            )
-            ran += 1
-            echo(f"{label}: {out.status}{kind.start_value(reg, out)}" + (f" ({out.reason})" if out.reason else ""))
-    return f"{design_id}: {ran} starts run, {len(done)} already recorded"
+            for slot, out in block_starts(campaign, reg, block, workload, progress_factory=progress_factory):
+                record_slot(campaign, design_id, slot, out)
+                ran += 1
+                echo(start_line(reg, slot, out))
+    return summary(design_id, ran, recorded)
+
+
+def summary(design_id: str, ran: int, recorded: int) -> str:
+    return f"{design_id}: {ran} starts run, {recorded} already recorded"
 
 
 @contextmanager
