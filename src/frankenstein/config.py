@@ -68,11 +68,19 @@ class Recipe(FrozenUserFile):
     start_timeout_s: float = Field(default=300.0, gt=0, allow_inf_nan=False)
 
 
+class ClusterConfig(FrozenUserFile):
+    """``[cluster]``: where ``frank run`` sends blocks (docs/cluster.md)."""
+
+    ray: str | None = Field(default=None, min_length=1, description='"auto" or a Ray address (HOST:PORT)')
+    gpus: float = Field(default=0.0, ge=0, allow_inf_nan=False, description="GPUs one block needs on its host")
+
+
 class CampaignConfig(FrozenUserFile):
     name: Name = "campaign"
     served: Name = "base"
     recipes: dict[str, Recipe] = Field(default_factory=dict)
     parts: dict[str, Part] = Field(default_factory=dict)
+    cluster: ClusterConfig = ClusterConfig()
 
     @field_validator("recipes", "parts")
     @classmethod

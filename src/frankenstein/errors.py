@@ -16,6 +16,7 @@
     ├── AnalysisError               data cannot be analysed under the registered rule (bad CSV too)
     ├── FidelityError
     ├── SandboxError
+    ├── ClusterError                a Ray cluster cannot run a design (Ray missing, no host, lost driver link)
     └── LedgerError                 adopt/revert refused
 
 Foreign exceptions are translated at the boundary with ``raise ... from exc``.
@@ -111,6 +112,11 @@ class FidelityError(FrankError):
 
 class SandboxError(FrankError):
     """The agent sandbox could not run a command."""
+
+
+class ClusterError(FrankError):
+    """A design cannot run on the Ray cluster asked for (Ray is not installed, no host offers the
+    ``frank_host`` resource, the cluster cannot be reached)."""
 
 
 class LedgerError(FrankError):
