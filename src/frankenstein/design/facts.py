@@ -79,6 +79,7 @@ class DesignFacts:
     machines: tuple[tuple[str, dict[str, str]], ...] = ()  # (start label, metadata cells) per start
     machine_flags: tuple[str, ...] = ()  # starts whose machine differs from the rest
     load_warnings: tuple[str, ...] = ()  # starts run while the machine was busier than its cores
+    not_fresh: tuple[str, ...] = ()  # arms whose ok starts talked to a server already running (engine external)
 
 
 def _gpu_entries(data: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, str | None]:
@@ -158,7 +159,19 @@ def design_facts(campaign: Campaign, reg: Registered) -> DesignFacts:
         machines=tuple((start_label(r), machine_cells(machine_of(r), r)) for r in rows),
         machine_flags=tuple(machine_differences(rows)),
         load_warnings=tuple(load_warnings(rows)),
+        not_fresh=_distinct(r.arm for r in ok if r.capabilities.get("fresh_start") is False),
     )
+
+
+def fresh_start_lines(f: DesignFacts) -> list[str]:
+    """The sentence for a design whose starts were not fresh engine lives (an ``external`` arm), else none."""
+    if not f.not_fresh:
+        return []
+    return [
+        f"Starts were not fresh: arm(s) {', '.join(f.not_fresh)} ran against a server already running (engine "
+        "external, not started by frank), so their starts share one process and its warm state; the blocks "
+        "compare occasions of that process, not independent engine starts."
+    ]
 
 
 def fidelity_paths(campaign: Campaign, design_id: str | None) -> tuple[str, ...]:

@@ -30,6 +30,7 @@ from frankenstein.served import served_parts
 from frankenstein.shipped import expand
 from frankenstein.store import RegistryRow, now_iso
 from frankenstein.validation import read_toml
+from frankenstein.workload.replay import fresh_start_problem
 from frankenstein.workload.trace import load_trace
 
 GENESIS = "0" * 64
@@ -75,6 +76,8 @@ def check_design(campaign: Campaign, design: DesignFile, path: Path) -> FrozenDe
                 path=path,
                 field=f"arms.{arm}",
             )
+    if fresh := fresh_start_problem(design.replay, {a: r.engine for a, r in recipes.items() if r is not None}):
+        raise DesignError(f"arm {fresh[0]}: {fresh[1]}", path=path, field="replay.fresh_starts")
     kind.check_recipes(design, recipes, path)
     same = _same(recipes["served"], recipes["candidate"], design)
     if same and not kind.same_arms:

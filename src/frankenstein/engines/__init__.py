@@ -14,6 +14,7 @@ from pathlib import Path
 from frankenstein.config import ResolvedRecipe
 from frankenstein.engines.base import ProcessEngine
 from frankenstein.engines.contract import Engine, ForcedDecoder, Reply, TopLogprobs
+from frankenstein.engines.external import ExternalEngine
 from frankenstein.engines.llamacpp import LlamaCppEngine
 from frankenstein.engines.openai import OpenAIEngine
 from frankenstein.engines.sglang import SglangEngine
@@ -36,6 +37,7 @@ ADAPTERS: dict[str, type[ProcessEngine]] = {
     "vllm": VllmEngine,
     "sglang": SglangEngine,
     "openai": OpenAIEngine,
+    "external": ExternalEngine,
 }
 
 

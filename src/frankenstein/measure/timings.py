@@ -7,6 +7,16 @@ metrics are ratios of sums over the measured turns (never means of per-turn rati
 - ``decode_ms_per_token`` = Σ decode_ms / Σ (generated_tokens − 1)
 - ``tokens_per_step``     = Σ (generated_tokens − 1) / Σ target_steps
 
+Time outside the server's own timings, per turn (client clock minus server clock; see docs/workloads.md):
+
+- ``pre_ms``  = client TTFT − server prompt_ms (templating, tokenization, queueing and transport
+  before the first token); per start Σ pre_ms / turns
+- ``post_ms`` = client e2e − client TTFT − server decode_ms (what the client waits beyond the
+  server's decode after the first token: detokenization, SSE framing, transport); per start Σ / turns
+
+Both need a stream (client TTFT) and an engine that reports prompt and decode time (llama.cpp
+``timings``); a turn without them has none, and a start then has none either.
+
 The first generated token comes out of the prefill, so a turn of n tokens has n − 1 decode tokens;
 without speculative decoding a target step yields one token (tokens_per_step = 1.0 exactly), with it a
 verify step yields its accepted draft tokens + 1, so ``target_steps = n − 1 − accepted``.
@@ -27,6 +37,8 @@ METRICS: dict[str, str] = {
     "e2e_ms": "lower",
     "acceptance_rate": "higher",
     "passes": "higher",
+    "pre_ms": "lower",
+    "post_ms": "lower",
 }
 """Known metrics and the direction that is better."""
 
@@ -51,6 +63,15 @@ class StepTiming:
 def target_steps(generated: int, accepted: int | None) -> int:
     """Decode-time target forward passes for a turn of ``generated`` tokens."""
     return max(generated - 1 - (accepted or 0), 0)
+
+
+def outside_ms(timing: StepTiming, ttft_ms: float | None, e2e_ms: float | None) -> dict[str, float | None]:
+    """``pre_ms`` and ``post_ms`` of one turn (module docstring); None where a clock is missing."""
+    pre = None if ttft_ms is None or timing.prompt_ms is None else ttft_ms - timing.prompt_ms
+    post = (
+        None if ttft_ms is None or e2e_ms is None or timing.decode_ms is None else e2e_ms - ttft_ms - timing.decode_ms
+    )
+    return {"pre_ms": pre, "post_ms": post}
 
 
 def _sum(rows: Iterable[dict[str, float | int | None]], key: str) -> float | None:
@@ -79,6 +100,7 @@ def aggregate(turns: list[dict[str, float | int | None]]) -> dict[str, float | N
     accepted = _sum(turns, "accepted")
     ttft = _sum(turns, "ttft_ms")
     e2e = _sum(turns, "e2e_ms")
+    pre, post = _sum(turns, "pre_ms"), _sum(turns, "post_ms")
     n = len(turns) or None
     return {
         "verify_step_ms": _div(decode, steps),
@@ -89,6 +111,8 @@ def aggregate(turns: list[dict[str, float | int | None]]) -> dict[str, float | N
         "ttft_ms": _div(ttft, n),
         "e2e_ms": _div(e2e, n),
         "acceptance_rate": _div(accepted, drafted),
+        "pre_ms": _div(pre, n),
+        "post_ms": _div(post, n),
         "decode_ms": decode,
         "target_steps": steps,
         "generated_tokens": gen,

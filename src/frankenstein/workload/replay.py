@@ -26,7 +26,7 @@ from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from frankenstein.engines.contract import Engine, Reply
 from frankenstein.errors import EngineRequestError
-from frankenstein.measure.timings import aggregate
+from frankenstein.measure.timings import aggregate, outside_ms
 from frankenstein.workload.trace import Turn, Workload, request_bytes
 from frankenstein.validation import FrozenUserFile
 
@@ -35,6 +35,8 @@ DEFAULT_PREFILL_TIMEOUT_S = 120.0
 DEFAULT_PER_TOKEN_TIMEOUT_S = 2.0
 UNKNOWN_LENGTH_TOKENS = 4096
 TIMEOUT_FIELDS = ("prefill_timeout_s", "timeout_per_token_s", "request_timeout_s")
+# Fields left out of the canonical text at their defaults (designs registered before them keep their hash).
+DEFAULTED_FIELDS = (*TIMEOUT_FIELDS, "fresh_starts")
 
 
 class ReplaySettings(FrozenUserFile):
@@ -51,16 +53,34 @@ class ReplaySettings(FrozenUserFile):
     prefill_timeout_s: float = Field(default=DEFAULT_PREFILL_TIMEOUT_S, gt=0, allow_inf_nan=False)
     timeout_per_token_s: float = Field(default=DEFAULT_PER_TOKEN_TIMEOUT_S, gt=0, allow_inf_nan=False)
     request_timeout_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    # false: the design accepts starts that are not fresh engine lives (an `external` arm, a server
+    # already running); its rule then compares occasions of one process, and the facts say so.
+    fresh_starts: bool = True
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         """Timeout fields at their defaults are left out, so designs registered before they existed
         keep their canonical text (and hash)."""
         out: dict[str, Any] = handler(self)
-        for name in TIMEOUT_FIELDS:
+        for name in DEFAULTED_FIELDS:
             if name in out and out[name] == type(self).model_fields[name].default:
                 del out[name]
         return out
+
+
+def fresh_start_problem(settings: ReplaySettings, engines: dict[str, str]) -> tuple[str, str] | None:
+    """(arm, why) for an arm whose engine does not start fresh (``external``) in a design that did not
+    say ``replay.fresh_starts = false``, else None. ``engines``: {arm: recipe engine}."""
+    if not settings.fresh_starts:
+        return None
+    for arm, engine in engines.items():
+        if engine == "external":
+            return arm, (
+                "an external engine (a server already running) does not start fresh, and every decision rule "
+                "compares fresh engine starts; set `fresh_starts = false` under [replay] in the design file to "
+                "accept starts that are not fresh (the note and analysis then say so)"
+            )
+    return None
 
 
 def request_timeout(turn: Turn, settings: ReplaySettings) -> float:
@@ -112,6 +132,7 @@ def _row(idx: int, turn: Turn, warmup: bool, reply: Reply | None, error: str | N
     if reply is not None:
         row.update(reply.timing.as_dict())
         row.update({"ttft_ms": reply.ttft_ms, "e2e_ms": reply.e2e_ms})
+        row.update(outside_ms(reply.timing, reply.ttft_ms, reply.e2e_ms))
     return row
 
 

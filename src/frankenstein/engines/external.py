@@ -1,0 +1,144 @@
+"""A server that is already running, at a URL frank was given: no launch, no stop.
+
+    frank replay RECIPE WORKLOAD --url http://127.0.0.1:8080     (``external_recipe`` below)
+    [recipes.running] engine = "external", args = ["--url", "http://127.0.0.1:8080"]
+
+It speaks the OpenAI-compatible API (``/v1/chat/completions``, ``/v1/completions``, and llama.cpp's
+``/completion``); step timings are llama.cpp's response ``timings`` when the server sends them, else
+``usage`` only. ``start()`` checks that the server answers (``/health``, else ``/v1/models``) within
+the recipe's ``start_timeout_s``; ``stop()`` leaves it running. Its starts are **not fresh**: every
+start talks to the same process, with whatever its caches and warm state hold, so a block design's
+starts are not independent engine lives. Registration refuses an external arm unless the design
+says so (``replay.fresh_starts = false``), and the facts of a design say its starts were not fresh.
+Only ``http://`` (the one stdlib client, :mod:`frankenstein.engines.http`).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from frankenstein.config import ResolvedRecipe
+from frankenstein.engines.base import CONTROL_TIMEOUT_S, ProcessEngine
+from frankenstein.engines.http import TransportError, fetch
+from frankenstein.engines.llamacpp import LlamaCppEngine
+from frankenstein.engines.prometheus import parse_prometheus
+from frankenstein.errors import ConfigError, EngineError, EngineStartError
+from frankenstein.measure.timings import StepTiming
+
+KIND = "external"
+NOT_FRESH = "a server already running (not started by frank): its starts are not fresh engine lives"
+
+
+def parse_url(url: str, field: str) -> tuple[str, int]:
+    """(host, port) of ``http://HOST:PORT``; anything else is a ConfigError naming ``field``."""
+    parts = urlsplit(url.strip())
+    if parts.scheme != "http" or not parts.hostname:
+        raise ConfigError(f"{url!r}: expected http://HOST:PORT (only plain http is supported)", field=field)
+    if parts.path.strip("/") or parts.query:
+        raise ConfigError(f"{url!r}: give the server's root, without a path (http://HOST:PORT)", field=field)
+    try:
+        port = parts.port or 80
+    except ValueError as exc:
+        raise ConfigError(f"{url!r}: the port is not a number", field=field) from exc
+    return parts.hostname, port
+
+
+def recipe_url(recipe: ResolvedRecipe) -> str:
+    """The URL of an external recipe: ``args = ["--url", URL]`` (nothing else is allowed in args)."""
+    field = f"recipes.{recipe.name}.args"
+    if len(recipe.args) != 2 or recipe.args[0] != "--url":
+        raise ConfigError('an external recipe needs args = ["--url", "http://HOST:PORT"] and nothing else', field=field)
+    return recipe.args[1]
+
+
+def external_recipe(recipe: ResolvedRecipe, url: str) -> ResolvedRecipe:
+    """``recipe`` pointed at a running server (``frank replay --url``): same name, model and parts, engine
+    ``external``; nothing of the recipe's launch is used."""
+    parse_url(url, "--url")
+    return recipe.model_copy(update={"engine": KIND, "args": ["--url", url.strip().rstrip("/")], "command": None})
+
+
+class ExternalEngine(ProcessEngine):
+    kind = KIND
+    ready_path = "/health"
+    endpoints = ("/v1/chat/completions", "/v1/completions", "/completion")
+
+    def __init__(
+        self, recipe: ResolvedRecipe, log_dir: Path, *, port: int | None = None, host: str = "127.0.0.1"
+    ) -> None:
+        super().__init__(recipe, log_dir, port=port, host=host)
+        self.url = ""
+
+    @property
+    def base_url(self) -> str:
+        return self.url or super().base_url
+
+    def check_recipe(self) -> None:
+        """The URL is checked (and taken) here, so a bad one fails the start naming the recipe field."""
+        self.url = recipe_url(self.recipe).rstrip("/")
+        self.host, self.port = parse_url(self.url, f"recipes.{self.recipe.name}.args")
+
+    def launch(self) -> None:
+        """Nothing to launch: the server is someone else's."""
+        self.check_recipe()
+
+    def ready(self) -> float:
+        """Wait until the server answers ``/health`` (or, lacking it, ``/v1/models``) with 200."""
+        t0 = time.monotonic()
+        deadline = t0 + self.recipe.start_timeout_s
+        last = "no answer"
+        while True:
+            for path in (self.ready_path, "/v1/models"):
+                try:
+                    answer = fetch(self.host, self.port or 80, "GET", path, None, timeout_s=CONTROL_TIMEOUT_S)
+                except TransportError as exc:
+                    last = f"{type(exc).__name__}: {exc}"
+                    break
+                if answer.status_code == 200:
+                    self.running = True
+                    self.ready_s = time.monotonic() - t0
+                    self.version = self.read_version()
+                    return self.ready_s
+                last = f"{path} answered {answer.status_code}"
+            if time.monotonic() >= deadline:
+                raise EngineStartError(
+                    f"the external server at {self.url} did not answer ready within "
+                    f"{self.recipe.start_timeout_s:.0f} s ({last})"
+                )
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        """The server is left running; this engine only stops talking to it."""
+        self.running = False
+
+    def died(self, exc: Exception | None = None) -> EngineError:
+        why = f" ({type(exc).__name__}: {exc})" if exc else ""
+        return EngineError(f"the external server at {self.url} stopped answering{why}")
+
+    def read_version(self) -> str:
+        """The server's own build (llama.cpp ``/props`` ``build_info``), marked as not started by frank."""
+        build = "unknown"
+        try:
+            props = self.get("/props")
+            if props.status_code == 200:
+                data = props.json()
+                build = str(data.get("build_info") or build) if isinstance(data, dict) else build
+        except (EngineError, ValueError):
+            pass
+        return f"{build} ({NOT_FRESH}; {self.url})"
+
+    def capabilities(self) -> dict[str, Any]:
+        return {"external": self.url, "fresh_start": False, "step_timing": "response timings when present, else usage"}
+
+    def step_timing(self, body: dict[str, Any]) -> StepTiming:
+        if not body.get("timings"):
+            return super().step_timing(body)
+        return LlamaCppEngine.step_timing(self, body)  # type: ignore[arg-type]  # llama.cpp's parsing, no process
+
+    def metrics(self) -> dict[str, float]:
+        """``/metrics`` when the server has it (llama.cpp needs ``--metrics``), else empty."""
+        answer = self.get("/metrics")
+        return parse_prometheus(answer.text) if answer.status_code == 200 else {}
