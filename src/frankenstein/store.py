@@ -694,6 +694,14 @@ class StartRow:
     def ok(self) -> bool:
         return self.status == "ok"
 
+    @property
+    def phases(self) -> dict[str, Any]:
+        """Where the start's time went (:mod:`frankenstein.design.phases`), kept in ``resources["phases"]``
+        (no new column: the evidence chain digests every column of a start): ``at``, ``total_s``,
+        ``phases`` {name: seconds}, ``notes``; {} for a start recorded before phases were."""
+        found = self.resources.get("phases")
+        return dict(found) if isinstance(found, dict) else {}
+
 
 @dataclass(frozen=True)
 class EpisodeRow:

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from frankenstein.config import ResolvedRecipe
+from frankenstein.design import phases
 from frankenstein.engines import adapter_for
 from frankenstein.errors import EngineError
 from frankenstein.engines.llamacpp import find_llama_server
@@ -58,27 +60,82 @@ def measure_start(
     log_dir: Path,
     progress: Callable[[int, int], None] | None = None,
 ) -> StartOutcome:
-    """Run one start; never raises for engine failures (they become a failed outcome)."""
+    """Run one start; never raises for engine failures (they become a failed outcome). Its phases
+    (launch, ready, warmup, replay, scrape, stop) go to the current :mod:`~frankenstein.design.phases` recorder."""
     started = now_iso()
     engine = adapter_for(recipe, log_dir)
     out = StartOutcome(status="failed", reason=None, started_at=started, recipe=recipe, engine=engine.kind)
     sampler = ResourceSampler()
     try:
-        engine.start()
+        start_engine(engine)
         sampler.start(engine.pid)
         out.engine_version = engine.version
         out.capabilities = engine.capabilities()
-        before = _metrics_or_empty(engine)
-        result: ReplayResult = replay(engine, workload, settings, progress)
-        out.scrape = _scrape_delta(before, _metrics_or_empty(engine))
+        with phases.phase("scrape"):
+            before = _metrics_or_empty(engine)
+        result: ReplayResult = timed_replay(engine, workload, settings, progress)
+        with phases.phase("scrape"):
+            out.scrape = _scrape_delta(before, _metrics_or_empty(engine))
         out.rows, out.metrics = result.rows, {**result.metrics, **speculation(result.rows)}
         out.status, out.reason = ("ok", None) if result.valid else ("invalid", "; ".join(result.invalid[:5]))
     except EngineError as exc:
         out.status, out.reason = "failed", str(exc)
     finally:
         out.resources = sampler.stop()
-        engine.stop()
+        stop_engine(engine)
     return out
+
+
+def start_engine(engine: Any) -> None:
+    """``engine.start()`` timed as two phases: ``launch`` (checks, spawn) and ``ready`` (launch → ready,
+    the readiness poll); a failed start still records the time it took."""
+    t = time.monotonic()
+    try:
+        engine.start()
+    finally:
+        total = time.monotonic() - t
+        ready = getattr(engine, "ready_s", None) or 0.0
+        phases.add("launch", max(0.0, total - ready))
+        phases.add("ready", ready)
+        polls = getattr(getattr(engine, "process", None), "ready_polls", None)
+        if polls is not None:
+            phases.note("ready_polls", polls)
+
+
+def stop_engine(engine: Any) -> None:
+    """``engine.stop()`` timed as the ``stop`` phase, with how the process ended (SIGTERM or SIGKILL)."""
+    with phases.phase("stop"):
+        engine.stop()
+    process = getattr(engine, "process", None)
+    stopped = getattr(process, "stopped_by", None)
+    if stopped:
+        phases.note("stopped_by", stopped)
+        phases.note("stop_grace_s", getattr(process, "grace_s", None))
+
+
+def timed_replay(
+    engine: Any, workload: Workload, settings: ReplaySettings, progress: Callable[[int, int], None] | None
+) -> ReplayResult:
+    """``replay`` timed as ``warmup`` (its first ``warmup_turns`` turns, which it sends first, one at a time)
+    and ``replay`` (the measured turns)."""
+    turns = len(workload.turns[: settings.max_turns] if settings.max_turns else workload.turns)
+    warm = min(settings.warmup_turns, turns)
+    t0 = time.monotonic()
+    split: list[float] = []
+
+    def tick(done: int, n: int) -> None:
+        if done == warm and not split:
+            split.append(time.monotonic())
+        if progress:
+            progress(done, n)
+
+    try:
+        return replay(engine, workload, settings, tick)
+    finally:
+        end = time.monotonic()
+        mid = split[0] if split else (t0 if warm == 0 else end)
+        phases.add("warmup", mid - t0)
+        phases.add("replay", end - mid)
 
 
 def speculation(rows: list[dict[str, Any]]) -> dict[str, float | None]:
@@ -101,19 +158,27 @@ def speculation(rows: list[dict[str, Any]]) -> dict[str, float | None]:
 
 
 def watched(run: Callable[[], StartOutcome]) -> StartOutcome:
-    """Run one start with the machine recorded beside it: snapshot before, load and NVML through it."""
-    machine = snapshot()
-    with LoadSampler() as load, ResourceSampler() as sampler:
-        sampler.attach(None)
-        out = run()
-    if out.resources.get("status") != "sampled":
-        out.resources = dict(sampler.result or not_sampled("the sampler gave no result"))
-    out.resources["machine"] = machine.as_dict()
-    binary = engine_binary(out)
-    if binary:
-        out.resources["engine_binary"] = binary
-    if load.record is not None:
-        out.resources["load"] = load.record.model_dump(mode="json")
+    """Run one start with the machine recorded beside it: snapshot before, load and NVML through it,
+    and its phases (``resources["phases"]``, :mod:`frankenstein.design.phases`)."""
+    with phases.recording() as rec:
+        machine = snapshot()
+        with LoadSampler() as load, ResourceSampler() as sampler:
+            sampler.attach(None)
+            t = time.monotonic()
+            out = run()
+            run_s = time.monotonic() - t
+        if out.resources.get("status") != "sampled":
+            out.resources = dict(sampler.result or not_sampled("the sampler gave no result"))
+        out.resources["machine"] = machine.as_dict()
+        binary = engine_binary(out)
+        if binary:
+            out.resources["engine_binary"] = binary
+        if load.record is not None:
+            out.resources["load"] = load.record.model_dump(mode="json")
+        if out.engine == "command":
+            rec.add("command", run_s)
+        if rec.total_s is None:
+            out.resources.update(rec.finish())
     return out
 
 

@@ -29,6 +29,7 @@ class ProcessEngine:
 
     kind = "engine"
     ready_path = "/health"
+    stop_grace_s = 10.0  # SIGTERM → SIGKILL; an adapter sets what its clean shutdown needs (docs/benchmarks.md)
     endpoints: tuple[str, ...] = ("/v1/chat/completions", "/v1/completions")
 
     def __init__(
@@ -122,7 +123,7 @@ class ProcessEngine:
     def stop(self) -> None:
         self.running = False
         if self.process is not None:
-            self.process.stop()
+            self.process.stop(self.stop_grace_s)
 
     def __enter__(self) -> ProcessEngine:
         return self.start()

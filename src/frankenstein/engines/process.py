@@ -6,6 +6,14 @@ No engine outlives the ``frank`` process that started it:
 - every live engine has a pid file in the runtime directory; :func:`reap_leftovers` kills groups whose
   owner is gone (a second line of defence, e.g. for engines started through a wrapper script);
 - :meth:`EngineProcess.stop` sends SIGTERM to the group, SIGKILL after a grace period, and waits.
+
+Fast edges: readiness is polled from 20 ms, doubling to 250 ms (:data:`READY_POLL_S`), so a ready
+engine is seen within about one poll interval; the stop grace is the adapter's (``stop_grace_s``:
+long enough for its clean shutdown, and no longer), and how the process ended is kept in
+``stopped_by`` (``SIGTERM``, ``SIGKILL`` or ``exited``).
+
+Extra environment for a launch (:func:`launch_env`): the runner's per-arm cache folders
+(:mod:`frankenstein.design.caches`) reach every engine process through it; the recipe's own ``env`` wins.
 """
 
 from __future__ import annotations
@@ -17,13 +25,34 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 from frankenstein.engines.http import Answer, TransportError, fetch_url
 from frankenstein.errors import EngineStartError
 
 PR_SET_PDEATHSIG = 1
+READY_POLL_S = (0.02, 2.0, 0.25)  # first interval, growth factor, largest interval
+DEFAULT_STOP_GRACE_S = 10.0
+
+_LAUNCH_ENV: ContextVar[dict[str, str] | None] = ContextVar("frank_launch_env", default=None)
+
+
+@contextmanager
+def launch_env(env: Mapping[str, str]) -> Iterator[None]:
+    """Processes launched inside this context get ``env`` on top of ours (the recipe's env still wins)."""
+    token = _LAUNCH_ENV.set({**(_LAUNCH_ENV.get() or {}), **env})
+    try:
+        yield
+    finally:
+        _LAUNCH_ENV.reset(token)
+
+
+def extra_env() -> dict[str, str]:
+    """The environment :func:`launch_env` adds to a launch now (empty outside one)."""
+    return dict(_LAUNCH_ENV.get() or {})
 
 
 def runtime_dir() -> Path:
@@ -45,6 +74,13 @@ def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
         except OSError:
             return True
     return False
+
+
+def engine_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment an engine (or a command arm) starts with: frank's, less every ``RAY_*`` variable,
+    so an engine that starts Ray of its own (vLLM) never joins the cluster frank's blocks run on."""
+    source = os.environ if environ is None else environ
+    return {k: v for k, v in source.items() if not k.startswith("RAY_")}
 
 
 def _child_setup(parent_pid: int) -> Callable[[], None]:
@@ -109,6 +145,9 @@ class EngineProcess:
         self.name = name
         self.proc: subprocess.Popen[bytes] | None = None
         self._pidfile: Path | None = None
+        self.ready_polls = 0
+        self.stopped_by: str | None = None
+        self.grace_s: float | None = None
 
     def launch(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -119,7 +158,7 @@ class EngineProcess:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env={**os.environ, **self.env},
+                env={**engine_env(), **extra_env(), **self.env},
                 start_new_session=True,
                 preexec_fn=_child_setup(os.getpid()),
             )
@@ -138,7 +177,8 @@ class EngineProcess:
     def wait_ready(self, url: str, timeout_s: float, ok: Callable[[Answer], bool]) -> float:
         """Poll ``url`` until ``ok(answer)``; return seconds waited. Raises with the log tail if it dies."""
         t0 = time.monotonic()
-        delay = 0.02
+        delay, growth, largest = READY_POLL_S
+        self.ready_polls = 0
         while True:
             code = self.exited()
             if code is not None:
@@ -146,6 +186,7 @@ class EngineProcess:
                     f"{self.name} exited with code {code} during start (log: {self.log_path})",
                     log_tail=log_tail(self.log_path),
                 )
+            self.ready_polls += 1
             try:
                 if ok(fetch_url(url, timeout_s=5.0)):
                     return time.monotonic() - t0
@@ -157,19 +198,23 @@ class EngineProcess:
                     log_tail=log_tail(self.log_path),
                 )
             time.sleep(delay)
-            delay = min(delay * 1.5, 0.25)
+            delay = min(delay * growth, largest)
 
-    def stop(self, grace_s: float = 10.0) -> int | None:
+    def stop(self, grace_s: float = DEFAULT_STOP_GRACE_S) -> int | None:
         """SIGTERM to the whole group, SIGKILL after ``grace_s``; always waits for the child."""
         if self.proc is None:
             return None
+        self.grace_s = grace_s
         try:
             if self.proc.poll() is None:
                 _killpg(self.proc.pid, signal.SIGTERM)
                 try:
                     self.proc.wait(timeout=grace_s)
+                    self.stopped_by = self.stopped_by or "SIGTERM"
                 except subprocess.TimeoutExpired:
-                    pass
+                    self.stopped_by = "SIGKILL"
+            else:
+                self.stopped_by = self.stopped_by or "exited"
             _killpg(self.proc.pid, signal.SIGKILL)  # stragglers in the group
             code = self.proc.wait()
             wait_group_gone(self.proc.pid)

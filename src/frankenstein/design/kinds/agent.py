@@ -19,7 +19,8 @@ from frankenstein.design import rules
 from frankenstein.design.kinds.base import Analysis, Description, Progress, arm_values, check_stopping, metric_scope
 from frankenstein.design.kinds.speed import check_block_rule
 from frankenstein.design.model import ARMS, DesignFile, Registered, Slot
-from frankenstein.design.start import StartOutcome
+from frankenstein.design import phases
+from frankenstein.design.start import StartOutcome, start_engine, stop_engine
 from frankenstein.design.table import format_verdict
 from frankenstein.engines import adapter_for
 from frankenstein.measure.resources import ResourceSampler
@@ -49,12 +50,12 @@ def agent_start(campaign: Campaign, reg: Registered, slot: Slot, recipe: Resolve
     episodes: list[dict[str, Any]] = []
     sampler = ResourceSampler()  # NVML on the engine's own process tree, as speed starts do
     try:
-        engine.start()
+        start_engine(engine)
         sampler.start(engine.pid)
         out.engine_version = engine.version
         out.capabilities = engine.capabilities()
         tasks = load_suite(suite_dir(spec.suite), spec.tasks)
-        with tempfile.TemporaryDirectory(prefix="frank-agent-") as work:
+        with tempfile.TemporaryDirectory(prefix="frank-agent-") as work, phases.phase("tasks"):
             for d in range(spec.draws):
                 results = run_draw(
                     engine.base_url,
@@ -72,7 +73,7 @@ def agent_start(campaign: Campaign, reg: Registered, slot: Slot, recipe: Resolve
         out.status, out.reason = "failed", str(exc)
     finally:
         out.resources = sampler.stop()
-        engine.stop()
+        stop_engine(engine)
     out.metrics = {"passes": float(sum(e["passed"] for e in episodes)), "episodes": float(len(episodes))}
     out.episodes = episodes
     return out

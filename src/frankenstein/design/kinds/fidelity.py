@@ -24,7 +24,8 @@ from frankenstein.campaign import Campaign
 from frankenstein.config import ResolvedRecipe
 from frankenstein.design.kinds.base import Analysis, Description, Failure, Progress, check_stopping
 from frankenstein.design.model import DesignFile, FidelityRule, Registered, Slot
-from frankenstein.design.start import StartOutcome
+from frankenstein.design import phases
+from frankenstein.design.start import StartOutcome, start_engine, stop_engine
 from frankenstein.engines import adapter_for
 from frankenstein.measure.resources import ResourceSampler
 from frankenstein.errors import DesignError, EngineError, FidelityError
@@ -83,16 +84,18 @@ def run_forced(
     skipped: list[str] = []
     sampler = ResourceSampler()  # NVML on the engine's own process tree, as speed starts do
     try:
-        engine.start()
+        start_engine(engine)
         sampler.start(engine.pid)
         out.engine_version = engine.version
         out.capabilities = engine.capabilities()
         if forced is None:
-            forced, skipped = prepare_turns(engine, turns, max_positions)
+            with phases.phase("prepare"):
+                forced, skipped = prepare_turns(engine, turns, max_positions)
         if not forced:
             out.status, out.reason = "invalid", "no turn could be forced: " + skipped_reason(skipped)
             return out, None, []
-        result = forced_decode(engine, forced, top_k, skipped)
+        with phases.phase("force"):
+            result = forced_decode(engine, forced, top_k, skipped)
     except FidelityError as exc:
         out.status, out.reason = "invalid", str(exc)
         return out, None, forced or []
@@ -101,7 +104,7 @@ def run_forced(
         return out, None, forced or []
     finally:
         out.resources = sampler.stop()
-        engine.stop()
+        stop_engine(engine)
     out.status = "ok"
     out.metrics = start_metrics(result)
     out.capabilities = {**out.capabilities, "fidelity_path": result.path}
