@@ -1,32 +1,203 @@
-"""Progress bars on stderr for long replays and runs (silent when stderr is not a terminal)."""
+"""Progress on stderr, for humans and for logs; stdout stays for results (and ``--json``).
+
+- On a terminal (stderr is a TTY): rich progress bars with elapsed time and ETA, removed when done.
+- Not on a terminal (a log file, CI, a pipe): plain lines, flushed as they are written. ``frank run`` writes
+  one line as each start begins and one as it ends, and a heartbeat line every ``heartbeat_s`` seconds
+  (``--heartbeat``, else ``$FRANK_HEARTBEAT_S``, else 30) while a start runs, each with an ETA from the
+  starts done so far (their mean duration times the starts left; an upper bound when a design curtails).
+
+    bar(description)                      update(done, total) for one replay; silent when not on a TTY
+    RunProgress(total, heartbeat_s=...)   a ``frank run``'s progress: ``.slot(label)`` is the runner's
+                                          progress_factory
+    heartbeat_seconds(option, env)        the heartbeat interval from the option or the environment
+"""
 
 from __future__ import annotations
 
+import os
 import sys
-from collections.abc import Callable, Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from types import TracebackType
+from typing import TextIO
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+HEARTBEAT_ENV = "FRANK_HEARTBEAT_S"
+DEFAULT_HEARTBEAT_S = 30.0
+
+Update = Callable[[int, int], None]
 
 
-@contextmanager
-def bar(description: str) -> Iterator[Callable[[int, int], None]]:
-    """Yield ``update(done, total)``; a no-op bar when stderr is not a TTY."""
-    if not sys.stderr.isatty():
-        yield lambda done, total: None
-        return
-    with Progress(
+def heartbeat_seconds(option: float | None, env: Mapping[str, str] = os.environ) -> float:
+    """The option if given, else ``$FRANK_HEARTBEAT_S``, else 30; must be a positive number."""
+    if option is not None:
+        value, source = option, "--heartbeat"
+    elif env.get(HEARTBEAT_ENV):
+        source = HEARTBEAT_ENV
+        try:
+            value = float(env[HEARTBEAT_ENV])
+        except ValueError:
+            raise ValueError(f"{HEARTBEAT_ENV}={env[HEARTBEAT_ENV]!r} is not a number of seconds") from None
+    else:
+        return DEFAULT_HEARTBEAT_S
+    if not (value > 0 and value < float("inf")):
+        raise ValueError(f"{source}: {value} is not a positive number of seconds")
+    return value
+
+
+def _columns() -> tuple[TextColumn | BarColumn | MofNCompleteColumn | TimeElapsedColumn | TimeRemainingColumn, ...]:
+    return (
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    ) as p:
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+    )
+
+
+@contextmanager
+def bar(description: str) -> Iterator[Update]:
+    """Yield ``update(done, total)``; a no-op when stderr is not a TTY."""
+    if not sys.stderr.isatty():
+        yield lambda done, total: None
+        return
+    with Progress(*_columns(), console=Console(stderr=True), transient=True) as p:
         task = p.add_task(description, total=None)
 
         def update(done: int, total: int) -> None:
             p.update(task, completed=done, total=total)
 
         yield update
+
+
+def duration(seconds: float) -> str:
+    """'42 s', '3 min 5 s', '1 h 2 min'."""
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s"
+    return f"{s // 3600} h {s % 3600 // 60} min"
+
+
+class RunProgress:
+    """The progress of one ``frank run`` over ``total`` starts: bars on a terminal, plain lines otherwise.
+
+    ``slot(label)`` is the runner's ``progress_factory``: entered as a start begins, left as it ends; it
+    yields the start's ``update(done, total)`` for its turns."""
+
+    def __init__(
+        self,
+        total: int,
+        *,
+        heartbeat_s: float = DEFAULT_HEARTBEAT_S,
+        stream: TextIO | None = None,
+        tty: bool | None = None,
+        prefix: str = "frank run",
+    ) -> None:
+        self.total = total
+        self.heartbeat_s = heartbeat_s
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = self.stream.isatty() if tty is None else tty
+        self.prefix = prefix
+        self.durations: list[float] = []
+        self.began = time.monotonic()
+        self._lock = threading.Lock()
+        self._bars: Progress | None = None
+        self._overall: TaskID | None = None
+
+    def __enter__(self) -> RunProgress:
+        self.began = time.monotonic()
+        if self.tty:
+            self._bars = Progress(*_columns(), console=Console(file=self.stream), transient=True)
+            self._bars.__enter__()
+            self._overall = self._bars.add_task("starts", total=self.total)
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if self._bars is not None:
+            self._bars.__exit__(kind, exc, tb)
+            self._bars = None
+        elif self.durations:
+            self._line(f"{len(self.durations)} start(s) in {duration(time.monotonic() - self.began)}")
+
+    # ------------------------------------------------------------ ETA
+
+    def eta(self, index: int, running_s: float | None = None) -> str:
+        """Time left after start ``index`` (1-based) began ``running_s`` ago, from the mean of finished starts."""
+        if not self.durations:
+            return "ETA after the first start"
+        mean = sum(self.durations) / len(self.durations)
+        left = mean * (self.total - index) + (max(mean - running_s, 0.0) if running_s is not None else 0.0)
+        return f"ETA {duration(left)}"
+
+    # ------------------------------------------------------------ one start
+
+    @contextmanager
+    def slot(self, label: str) -> Iterator[Update]:
+        index = len(self.durations) + 1
+        t0 = time.monotonic()
+        turns: list[int] = [0, 0]
+        if self._bars is not None:
+            task = self._bars.add_task(label, total=None)
+            bars = self._bars
+
+            def update(done: int, total: int) -> None:
+                bars.update(task, completed=done, total=total)
+
+            try:
+                yield update
+            finally:
+                self.durations.append(time.monotonic() - t0)
+                bars.remove_task(task)
+                if self._overall is not None:
+                    bars.advance(self._overall)
+            return
+
+        def count(done: int, total: int) -> None:
+            turns[:] = [done, total]
+
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(self.heartbeat_s):
+                running = time.monotonic() - t0
+                where = f", turn {turns[0]}/{turns[1]}" if turns[1] else ""
+                self._line(
+                    f"start {index}/{self.total} running for {duration(running)}: {label}{where}; "
+                    f"{self.eta(index, running)}"
+                )
+
+        self._line(f"start {index}/{self.total} begins: {label}")
+        beater = threading.Thread(target=beat, name="frank-heartbeat", daemon=True)
+        beater.start()
+        try:
+            yield count
+        finally:
+            stop.set()
+            beater.join()
+            took = time.monotonic() - t0
+            self.durations.append(took)
+            left = self.total - index
+            tail = f"; {left} to go, {self.eta(index)}" if left > 0 else ""
+            self._line(f"start {index}/{self.total} ends after {duration(took)}: {label}{tail}")
+
+    def _line(self, text: str) -> None:
+        e = int(time.monotonic() - self.began)
+        stamp = f"{e // 3600}:{e % 3600 // 60:02d}:{e % 60:02d}"
+        with self._lock:
+            self.stream.write(f"{self.prefix} [{stamp}] {text}\n")
+            self.stream.flush()

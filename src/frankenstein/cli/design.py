@@ -79,11 +79,16 @@ def analyze(
         False, "--force", help="Analyze although the campaign fails verification (needs --why)."
     ),
     why: str | None = typer.Option(None, "--why", help="Why it is forced; recorded in the evidence chain."),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print everything as one JSON object (schema frank.analysis, docs/exports.md)."
+    ),
 ) -> None:
     """Per-block table, exact p and verdict of a registered design, or of block values measured elsewhere.
 
     Example: frank analyze --blocks blocks.csv --rule sign --direction lower
     """
+    if as_json and design_id is None:
+        raise typer.BadParameter("--json goes with a registered DESIGN_ID")
     if design_id is not None:
         if blocks is not None:
             raise typer.BadParameter("give a DESIGN_ID or --blocks, not both")
@@ -95,11 +100,17 @@ def analyze(
         from frankenstein.campaign import open_campaign
         from frankenstein.design.analysis import analyze as do_analyze
         from frankenstein.design.analysis import format_analysis
+        from frankenstein.design.percentiles import arm_percentiles
+        from frankenstein.report.export import analysis_doc, dumps
 
         with open_campaign(campaign) as c:
             verified_or_warn(c, "analyze", force=force, why=why)
-            lines = format_analysis(do_analyze(c, design_id))
-        _echo_lines(lines)
+            a = do_analyze(c, design_id)
+            latency = arm_percentiles(c.store, design_id)
+        if as_json:
+            typer.echo(dumps(analysis_doc(a, latency)), nl=False)
+            return
+        _echo_lines(format_analysis(a, latency))
         return
     if blocks is None or rule is None or direction is None:
         raise typer.BadParameter("without a DESIGN_ID, --blocks, --rule and --direction are required")

@@ -19,11 +19,23 @@ def replay(
     concurrency: int = typer.Option(1, min=1, help="Requests in flight (1 = one at a time)."),
     warmup: int = typer.Option(1, min=0, help="Warm-up turns sent first and not measured."),
     max_turns: int = typer.Option(0, min=0, help="Replay only the first N turns (0 = all)."),
+    url: str | None = typer.Option(
+        None, "--url", help="Replay against a server already running at http://HOST:PORT (engine external)."
+    ),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print the start and its per-turn rows as JSON (schema frank.replay, docs/exports.md)."
+    ),
+    as_csv: bool = typer.Option(False, "--csv", help="Print one CSV row per turn, with the start's metrics."),
 ) -> None:
     """Replay a workload against one fresh start of a recipe; store per-turn rows and print the start's metrics.
 
-    Example: frank replay base workloads/demo.jsonl -c my-campaign --part draft
+    With --url the turns go to a server already running (engine external: not started or stopped by frank,
+    so the start is not fresh).
+
+    Example: frank replay base workloads/demo.jsonl -c my-campaign --part draft --json
     """
+    if as_json and as_csv:
+        raise typer.BadParameter("--json or --csv, not both")
     from frankenstein.campaign import open_campaign
     from frankenstein.design.start import measure_start, record_start
     from frankenstein.progress import bar
@@ -35,11 +47,31 @@ def replay(
     with open_campaign(campaign) as c:
         name = c.config.served if recipe == "served" else recipe
         r = c.recipe(name, part)
+        if url is not None:
+            from frankenstein.engines.external import external_recipe
+
+            r = external_recipe(r, url)
         with bar(f"replay {r.name}") as progress:
             out = measure_start(r, wl, settings, c.logs, progress)
         start_id = record_start(c.store, out)
+    if as_json or as_csv:
+        from frankenstein.report.export import dumps, replay_csv, replay_doc
+
+        typer.echo(dumps(replay_doc(start_id, out)) if as_json else replay_csv(start_id, out), nl=False)
+        if out.status != "ok":
+            raise typer.Exit(1)
+        return
     typer.echo(f"start {start_id}: {out.status}{' (' + out.reason + ')' if out.reason else ''}")
-    for key in ("verify_step_ms", "decode_ms_per_token", "tokens_per_step", "acceptance_rate", "ttft_ms", "e2e_ms"):
+    for key in (
+        "verify_step_ms",
+        "decode_ms_per_token",
+        "tokens_per_step",
+        "acceptance_rate",
+        "ttft_ms",
+        "e2e_ms",
+        "pre_ms",
+        "post_ms",
+    ):
         v = out.metrics.get(key)
         typer.echo(f"  {key:<20} {'-' if v is None else f'{v:.4f}'}")
     if out.status != "ok":
@@ -92,16 +124,33 @@ def run(
     resume: bool = typer.Option(False, "--resume", help="Continue at the first unfinished start."),
     force: bool = typer.Option(False, "--force", help="Resume although the campaign fails verification (needs --why)."),
     why: str | None = typer.Option(None, "--why", help="Why it is forced; recorded in the evidence chain."),
+    heartbeat: float | None = typer.Option(
+        None,
+        "--heartbeat",
+        help="Seconds between progress lines during a start when stderr is not a terminal "
+        "(default: $FRANK_HEARTBEAT_S, else 30).",
+    ),
 ) -> None:
     """Run a registered design: each block, each arm in its registered order, one fresh engine start each.
+
+    Progress goes to stderr (bars with ETA on a terminal; plain lines as each start begins and ends, and a
+    heartbeat, in a log); stdout gets one result line per start and the summary.
 
     Example: frank run draft-vs-base-1 -c my-campaign --resume
     """
     from frankenstein.campaign import open_campaign
-    from frankenstein.design.runner import run_design
-    from frankenstein.progress import bar
+    from frankenstein.design.registry import get
+    from frankenstein.design.runner import done_slots, run_design
+    from frankenstein.progress import RunProgress, heartbeat_seconds
 
+    try:
+        every = heartbeat_seconds(heartbeat)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--heartbeat") from None
     with open_campaign(campaign) as c:
         verified_or_warn(c, "run --resume" if resume else "run", force=force, why=why)
-        summary = run_design(c, design_id, resume=resume, echo=typer.echo, progress_factory=bar)
+        done = done_slots(c, design_id) if resume else set()
+        todo = [s for s in get(c, design_id).slots() if (s.block, s.position) not in done]
+        with RunProgress(len(todo), heartbeat_s=every) as progress:
+            summary = run_design(c, design_id, resume=resume, echo=typer.echo, progress_factory=progress.slot)
     typer.echo(summary)

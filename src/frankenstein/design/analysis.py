@@ -4,7 +4,7 @@ The design's kind (:mod:`frankenstein.design.kinds`) makes the :class:`Analysis`
 kind up and prints the result for ``frank analyze``.
 
     analyze(campaign, design_id) -> Analysis
-    format_analysis(analysis) -> list[str]
+    format_analysis(analysis, percentiles=None) -> list[str]   with the per-arm latency percentiles, if given
     analyze_registered(campaign_dir, design_id) -> list[str]
 """
 
@@ -16,8 +16,10 @@ from frankenstein.campaign import Campaign, open_campaign
 from frankenstein.design import registry
 from frankenstein.design.kinds import kind_of
 from frankenstein.design.kinds.base import Analysis, arm_values, block_values, can_still_change, speculation_lines
+from frankenstein.design.percentiles import PERCENTILE_CAPTION, PERCENTILE_HEADER, Percentiles, percentile_rows
+from frankenstein.design.percentiles import arm_percentiles
 from frankenstein.design.start import load_warnings
-from frankenstein.design.table import format_verdict
+from frankenstein.design.table import format_verdict, render_table
 
 __all__ = [
     "Analysis",
@@ -37,7 +39,7 @@ def analyze(campaign: Campaign, design_id: str) -> Analysis:
     return a
 
 
-def format_analysis(a: Analysis) -> list[str]:
+def format_analysis(a: Analysis, percentiles: Percentiles | None = None) -> list[str]:
     d = a.reg.design
     lines = [f"design {a.reg.design_id} ({d.kind}): {d.name}", f"hypothesis: {d.hypothesis or '-'}"]
     if not kind_of(d.kind).measures_fidelity:
@@ -68,10 +70,13 @@ def format_analysis(a: Analysis) -> list[str]:
     if a.speculation:
         lines += ["", "speculation per arm (summed over the turns that drafted; not a ratio between arms):"]
         lines += [f"  {line}" for line in speculation_lines(a.speculation)]
+    if percentiles:
+        table = render_table(PERCENTILE_HEADER, percentile_rows(percentiles), "llrrrr")
+        lines += ["", f"{PERCENTILE_CAPTION}:", *(f"  {line}" for line in table)]
     return lines
 
 
 def analyze_registered(campaign_dir: Path, design_id: str) -> list[str]:
     """Lines for ``frank analyze DESIGN_ID``."""
     with open_campaign(campaign_dir) as c:
-        return format_analysis(analyze(c, design_id))
+        return format_analysis(analyze(c, design_id), arm_percentiles(c.store, design_id))

@@ -15,6 +15,7 @@ from frankenstein.design.analysis import Analysis, analyze
 from frankenstein.design.facts import DesignFacts, design_facts
 from frankenstein.design.kinds import Description, kind_of
 from frankenstein.design.model import Registered
+from frankenstein.design.percentiles import Percentiles, arm_percentiles
 from frankenstein.design.registry import get, verify
 from frankenstein.errors import FrankError, RegistryError
 from frankenstein.served import served_parts
@@ -31,6 +32,7 @@ class DesignReport:
     analysis: Analysis | None = None
     error: str | None = None
     episodes: list[EpisodeRow] = field(default_factory=list)
+    percentiles: Percentiles = field(default_factory=dict)  # per arm latency p50/p90/p99 (reported, not tested)
 
     @property
     def design_id(self) -> str:
@@ -97,6 +99,7 @@ def design_report(campaign: Campaign, reg: Registered) -> DesignReport:
         block_status=block_status(campaign, reg),
         description=kind_of(reg.design.kind).describe(reg),
         episodes=campaign.store.episodes_of(reg.design_id),
+        percentiles=arm_percentiles(campaign.store, reg.design_id),
     )
     try:
         rep.analysis = analyze(campaign, reg.design_id)

@@ -3,7 +3,35 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Table:
+    """One table as :func:`md_table` rendered it: its cells (unescaped) and its Markdown lines."""
+
+    header: list[str]
+    rows: list[list[str]]
+    align: str
+    lines: list[str]
+
+
+_CAPTURED: ContextVar[list[Table] | None] = ContextVar("frank_md_tables", default=None)
+
+
+@contextmanager
+def capture_tables() -> Iterator[list[Table]]:
+    """Every table :func:`md_table` renders inside the block is appended to the yielded list, in order
+    (how ``note.json`` gets every table of the note, whichever section made it)."""
+    tables: list[Table] = []
+    token = _CAPTURED.set(tables)
+    try:
+        yield tables
+    finally:
+        _CAPTURED.reset(token)
 
 
 def md_table(header: Sequence[str], rows: Sequence[Sequence[str]], align: str) -> list[str]:
@@ -13,7 +41,11 @@ def md_table(header: Sequence[str], rows: Sequence[Sequence[str]], align: str) -
         return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
 
     rule = "| " + " | ".join("---:" if a == "r" else "---" for a in align) + " |"
-    return [line(header), rule, *(line(r) for r in rows)]
+    lines = [line(header), rule, *(line(r) for r in rows)]
+    captured = _CAPTURED.get()
+    if captured is not None:
+        captured.append(Table([str(c) for c in header], [[str(c) for c in r] for r in rows], align, lines))
+    return lines
 
 
 def num(x: float | None) -> str:

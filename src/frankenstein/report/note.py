@@ -23,15 +23,18 @@ from frankenstein.campaign import Campaign
 from frankenstein.design.kinds import kind_of
 from frankenstein.design.kinds.base import speculation_lines
 from frankenstein.design.model import FidelityRule
+from frankenstein.design.percentiles import PERCENTILE_CAPTION, PERCENTILE_HEADER, percentile_rows
 from frankenstein.design.table import describe_rule, format_p
 from frankenstein.fidelity.gate import rule_line
 from frankenstein.report import plots as P
 from frankenstein.report.collect import DesignReport, NoteData, collect
+from frankenstein.report.export import dumps, note_doc
 from frankenstein.report.facts import what_it_shows
-from frankenstein.report.markdown import code, md_table, num, pct, slug
+from frankenstein.report.markdown import capture_tables, code, md_table, num, pct, slug
 from frankenstein.store import LedgerEntry, Override, Refusal
 
 NOTE_NAME = "note.md"
+NOTE_JSON = "note.json"  # every table of the note, machine-readable (report/export.py, docs/exports.md)
 Plots = dict[str, dict[str, str]]  # design id -> {"blocks" | "kl" | "passes": file name}
 
 
@@ -177,6 +180,7 @@ def format_design(d: DesignReport, base: str, plots: dict[str, str]) -> list[str
     lines += ["", *format_block_table(d)]
     lines += ["", *format_rule(d)]
     lines += format_secondary(d)
+    lines += format_percentiles(d)
     if d.episodes:
         lines += ["", *format_pass_matrix(d)]
     for key, label in (
@@ -362,6 +366,19 @@ def format_secondary(d: DesignReport) -> list[str]:
             + ".",
         ]
     return lines
+
+
+def format_percentiles(d: DesignReport) -> list[str]:
+    """p50/p90/p99 of TTFT, inter-token latency and end-to-end time per arm: secondary, not tested."""
+    if not d.percentiles:
+        return []
+    rows = percentile_rows(d.percentiles)
+    return [
+        "",
+        f"{PERCENTILE_CAPTION[0].upper()}{PERCENTILE_CAPTION[1:]}:",
+        "",
+        *md_table(PERCENTILE_HEADER, rows, "llrrrr"),
+    ]
 
 
 def pass_matrix(d: DesignReport) -> tuple[list[str], list[str], list[list[bool | None]]]:
@@ -568,12 +585,16 @@ def since_text(since: date | datetime | str | None) -> str | None:
 
 
 def write_report(campaign: Campaign, out_dir: str | Path, since: date | datetime | str | None = None) -> Path:
-    """Write ``note.md`` and its PNG plots into ``out_dir``; returns the note's path."""
+    """Write ``note.md``, ``note.json`` (its tables, machine-readable) and its PNG plots into ``out_dir``;
+    returns the note's path."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     data = collect(campaign, since_text(since))
     plots = plan_plots(data)
     draw_plots(data, plots, out)
+    with capture_tables() as tables:
+        lines = render_note(data, plots)
     note = out / NOTE_NAME
-    note.write_text("\n".join(render_note(data, plots)) + "\n", encoding="utf-8")
+    note.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (out / NOTE_JSON).write_text(dumps(note_doc(data, tables, lines)), encoding="utf-8")
     return note

@@ -1,0 +1,123 @@
+"""Per-arm latency percentiles of a design: p50/p90/p99 of TTFT, inter-token latency and end-to-end time,
+from the stored per-turn rows of its ok starts. Secondary numbers, the ones vLLM bench, AIPerf and GuideLLM
+print: reported, never tested (a design tests only its registered primary metric).
+
+Which turns: every measured turn (not warm-up, no error) of every ok start of the arm, pooled over blocks
+and starts. Each turn's values are the client's:
+
+- ``ttft_ms``  the client's time to first token (streamed turns only),
+- ``itl_ms``   the turn's mean inter-token latency: (``e2e_ms`` − ``ttft_ms``) / (``generated_tokens`` − 1),
+  i.e. what vLLM bench calls TPOT. frank stores no per-token timestamps, so per-token gaps are not
+  available; a turn with fewer than 2 tokens or without a client TTFT gives no ITL,
+- ``e2e_ms``   the client's request time, first byte sent to last byte read.
+
+Percentile definition: linear interpolation between closest ranks (numpy's default ``method="linear"``,
+as vLLM bench uses): for sorted values x[0..n-1] and q in [0, 1], h = (n − 1)·q and
+p = x[⌊h⌋] + (h − ⌊h⌋)·(x[⌈h⌉] − x[⌊h⌋]).
+
+    percentile(values, q) -> float
+    turn_values(turn) -> {metric: value}
+    arm_percentiles(store, design_id) -> {arm: {metric: {"n", "p50", "p90", "p99"}}}
+    rows_percentiles(rows) -> {metric: {"n", "p50", "p90", "p99"}}   one start's replay rows
+    percentile_rows(table) -> rows for a table
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from frankenstein.store import Store
+
+LATENCY_METRICS = ("ttft_ms", "itl_ms", "e2e_ms")
+QUANTILES = (("p50", 0.50), ("p90", 0.90), ("p99", 0.99))
+
+Percentiles = dict[str, dict[str, dict[str, float | int | None]]]  # arm -> metric -> {"n", "p50", "p90", "p99"}
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-quantile (0 <= q <= 1) by linear interpolation between closest ranks (numpy's default)."""
+    if not values:
+        raise ValueError("percentile of no values")
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"quantile {q} is not in [0, 1]")
+    xs = sorted(values)
+    h = (len(xs) - 1) * q
+    lo, hi = math.floor(h), math.ceil(h)
+    return xs[lo] + (h - lo) * (xs[hi] - xs[lo])
+
+
+def _number(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        return None
+    return float(v)
+
+
+def turn_values(turn: Mapping[str, Any]) -> dict[str, float]:
+    """The turn's TTFT, ITL and end-to-end time (ms), those it has."""
+    out: dict[str, float] = {}
+    ttft, e2e, gen = _number(turn.get("ttft_ms")), _number(turn.get("e2e_ms")), _number(turn.get("generated_tokens"))
+    if ttft is not None:
+        out["ttft_ms"] = ttft
+    if e2e is not None:
+        out["e2e_ms"] = e2e
+    if ttft is not None and e2e is not None and gen is not None and gen >= 2:
+        out["itl_ms"] = (e2e - ttft) / (gen - 1)
+    return out
+
+
+def summarize(values: Sequence[float]) -> dict[str, float | int | None]:
+    """{"n", "p50", "p90", "p99"}; the percentiles are None without values."""
+    out: dict[str, float | int | None] = {"n": len(values)}
+    for name, q in QUANTILES:
+        out[name] = percentile(values, q) if values else None
+    return out
+
+
+def _measured(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[float]]:
+    pooled: dict[str, list[float]] = {}
+    for turn in rows:
+        if turn.get("warmup") or turn.get("error"):
+            continue
+        for metric, v in turn_values(turn).items():
+            pooled.setdefault(metric, []).append(v)
+    return pooled
+
+
+def rows_percentiles(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float | int | None]]:
+    """Per latency metric over the measured turns of one start's rows (``frank replay``)."""
+    pooled = _measured(rows)
+    return {m: summarize(pooled[m]) for m in LATENCY_METRICS if pooled.get(m)}
+
+
+def arm_percentiles(store: Store, design_id: str) -> Percentiles:
+    """Per arm, per latency metric: the count of turns and p50/p90/p99 over the measured turns of its ok
+    starts. Arms without per-turn rows (command arms, agent designs) are left out."""
+    pooled: dict[str, dict[str, list[float]]] = {}
+    for start in store.starts_of(design_id):
+        if not start.ok:
+            continue
+        for metric, vs in _measured(store.turns_of(start.id)).items():
+            pooled.setdefault(start.arm, {}).setdefault(metric, []).extend(vs)
+    return {
+        arm: {m: summarize(per[m]) for m in LATENCY_METRICS if per.get(m)}
+        for arm, per in sorted(pooled.items(), key=lambda kv: (kv[0] != "served", kv[0]))
+    }
+
+
+def percentile_rows(table: Percentiles) -> list[list[str]]:
+    """Rows of arm, metric, turns, p50, p90, p99 (ms, four significant digits)."""
+    rows = []
+    for arm, per in table.items():
+        for metric, s in per.items():
+            rows.append([arm, metric, str(s["n"]), *(_ms(s[name]) for name, _ in QUANTILES)])
+    return rows
+
+
+def _ms(x: float | int | None) -> str:
+    return "-" if x is None else f"{x:.4g}"
+
+
+PERCENTILE_HEADER = ("arm", "metric", "turns", "p50", "p90", "p99")
+PERCENTILE_CAPTION = "latency percentiles per arm over measured turns, ms (reported, not tested; linear interpolation)"
