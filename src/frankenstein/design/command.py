@@ -28,7 +28,7 @@ from pathlib import Path
 from frankenstein.config import ResolvedRecipe
 from frankenstein.design import command_guard
 from frankenstein.design.start import StartOutcome
-from frankenstein.engines.process import engine_env, runtime_dir, wait_group_gone
+from frankenstein.engines.process import engine_env, extra_env, runtime_dir, wait_group_gone
 from frankenstein.store import now_iso
 
 COMMAND_TIMEOUT_S = 3600.0
@@ -73,7 +73,7 @@ def run_guarded(command: list[str], stdout_path: Path, stderr_path: Path, timeou
             stdin=subprocess.DEVNULL,
             stdout=so,
             stderr=se,
-            env=engine_env(),
+            env={**engine_env(), **extra_env()},  # + the arm's cache folders (design/caches.py)
             start_new_session=True,
             preexec_fn=_parent_death(signal.SIGTERM),
         )

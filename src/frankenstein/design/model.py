@@ -116,6 +116,10 @@ class DesignFile(UserFile):
     secondary: list[str] = Field(default_factory=list)
     stopping: Literal["none", "curtail"] = "none"
     failure_policy: Literal["drop_block", "invalidate"] = "drop_block"
+    cache: Literal["warm", "cold"] = Field(
+        default="warm",
+        description="engine cache folders per arm: warm = kept across the arm's starts, cold = empty per start",
+    )
     gates: Gates = Gates()
     fidelity: FidelitySpec = FidelitySpec()
     agent: AgentSpec = AgentSpec()

@@ -17,6 +17,7 @@ from pathlib import Path
 from frankenstein.campaign import Campaign
 from frankenstein.design import command as command_arm
 from frankenstein.design import registry
+from frankenstein.design.caches import around_slot
 from frankenstein.design.kinds import kind_of
 from frankenstein.design.kinds.base import Progress
 from frankenstein.design.kinds.base import settled as kind_settled
@@ -81,7 +82,7 @@ def run_slot(
 ) -> StartOutcome:
     """One start of a registered slot, watched (machine, load, NVML): the per-start code of every runner."""
     ctx = progress_factory(slot_label(reg, slot)) if progress_factory else _null()
-    with ctx as progress:
+    with ctx as progress, around_slot(campaign, reg, slot):  # phases, cache folders, prefetch (design/caches.py)
         return watched(partial(_run_slot, campaign, reg, slot, workload, progress))
 
 
