@@ -29,6 +29,7 @@ Typed reads:
     artifacts_of(design_id, name) -> {start_id: bytes}
     episodes_of(design_id) -> list[EpisodeRow]
     ledger_steps(), last_steps(n), refusals(since), overrides(), chain_links()
+    served_requests() -> list[ServedRequest]       observations of `frank serve` (insert_served: outside the chain)
 """
 
 from __future__ import annotations
@@ -180,6 +181,24 @@ MIGRATIONS: list[tuple[str, str]] = [
             problem    TEXT NOT NULL,
             at         TEXT NOT NULL
         );
+        """,
+    ),
+    (
+        # Per-request timings of the traffic `frank serve` served, tagged with the ledger step it served
+        # (NULL: the base recipe, before any step). Observations, not evidence: outside the chain, never
+        # read by a verdict (report/observed.py prints them as such).
+        "0005_served_requests",
+        """
+        CREATE TABLE served_requests (
+            seq           INTEGER PRIMARY KEY,
+            at            TEXT NOT NULL,
+            step          INTEGER,
+            route         TEXT NOT NULL,
+            status        INTEGER NOT NULL,
+            ms            REAL NOT NULL,
+            engine_error  INTEGER NOT NULL DEFAULT 0
+        );
+        CREATE INDEX served_requests_step ON served_requests (step, route)
         """,
     ),
 ]
@@ -491,6 +510,16 @@ class Store:
 
     # ------------------------------------------------------------ the evidence chain
 
+    def insert_served(self, rows: Sequence[ServedRequest]) -> None:
+        """Append served-request observations in one transaction (a batch; not part of the evidence chain)."""
+        if not rows:
+            return
+        with self.transaction() as c:
+            c.executemany(
+                "INSERT INTO served_requests (at, step, route, status, ms, engine_error) VALUES (?,?,?,?,?,?)",
+                [(r.at, r.step, r.route, r.status, r.ms, int(r.engine_error)) for r in rows],
+            )
+
     def _chain(self, c: sqlite3.Connection, kind: str, ref: int) -> Link:
         """Append record (kind, ref), as it now reads in this transaction, to the chain."""
         found = _record(c, kind, ref)
@@ -660,6 +689,13 @@ class Store:
         rows = self.query("SELECT * FROM refusals WHERE at >= ? ORDER BY seq", (since or "",))
         return [Refusal(r["seq"], r["what"], r["name"], r["part"], r["path"], r["reason"], r["at"]) for r in rows]
 
+    def served_requests(self) -> list[ServedRequest]:
+        """Every served-request observation (``frank serve``), oldest first."""
+        return [
+            ServedRequest(r["at"], r["step"], r["route"], r["status"], r["ms"], bool(r["engine_error"]), r["seq"])
+            for r in self.query("SELECT * FROM served_requests ORDER BY seq")
+        ]
+
     def overrides(self) -> list[Override]:
         """Every forced override of a failed verification, oldest first."""
         return [
@@ -759,6 +795,21 @@ class Refusal:
     path: str | None
     reason: str
     at: str
+
+
+@dataclass(frozen=True)
+class ServedRequest:
+    """One request ``frank serve`` answered: when, the ledger step served (None: no step yet), the route
+    (count_tokens, chat, ...), the HTTP status sent, milliseconds from request to the last byte sent,
+    and whether the engine failed it (a 5xx from the engine or no answer)."""
+
+    at: str
+    step: int | None
+    route: str
+    status: int
+    ms: float
+    engine_error: bool
+    seq: int | None = None
 
 
 @dataclass(frozen=True)
