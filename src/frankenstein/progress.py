@@ -84,7 +84,9 @@ def bar(description: str) -> Iterator[Update]:
 
 
 def duration(seconds: float) -> str:
-    """'42 s', '3 min 5 s', '1 h 2 min'."""
+    """'0.4 s', '42 s', '3 min 5 s', '1 h 2 min'."""
+    if seconds < 9.95:
+        return f"{max(seconds, 0.0):.1f} s"
     s = int(round(seconds))
     if s < 60:
         return f"{s} s"

@@ -1,0 +1,151 @@
+"""Progress for logs: `frank run` with stdout and stderr as pipes writes a plain line on stderr as each
+start begins and ends and a heartbeat with an ETA during a long start, as they happen; stdout keeps only
+the result lines. Real subprocesses: `frank run` on command arms that take about a second each."""
+
+from __future__ import annotations
+
+import io
+import os
+import queue
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from frankenstein.design.registry import register
+from frankenstein.progress import HEARTBEAT_ENV, RunProgress, heartbeat_seconds
+
+from helpers_campaign import make_campaign
+
+SLOW_ARM = """\
+import json, sys, time
+time.sleep(float(sys.argv[2]))  # a start that takes a while (the engine's life, here)
+print(json.dumps({"verify_step_ms": float(sys.argv[1])}))
+"""
+
+DESIGN = """\
+name = "slow"
+kind = "speed"
+blocks = 2
+primary_metric = "verify_step_ms"
+
+[arms.served]
+command = ["{py}", "{arm}", "2.0", "{secs}"]
+
+[arms.candidate]
+command = ["{py}", "{arm}", "1.5", "{secs}"]
+
+[rule]
+kind = "all_blocks_better"
+alpha = 0.5
+"""
+
+
+def _lines(stream: io.TextIOBase, into: queue.Queue[tuple[float, str, str]], name: str) -> None:
+    for line in stream:
+        into.put((time.monotonic(), name, line.rstrip("\n")))
+
+
+def test_run_in_a_pipe_prints_start_lines_and_heartbeats_as_they_happen(tmp_path: Path) -> None:
+    c = make_campaign(tmp_path / "c")
+    arm = c.root / "arm.py"
+    arm.write_text(SLOW_ARM)
+    design = c.root / "slow.toml"
+    design.write_text(DESIGN.format(py=sys.executable, arm=arm, secs="0.9"))
+    did = register(c, design).design_id
+    c.close()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONUNBUFFERED", HEARTBEAT_ENV)}
+    t0 = time.monotonic()
+    p = subprocess.Popen(
+        [sys.executable, "-m", "frankenstein", "run", did, "-c", str(c.root), "--heartbeat", "0.3"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    got: queue.Queue[tuple[float, str, str]] = queue.Queue()
+    readers = [
+        threading.Thread(target=_lines, args=(p.stdout, got, "out"), daemon=True),
+        threading.Thread(target=_lines, args=(p.stderr, got, "err"), daemon=True),
+    ]
+    for r in readers:
+        r.start()
+    try:
+        first_at, _, first = got.get(timeout=20)  # the first line, while the first start is still running
+        assert p.poll() is None
+        assert first_at - t0 < 10, f"first progress line after {first_at - t0:.1f} s"
+        assert first.startswith("frank run [0:00:0") and "start 1/4 begins: block 1/2 · " in first
+        assert p.wait(timeout=60) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    for r in readers:
+        r.join(timeout=10)
+    seen = [first]
+    while not got.empty():
+        seen.append(got.get()[2])
+    err = [line for line in seen if line.startswith("frank run [")]
+    out = [line for line in seen if not line.startswith("frank run [")]
+    begins = [line for line in err if " begins: " in line]
+    ends = [line for line in err if " ends after " in line]
+    beats = [line for line in err if " running for " in line]
+    assert [b.split("] ")[1].split(":")[0] for b in begins] == [f"start {i}/4 begins" for i in range(1, 5)]
+    assert len(ends) == 4 and "3 to go, ETA " in ends[0] and "to go" not in ends[-1]
+    assert beats, "no heartbeat during 0.9 s starts with --heartbeat 0.3"
+    assert any("ETA after the first start" in b for b in beats[:1])
+    assert any("start 2/4 running for" in b and "; ETA " in b for b in beats)
+    # stdout stays parseable: one result line per start and the summary, nothing of the progress
+    assert len(out) == 5 and out[-1] == f"{did}: 4 starts run, 0 already recorded"
+    assert all(": ok verify_step_ms=" in line for line in out[:4])
+
+
+def test_heartbeat_interval_comes_from_the_option_then_the_environment() -> None:
+    assert heartbeat_seconds(None, {}) == 30.0
+    assert heartbeat_seconds(None, {HEARTBEAT_ENV: "5"}) == 5.0
+    assert heartbeat_seconds(2.5, {HEARTBEAT_ENV: "5"}) == 2.5
+    for bad in ("0", "-1", "inf", "nan", "soon"):
+        with pytest.raises(ValueError, match=HEARTBEAT_ENV):
+            heartbeat_seconds(None, {HEARTBEAT_ENV: bad})
+    with pytest.raises(ValueError, match="--heartbeat"):
+        heartbeat_seconds(0.0, {})
+
+
+def test_bad_heartbeat_is_a_usage_error(tmp_path: Path) -> None:
+    p = subprocess.run(
+        [sys.executable, "-m", "frankenstein", "run", "x", "-c", str(tmp_path), "--heartbeat", "-2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert p.returncode == 2 and "--heartbeat" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_plain_lines_carry_the_turns_done_and_an_eta_from_finished_starts() -> None:
+    out = io.StringIO()
+    beat = threading.Event()
+
+    class Spy(io.StringIO):
+        def write(self, s: str) -> int:
+            n = out.write(s)
+            if " running for " in s:
+                beat.set()
+            return n
+
+    # mean of the finished starts (10 s, then this one) times the starts left
+    rp = RunProgress(3, heartbeat_s=0.05, stream=Spy(), tty=False)
+    with rp:
+        rp.durations.append(10.0)  # one start already took 10 s
+        with rp.slot("block 1/2 · candidate") as update:
+            update(2, 6)
+            assert beat.wait(10)
+    text = out.getvalue().splitlines()
+    assert text[0].endswith("start 2/3 begins: block 1/2 · candidate")
+    heartbeat = next(line for line in text if " running for " in line)
+    assert re.search(r"start 2/3 running for 0\.\d s: block 1/2 · candidate, turn 2/6; ETA (19|20) s$", heartbeat)
+    assert re.search(r"start 2/3 ends after 0\.\d s: block 1/2 · candidate; 1 to go, ETA 5\.\d s$", text[-2])
+    assert re.search(r"2 start\(s\) in \d\.\d s$", text[-1])
