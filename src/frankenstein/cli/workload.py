@@ -1,4 +1,4 @@
-"""Workload commands: ``frank record``, ``frank workload import``, ``frank workload stats``."""
+"""Workload commands: ``frank record``, ``frank workload import``, ``frank workload stats``, ``frank workload export``."""
 
 from __future__ import annotations
 
@@ -98,3 +98,34 @@ def stats_cmd(trace: str = typer.Argument(..., help="Trace file (JSONL), or pkg:
 
     for line in format_stats(compute_stats(load_trace(expand(trace))), trace):
         typer.echo(line)
+
+
+@workload_app.command("export")
+def export_cmd(
+    trace: str = typer.Argument(..., help="Trace file (JSONL), or pkg:demo-workload.jsonl."),
+    to: str = typer.Option(..., "--to", help="aiperf (mooncake_trace, verbatim payloads) | vllm (custom dataset)."),
+    out: Path = typer.Option(..., "-o", "--out", help="File to write (refused if it exists, unless --force)."),
+    as_recorded: bool = typer.Option(
+        False, "--as-recorded", help="aiperf: the recorded bodies untouched (default: the bodies frank's replay sends)."
+    ),
+    force: bool = typer.Option(False, "--force", help="Overwrite OUT."),
+) -> None:
+    """Write a workload's turns in AIPerf's or vLLM bench's input format, to run the same turns in those tools.
+
+    Example: frank workload export workloads/chat.jsonl --to aiperf -o chat.aiperf.jsonl
+    """
+    from frankenstein.workload.export import PEERS, export_workload, write_export
+    from frankenstein.workload.trace import load_trace
+
+    if to not in PEERS:
+        raise typer.BadParameter(f"{to!r}: expected aiperf or vllm", param_hint="--to")
+    if out.exists() and not force:
+        raise FrankError(f"{out}: exists; pass --force to overwrite")
+    result = export_workload(load_trace(expand(trace)), to, as_recorded=as_recorded)  # type: ignore[arg-type]
+    write_export(out, result)
+    for line in result.skipped:
+        typer.echo(f"skipped: {line}", err=True)
+    if result.dropped_keys:
+        typer.echo(f"not carried (vLLM's format has no place for them): {', '.join(result.dropped_keys)}", err=True)
+    typer.echo(f"exported {len(result.lines)} turns ({result.endpoint}) to {out}; {len(result.skipped)} skipped")
+    typer.echo(f"run: {result.hint.replace('FILE', str(out))}")

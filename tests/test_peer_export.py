@@ -1,0 +1,185 @@
+"""`frank workload export --to aiperf|vllm`: the file holds the same turns, turn for turn, in the peer's documented
+format (AIPerf ``mooncake_trace`` with verbatim ``payload``; vLLM bench ``custom`` JSONL), and what a peer's
+format cannot hold is skipped and named, never silently changed. The real AIPerf run is in
+benchmarks/aiperf_side_by_side.py; vLLM's own loader runs here when its interpreter is present."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import frank
+from frankenstein.errors import TraceError
+from frankenstein.workload.export import export_workload
+from frankenstein.workload.replay import ReplaySettings, replay_body
+from frankenstein.workload.trace import Turn, load_trace, write_trace
+
+ROOT = Path(__file__).resolve().parents[1]
+SYSTEM = {"role": "system", "content": "be brief"}
+
+
+def chat(sid: str, i: int, messages: list[dict], n: int | None = 8) -> Turn:
+    return Turn(
+        turn_id=f"{sid}-{i}",
+        session_id=sid,
+        turn_index=i,
+        endpoint="/v1/chat/completions",
+        request={"model": "m", "messages": messages, "tools": [{"type": "function"}], "stop": ["\n\n"]},
+        output={"text": "ok", "completion_tokens": n},
+    )
+
+
+@pytest.fixture
+def workload(tmp_path: Path) -> Path:
+    """Two interleaved sessions: one-prompt turns, a turn with history, a system message, non-ASCII text."""
+    turns = [
+        chat("a", 0, [{"role": "user", "content": "héllo ✓"}]),
+        chat("b", 0, [{"role": "user", "content": "second session"}], n=3),
+        chat(
+            "a",
+            1,
+            [
+                {"role": "user", "content": "héllo ✓"},
+                {"role": "assistant", "content": "ok"},
+                {"role": "user", "content": "more"},
+            ],
+        ),
+        chat("b", 1, [SYSTEM, {"role": "user", "content": "x"}]),
+        chat("c", 0, [{"role": "user", "content": "no length"}], n=None),
+    ]
+    path = tmp_path / "w.jsonl"
+    write_trace(path, turns)
+    return path
+
+
+def read_lines(path: Path) -> list[dict]:
+    raw = path.read_bytes()
+    assert raw.endswith(b"\n") and b"\r" not in raw
+    return [json.loads(line) for line in raw.decode("utf-8").splitlines()]
+
+
+def check_mooncake(line: dict) -> None:
+    """AIPerf 0.13's ``MooncakeTrace`` rules for a self-contained line (aiperf/dataset/loader/models.py):
+    exactly one input mode, ``hash_ids`` only with ``input_length``, no field outside the model."""
+    fields = {"session_id", "payload", "delay", "timestamp", "output_length", "extra", "type"}
+    assert set(line) <= fields, set(line) - fields
+    modes = [k for k in ("input_length", "text_input", "messages", "payload") if k in line]
+    assert modes == ["payload"] and isinstance(line["payload"], dict) and isinstance(line["session_id"], str)
+
+
+def test_aiperf_payloads_are_the_bytes_frank_replays(workload: Path, tmp_path: Path) -> None:
+    out = tmp_path / "w.aiperf.jsonl"
+    r = frank("workload", "export", str(workload), "--to", "aiperf", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "exported 5 turns (/v1/chat/completions)" in r.stdout and "--custom-dataset-type mooncake_trace" in r.stdout
+    lines = read_lines(out)
+    turns = load_trace(workload).turns
+    assert len(lines) == len(turns)
+    for line, turn in zip(lines, turns):  # turn for turn, file order (so each session's order) kept
+        check_mooncake(line)
+        assert line["session_id"] == turn.session_id
+        assert line["payload"] == json.loads(replay_body(turn, ReplaySettings()))
+        assert list(line["payload"])[: len(turn.request)] == list(turn.request)  # recorded key order first
+    assert lines[0]["payload"]["max_tokens"] == 8 and lines[0]["payload"]["ignore_eos"] is True
+    assert "max_tokens" not in lines[4]["payload"]  # no recorded length: nothing forced, as in replay
+
+
+def test_aiperf_as_recorded_is_the_recorded_body(workload: Path) -> None:
+    wl = load_trace(workload)
+    got = export_workload(wl, "aiperf", as_recorded=True).lines
+    assert [x["payload"] for x in got] == [t.request for t in wl.turns]
+
+
+def test_vllm_holds_one_prompt_per_line_and_names_what_it_skips(workload: Path, tmp_path: Path) -> None:
+    out = tmp_path / "w.vllm.jsonl"
+    r = frank("workload", "export", str(workload), "--to", "vllm", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    assert read_lines(out) == [
+        {"prompt": "héllo ✓", "output_tokens": 8},
+        {"prompt": "second session", "output_tokens": 3},
+    ]
+    assert (
+        "skipped: turn a-1: 3 messages (vLLM's custom dataset holds one user prompt per line, no history)" in r.stderr
+    )
+    assert "skipped: turn b-1: 2 messages" in r.stderr
+    assert "skipped: turn c-0: no recorded output length" in r.stderr
+    assert "not carried (vLLM's format has no place for them): stop, tools" in r.stderr
+    assert "--backend openai-chat --endpoint /v1/chat/completions --dataset-name custom" in r.stdout
+    assert "--skip-chat-template --disable-shuffle" in r.stdout  # the server applies its template, in file order
+
+
+def test_vllm_completions_prompt(tmp_path: Path) -> None:
+    t = Turn(
+        turn_id="p",
+        session_id="s",
+        turn_index=0,
+        endpoint="/v1/completions",
+        request={"prompt": "def f(x):"},
+        output={"completion_tokens": 5},
+    )
+    tok = t.model_copy(update={"turn_id": "q", "turn_index": 1, "request": {"prompt": [1, 2, 3]}})
+    path = tmp_path / "c.jsonl"
+    write_trace(path, [t, tok])
+    e = export_workload(load_trace(path), "vllm")
+    assert e.lines == [{"prompt": "def f(x):", "output_tokens": 5}]
+    assert e.skipped == ["turn q: its prompt is not one text string (token ids or a list)"]
+    assert "--backend openai --endpoint /v1/completions" in e.hint
+
+
+def test_refusals_name_the_file_and_never_overwrite(workload: Path, tmp_path: Path) -> None:
+    native = Turn(turn_id="n", session_id="s", turn_index=0, endpoint="/completion", request={"prompt": "x"})
+    comp = native.model_copy(update={"endpoint": "/v1/completions"})
+    for name, turns, why in (
+        ("native.jsonl", [native], "endpoint /completion is llama.cpp's own"),
+        ("mixed.jsonl", [comp, chat("a", 1, [{"role": "user", "content": "x"}])], "the workload mixes endpoints"),
+    ):
+        path = tmp_path / name
+        write_trace(path, turns)
+        r = frank("workload", "export", str(path), "--to", "aiperf", "-o", str(tmp_path / "o.jsonl"))
+        assert r.returncode == 1 and r.stderr.startswith(f"frank: error: {path}: ") and why in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr and not (tmp_path / "o.jsonl").exists()
+    only_history = tmp_path / "h.jsonl"
+    write_trace(only_history, [chat("a", 0, [SYSTEM, {"role": "user", "content": "x"}])])
+    with pytest.raises(TraceError, match=r"h.jsonl: no turn can be written in vllm's format \(turn a-0: 2 messages"):
+        export_workload(load_trace(only_history), "vllm")
+    out = tmp_path / "keep.jsonl"
+    out.write_text("mine\n")
+    r = frank("workload", "export", str(workload), "--to", "vllm", "-o", str(out))
+    assert r.returncode == 1 and "exists; pass --force" in r.stderr and out.read_text() == "mine\n"
+    r = frank("workload", "export", str(workload), "--to", "genai-perf", "-o", str(out))
+    assert r.returncode == 2 and "expected aiperf or vllm" in r.stderr
+
+
+@pytest.mark.vllm
+def test_vllm_own_sampler_reads_the_export(workload: Path, tmp_path: Path) -> None:
+    """vLLM's ``CustomDataset.sample`` (vllm/benchmarks/datasets/datasets.py) takes every prompt and its
+    ``output_tokens``. Its ``load_data`` reads the file with pandas, which the vLLM venv lacks, so the rows are
+    read as JSON lines (what ``pd.read_json(lines=True)`` yields for these flat objects)."""
+    python = os.environ.get("FRANK_VLLM_PYTHON") or str(ROOT / ".venv-vllm" / "bin" / "python")
+    if not Path(python).exists():
+        pytest.skip(f"no vLLM interpreter at {python} (set FRANK_VLLM_PYTHON)")
+    out = tmp_path / "w.vllm.jsonl"
+    assert frank("workload", "export", str(workload), "--to", "vllm", "-o", str(out)).returncode == 0
+    code = (
+        "import json, sys\n"
+        "from transformers import PreTrainedTokenizerFast\n"
+        "from vllm.benchmarks.datasets import CustomDataset\n"
+        "class Rows(CustomDataset):\n"
+        "    def load_data(self):\n"
+        "        with open(self.dataset_path, encoding='utf-8') as f:\n"
+        "            self.data = [json.loads(x) for x in f]\n"
+        "d = Rows(dataset_path=sys.argv[1], disable_shuffle=True)\n"
+        "tok = PreTrainedTokenizerFast(tokenizer_file=sys.argv[2])\n"
+        "s = d.sample(tokenizer=tok, num_requests=-1, skip_chat_template=True)\n"
+        "print(json.dumps([[r.prompt for r in s], [r.expected_output_len for r in s]]))\n"
+    )
+    tokenizer = ROOT / "src" / "frankenstein" / "data" / "tiny-tokenizer.json"
+    r = subprocess.run(
+        [python, "-c", code, str(out), str(tokenizer)], capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout.splitlines()[-1]) == [["héllo ✓", "second session"], [8, 3]]
