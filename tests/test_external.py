@@ -1,0 +1,167 @@
+"""A server frank did not start: ``frank replay --url`` and the ``external`` engine of designs.
+
+One llama-server per module, started here as a plain subprocess (not through frank), replays the
+shipped demo workload's recorded chat turns through the real CLI; per-turn rows (with ``pre_ms`` and
+``post_ms``) land in the store, the server outlives every frank command, registration refuses an
+external arm unless the design says its starts need not be fresh, and a design with ``pre_ms`` as its
+primary metric registers, runs and analyzes, its facts saying the starts were not fresh."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import BASE_ARGS, frank
+
+from frankenstein.campaign import init_campaign, open_campaign
+from frankenstein.engines.process import free_port
+from frankenstein.shipped import data_path
+
+pytestmark = pytest.mark.engine
+
+WORKLOAD = str(data_path("demo-workload.jsonl"))
+
+
+def toml(url: str) -> str:
+    return f"""\
+name = "ext"
+served = "base"
+
+[recipes.base]
+engine = "llamacpp"
+model = "pkg:tiny-target.gguf"
+args = {BASE_ARGS!r}
+start_timeout_s = 120
+
+[recipes.running]
+engine = "external"
+args = ["--url", "{url}"]
+start_timeout_s = 30
+
+[recipes.gone]
+engine = "external"
+args = ["--url", "http://127.0.0.1:9"]
+start_timeout_s = 1
+""".replace("'", '"')
+
+
+@pytest.fixture(scope="module")
+def server(llama_server_bin: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """llama-server on the tiny target, started by the test (never by frank), killed at the end."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("ext") / "llama.log"
+    cmd = [llama_server_bin, "-m", str(data_path("tiny-target.gguf")), "--host", "127.0.0.1", "--port", str(port)]
+    with log.open("w") as out:
+        proc = subprocess.Popen([*cmd, *BASE_ARGS], stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None, log.read_text()[-2000:]
+            try:
+                if httpx.get(url + "/health", timeout=2, trust_env=False).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "llama-server did not become ready"
+            time.sleep(0.2)
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def camp(server: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("camp") / "c"
+    init_campaign(root, toml=toml(server)).close()
+    return root
+
+
+def test_replay_url_against_a_server_started_outside_frank(camp: Path, server: str) -> None:
+    r = frank("replay", "base", WORKLOAD, "-c", str(camp), "--url", server, "--max-turns", "4")
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert "start 1: ok" in r.stdout
+    pre = next(line for line in r.stdout.splitlines() if line.strip().startswith("pre_ms"))
+    assert pre.split()[1] != "-"  # printed per start, from the server's prompt time and the client's TTFT
+    with open_campaign(camp) as c:
+        row = c.store.query("SELECT * FROM starts WHERE id = 1")[0]
+        assert row["engine"] == "external" and "not started by frank" in row["engine_version"]
+        turns = c.store.turns_of(1)
+    assert len(turns) == 4 and [t["warmup"] for t in turns] == [1, 0, 0, 0]
+    for t in turns:
+        assert t["prompt_ms"] is not None and t["decode_ms"] is not None  # llama.cpp timings, read through --url
+        assert t["pre_ms"] == pytest.approx(t["ttft_ms"] - t["prompt_ms"])
+        assert t["post_ms"] == pytest.approx(t["e2e_ms"] - t["ttft_ms"] - t["decode_ms"])
+        assert t["pre_ms"] > 0  # the client's TTFT includes the server's prompt time and more
+    # frank never stopped it: the server still answers
+    assert httpx.get(server + "/health", timeout=5, trust_env=False).status_code == 200
+
+
+def test_bad_and_dead_urls_say_what_is_wrong(camp: Path) -> None:
+    r = frank("replay", "base", WORKLOAD, "-c", str(camp), "--url", "https://127.0.0.1:1/v1")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "--url" in r.stderr and "http://HOST:PORT" in r.stderr
+    r = frank("replay", "gone", WORKLOAD, "-c", str(camp), "--max-turns", "2")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "failed (the external server at http://127.0.0.1:9 did not answer ready within 1 s" in r.stdout
+
+
+DESIGN = """\
+name = "pre"
+kind = "speed"
+hypothesis = "a fresh llama-server spends less time outside its own timings than the running one"
+blocks = 2
+workload = "{workload}"
+primary_metric = "pre_ms"
+secondary = ["post_ms", "ttft_ms"]
+
+[arms.served]
+recipe = "served"
+
+[arms.candidate]
+recipe = "running"
+
+[rule]
+kind = "sign"
+alpha = 0.5
+
+[replay]
+warmup_turns = 1
+max_turns = 3
+{fresh}
+"""
+
+
+def test_external_arm_needs_the_design_to_say_starts_are_not_fresh(camp: Path, tmp_path: Path) -> None:
+    refused = tmp_path / "refused.toml"
+    refused.write_text(DESIGN.format(workload=WORKLOAD, fresh=""))
+    r = frank("register", str(refused), "-c", str(camp))
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert str(refused) in r.stderr and "replay.fresh_starts" in r.stderr and "arm candidate" in r.stderr
+
+    design = tmp_path / "pre.toml"
+    design.write_text(DESIGN.format(workload=WORKLOAD, fresh="fresh_starts = false"))
+    r = frank("register", str(design), "-c", str(camp))
+    assert r.returncode == 0, r.stderr
+    r = frank("run", "pre-1", "-c", str(camp), timeout=600)
+    assert r.returncode == 0, r.stderr + r.stdout
+    r = frank("analyze", "pre-1", "-c", str(camp))
+    assert r.returncode == 0, r.stderr
+    assert "primary metric: pre_ms" in r.stdout and "post_ms" in r.stdout
+
+    from frankenstein.design.facts import design_facts, fresh_start_lines
+    from frankenstein.design.registry import get
+
+    with open_campaign(camp) as c:
+        facts = design_facts(c, get(c, "pre-1"))
+        candidate = [s for s in c.store.starts_of("pre-1") if s.arm == "candidate"]
+    assert facts.not_fresh == ("candidate",)
+    assert "Starts were not fresh: arm(s) candidate" in fresh_start_lines(facts)[0]
+    assert all(s.ok and s.metrics["pre_ms"] > 0 for s in candidate)
