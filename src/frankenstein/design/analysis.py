@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from frankenstein.campaign import Campaign, open_campaign
-from frankenstein.design import registry
+from frankenstein.design import phases, registry
 from frankenstein.design.kinds import kind_of
 from frankenstein.design.kinds.base import Analysis, arm_values, block_values, can_still_change, speculation_lines
 from frankenstein.design.percentiles import PERCENTILE_CAPTION, PERCENTILE_HEADER, Percentiles, percentile_rows
@@ -36,6 +36,7 @@ def analyze(campaign: Campaign, design_id: str) -> Analysis:
     reg = registry.get(campaign, design_id)
     a = kind_of(reg.design.kind).analyze(campaign, reg)
     a.warnings = [*load_warnings(campaign.store.starts_of(design_id)), *a.warnings]
+    a.time_spent = phases.summarize(campaign.store.starts_of(design_id), reg.design.cache)
     return a
 
 
@@ -73,6 +74,7 @@ def format_analysis(a: Analysis, percentiles: Percentiles | None = None) -> list
     if percentiles:
         table = render_table(PERCENTILE_HEADER, percentile_rows(percentiles), "llrrrr")
         lines += ["", f"{PERCENTILE_CAPTION}:", *(f"  {line}" for line in table)]
+    lines += phases.time_lines(a.time_spent)
     return lines
 
 

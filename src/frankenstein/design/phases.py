@@ -205,3 +205,179 @@ def gaps(records: Sequence[StartPhases | None]) -> list[float | None]:
 
 def ordered(names: Sequence[str] | set[str]) -> list[str]:
     return sorted(names, key=_order)
+
+
+# ---------------------------------------------------------------- where a design's time went
+
+GAP_LIMIT_S = 300.0
+"""A gap between two starts longer than this is a stopped and resumed run, not the runner's own work."""
+
+
+@dataclass(frozen=True)
+class ArmTime:
+    """One arm's starts: how many carry phases, and the mean seconds per phase and in all."""
+
+    arm: str
+    starts: int
+    mean: dict[str, float]
+    total_s: float
+
+
+@dataclass(frozen=True)
+class TimeSummary:
+    """Where a design's wall time went, from its start rows (``StartRow.phases``)."""
+
+    arms: tuple[ArmTime, ...]
+    starts: int  # starts with phases
+    without: int  # starts recorded without phases (before they were recorded)
+    starts_s: float  # sum of the starts' totals
+    between_s: float  # sum of the counted gaps between starts
+    engine_s: float  # launch + ready + stop, summed
+    resumed_gaps: int  # gaps longer than GAP_LIMIT_S, not counted
+    cache: str  # the design's cache policy
+    cache_empty: int  # starts whose cache folder was empty when they began
+    cache_recorded: int  # starts with a cache record
+    prefetch: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def wall_s(self) -> float:
+        return self.starts_s + self.between_s
+
+    @property
+    def engine_share(self) -> float | None:
+        return self.engine_s / self.wall_s if self.wall_s > 0 else None
+
+
+def summarize(rows: Sequence[Any], cache: str = "warm") -> TimeSummary:
+    """The :class:`TimeSummary` of a design's start rows (any objects with ``arm``, ``phases`` and
+    ``resources``, i.e. :class:`frankenstein.store.StartRow`), in their run order (by ``started_at``)."""
+    rows = sorted(rows, key=lambda r: (getattr(read(r.phases), "at", 0.0), r.id))
+    recs = [read(r.phases) for r in rows]
+    gap = gaps(recs)
+    per_arm: dict[str, list[dict[str, float]]] = {}
+    starts_s = between_s = engine_s = 0.0
+    resumed = 0
+    for row, rec, g in zip(rows, recs, gap):
+        if rec is None:
+            continue
+        seen = dict(rec.phases)
+        seen["total"] = rec.total_s
+        if g is not None and g <= GAP_LIMIT_S:
+            seen["write"] = g
+            between_s += g
+        elif g is not None:
+            resumed += 1
+        per_arm.setdefault(row.arm, []).append(seen)
+        starts_s += rec.total_s
+        engine_s += rec.engine_start_s
+    arms = []
+    for arm in sorted(per_arm, key=lambda a: (a != "served", a)):
+        seen_rows = per_arm[arm]
+        names = {k for s in seen_rows for k in s if k != "total"}
+        mean = {k: sum(s.get(k, 0.0) for s in seen_rows) / len(seen_rows) for k in names}
+        arms.append(ArmTime(arm, len(seen_rows), mean, sum(s["total"] for s in seen_rows) / len(seen_rows)))
+    caches = [r.resources.get("caches") for r in rows if isinstance(r.resources.get("caches"), Mapping)]
+    return TimeSummary(
+        arms=tuple(arms),
+        starts=sum(1 for r in recs if r is not None),
+        without=sum(1 for r in recs if r is None),
+        starts_s=starts_s,
+        between_s=between_s,
+        engine_s=engine_s,
+        resumed_gaps=resumed,
+        cache=cache,
+        cache_empty=sum(1 for c in caches if c.get("empty_at_start")),
+        cache_recorded=len(caches),
+        prefetch=prefetch_summary([r.resources.get("prefetch") for r in rows]),
+    )
+
+
+def prefetch_summary(records: Sequence[Any]) -> dict[str, Any]:
+    """Starts that read ahead, bytes and seconds, and the reasons others did not."""
+    read_ = [r for r in records if isinstance(r, Mapping) and not r.get("skipped")]
+    skipped: dict[str, int] = {}
+    for r in records:
+        if isinstance(r, Mapping) and r.get("skipped"):
+            why = str(r["skipped"])
+            skipped[why] = skipped.get(why, 0) + 1
+    return {
+        "starts": len(read_),
+        "bytes": sum(int(r.get("bytes") or 0) for r in read_),
+        "seconds": sum(float(r.get("seconds") or 0.0) for r in read_),
+        "stopped": sum(1 for r in read_ if r.get("stopped")),
+        "skipped": skipped,
+    }
+
+
+def table(summary: TimeSummary) -> tuple[list[str], list[list[str]], str]:
+    """(header, rows, align) of the per-arm table: mean seconds per phase, phases no start had left out."""
+    names = ordered({k for a in summary.arms for k, v in a.mean.items() if k != "write" and v > 0.0005})
+    if any("write" in a.mean for a in summary.arms):
+        names.append("write")
+    header = ["arm", "starts", *(PHASE_WORDS.get(n, n) for n in names), "total"]
+    rows = [
+        [a.arm, str(a.starts), *(f"{a.mean[n]:.2f}" if n in a.mean else "-" for n in names), f"{a.total_s:.2f}"]
+        for a in summary.arms
+    ]
+    return header, rows, "lr" + "r" * (len(names) + 1)
+
+
+def duration(seconds: float) -> str:
+    """'3 h 20 min', '4 min 10 s', '12.3 s'."""
+    if seconds >= 3600:
+        h, m = divmod(round(seconds / 60), 60)
+        return f"{h} h {m} min" if m else f"{h} h"
+    if seconds >= 60:
+        m, s = divmod(round(seconds), 60)
+        return f"{m} min {s} s" if s else f"{m} min"
+    return f"{seconds:.1f} s"
+
+
+def sentences(summary: TimeSummary) -> list[str]:
+    """The lines under the table: the wall time and its share of engine starts, caches, prefetch."""
+    out = []
+    if summary.starts:
+        share = summary.engine_share
+        out.append(
+            f"{summary.starts} starts took {duration(summary.wall_s)} in all "
+            f"({duration(summary.starts_s)} in the starts, {duration(summary.between_s)} between them)"
+            + (f", {share:.0%} of it starting and stopping engines (launch, ready, stop)" if share is not None else "")
+        )
+    if summary.without:
+        out.append(f"{summary.without} start(s) were recorded without phases (before they were recorded)")
+    if summary.resumed_gaps:
+        out.append(f"{summary.resumed_gaps} gap(s) longer than {GAP_LIMIT_S:.0f} s (a stopped run resumed) not counted")
+    policy = (
+        "warm (each arm's own cache folders, kept across its starts)"
+        if summary.cache == "warm"
+        else "cold (an empty cache folder for every start)"
+    )
+    cache = f"engine caches: {policy}"
+    if summary.cache_recorded:
+        cache += f"; {summary.cache_empty} of {summary.cache_recorded} starts began with an empty folder"
+    out.append(cache)
+    p = summary.prefetch
+    if p.get("starts") or p.get("skipped"):
+        line = (
+            f"prefetch of the next start's files: {p['starts']} start(s) read {p['bytes'] / 2**20:.1f} MiB "
+            f"in {p['seconds']:.2f} s"
+        )
+        if p.get("stopped"):
+            line += f" ({p['stopped']} stopped when their start ended)"
+        if p.get("skipped"):
+            line += "; skipped: " + "; ".join(f"{why} ({n})" for why, n in sorted(p["skipped"].items()))
+        out.append(line)
+    return out
+
+
+def time_lines(summary: TimeSummary | None) -> list[str]:
+    """What ``frank analyze`` prints after the verdict: the per-arm table and its sentences."""
+    if summary is None or not summary.starts:
+        return []  # starts recorded before phases were: nothing to say
+    lines = ["", "where the time went (mean seconds per start, per arm):"]
+    header, body, align = table(summary)
+    widths = [max(len(c) for c in col) for col in zip(header, *body)]
+    for cells in [header, *body]:
+        lines.append("  " + "  ".join(c.ljust(w) if a == "l" else c.rjust(w) for c, w, a in zip(cells, widths, align)))
+    lines += [f"  {s}" for s in sentences(summary)]
+    return lines

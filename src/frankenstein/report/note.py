@@ -30,6 +30,7 @@ from frankenstein.report import plots as P
 from frankenstein.report.collect import DesignReport, NoteData, collect
 from frankenstein.report.export import dumps, note_doc
 from frankenstein.report.facts import what_it_shows
+from frankenstein.report.phases import format_time_spent
 from frankenstein.report.markdown import capture_tables, code, md_table, num, pct, slug
 from frankenstein.store import LedgerEntry, Override, Refusal
 
@@ -199,6 +200,7 @@ def format_design(d: DesignReport, base: str, plots: dict[str, str]) -> list[str
         *(f"- {s}" for s in what_it_shows(d.facts, d.description.measures, d.description.concurrency)),
     ]
     lines += format_machines(d)
+    lines += format_time_spent(d)
     return lines
 
 
