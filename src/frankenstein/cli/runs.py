@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from frankenstein.cli.app import app
 from frankenstein.cli.design import verified_or_warn
+
+if TYPE_CHECKING:
+    from frankenstein.campaign import Campaign
 
 
 @app.command()
@@ -130,6 +134,12 @@ def run(
         help="Seconds between progress lines during a start when stderr is not a terminal "
         "(default: $FRANK_HEARTBEAT_S, else 30).",
     ),
+    ray: str | None = typer.Option(
+        None,
+        "--ray",
+        help='Run the blocks on a Ray cluster: "auto" or HOST:PORT (default: [cluster] ray in frank.toml; '
+        "docs/cluster.md).",
+    ),
 ) -> None:
     """Run a registered design: each block, each arm in its registered order, one fresh engine start each.
 
@@ -139,6 +149,7 @@ def run(
     Example: frank run draft-vs-base-1 -c my-campaign --resume
     """
     from frankenstein.campaign import open_campaign
+    from frankenstein.cluster.need import ray_address
     from frankenstein.design.registry import get
     from frankenstein.design.runner import done_slots, run_design
     from frankenstein.progress import RunProgress, heartbeat_seconds
@@ -149,8 +160,21 @@ def run(
         raise typer.BadParameter(str(exc), param_hint="--heartbeat") from None
     with open_campaign(campaign) as c:
         verified_or_warn(c, "run --resume" if resume else "run", force=force, why=why)
+        if ray_address(ray, c.config) is not None:
+            typer.echo(on_cluster(c, design_id, ray_address(ray, c.config) or "", resume=resume))
+            return
         done = done_slots(c, design_id) if resume else set()
         todo = [s for s in get(c, design_id).slots() if (s.block, s.position) not in done]
         with RunProgress(len(todo), heartbeat_s=every) as progress:
             summary = run_design(c, design_id, resume=resume, echo=typer.echo, progress_factory=progress.slot)
     typer.echo(summary)
+
+
+def on_cluster(c: Campaign, design_id: str, address: str, *, resume: bool) -> str:
+    """``frank run --ray``: Ray is imported only here, after saying how to install it if it is missing."""
+    from frankenstein.cluster.need import need_ray
+
+    need_ray()
+    from frankenstein.cluster.driver import run_on_cluster
+
+    return run_on_cluster(c, design_id, address, resume=resume, echo=typer.echo, gpus=c.config.cluster.gpus)

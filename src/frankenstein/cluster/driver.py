@@ -1,0 +1,190 @@
+"""The driver: ``frank run ID --ray ADDRESS``, the only writer of the store and the registry.
+
+Blocks are submitted in block order, each as one Ray task asking for one ``frank_host`` (so a host runs
+one block at a time) and the GPUs one block needs (``[cluster] gpus``); no more blocks are in flight
+than the cluster has hosts. Each start is recorded as soon as its host sends it back. A block whose
+task fails (its node died, its worker was killed) has its unfinished starts recorded as failed, naming
+the node; the design's failure policy then decides at analysis, as for any failed start. Under
+``stopping = "curtail"`` the driver checks before submitting each block whether the verdict is settled
+(it only can be once every earlier block is recorded). The run lock and the store's unique key on
+(design, block, position, rep) keep ``--resume`` from running a recorded start twice; Ray never retries
+a block.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+from ray.exceptions import RayError
+
+from frankenstein.campaign import Campaign
+from frankenstein.cluster import checks
+from frankenstein.cluster.content import workload_bytes
+from frankenstein.cluster.failed import failed_start
+from frankenstein.cluster.host import Host
+from frankenstein.cluster.worker import run_block
+from frankenstein.design import registry
+from frankenstein.design.model import Registered, Slot
+from frankenstein.design.runner import (
+    by_block,
+    curtailed_line,
+    curtails,
+    record_slot,
+    run_lock,
+    start_line,
+    summary,
+    unfinished,
+)
+from frankenstein.design.start import StartOutcome
+from frankenstein.errors import ClusterError
+
+RESOURCE = "frank_host"
+HOW_TO_ADD = f"start each host with `ray start ... --resources '{{\"{RESOURCE}\": 1}}'` (docs/cluster.md)"
+NO_CLUSTER_KINDS = {"agent": "its task folders do not travel to the hosts yet"}
+
+
+@dataclass
+class Flight:
+    """One block in flight: its slots, how many came back, the host it reported."""
+
+    slots: list[Slot]
+    done: int = 0
+    host: Host | None = None
+
+
+@dataclass
+class Run:
+    campaign: Campaign
+    reg: Registered
+    echo: Callable[[str], None]
+    gpus: float
+    workload: Any  # an ObjectRef of the workload's bytes, or None
+    pins: list[checks.Pin]
+    flights: dict[Any, Flight] = field(default_factory=dict)
+    ran: int = 0
+
+    def submit(self, slots: list[Slot]) -> None:
+        task = run_block.options(
+            resources={RESOURCE: 1},
+            num_gpus=self.gpus,
+            name=f"frank {self.reg.design_id} block {slots[0].block + 1}",
+        )
+        self.flights[task.remote(self.reg, slots, self.workload, self.pins)] = Flight(slots)
+
+    def record(self, slot: Slot, out: StartOutcome, host: Host | None) -> None:
+        record_slot(self.campaign, self.reg.design_id, slot, out)
+        self.ran += 1
+        self.echo(start_line(self.reg, slot, out) + (f" [on {host.label}]" if host else ""))
+
+    def step(self) -> None:
+        """Wait for the next thing any block sends back and record it."""
+        ready, _ = ray.wait(list(self.flights), num_returns=1)
+        gen: Any = ready[0]  # an ObjectRefGenerator: ray.wait answers with the one that has an item
+        flight = self.flights[gen]
+        try:
+            item = ray.get(next(gen))
+        except StopIteration:
+            del self.flights[gen]
+            self.lost(flight, "its task ended before every start came back")
+            return
+        except RayError as exc:
+            del self.flights[gen]
+            self.lost(flight, f"died mid-block ({type(exc).__name__}: {_first_line(exc)})")
+            return
+        if isinstance(item, Host):
+            flight.host = item
+            return
+        slot, out = item
+        flight.done += 1
+        self.record(slot, out, flight.host)
+        if flight.done == len(flight.slots):
+            del self.flights[gen]
+
+    def lost(self, flight: Flight, what: str) -> None:
+        """Record the block's unfinished starts as failed, naming the node."""
+        if flight.done == len(flight.slots):
+            return
+        where = f"node {flight.host.label}" if flight.host else "the node it was placed on (it never reported)"
+        host = flight.host.as_dict() if flight.host else None
+        for slot in flight.slots[flight.done :]:
+            self.record(slot, failed_start(self.reg, slot, f"{where} {what}", host), flight.host)
+
+
+def hosts() -> int:
+    """How many hosts the cluster offers now (alive nodes' ``frank_host``)."""
+    return int(ray.cluster_resources().get(RESOURCE, 0))
+
+
+def connect(address: str) -> None:
+    try:
+        ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False, namespace="frank")
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise ClusterError(f"cannot reach the Ray cluster at {address}: {_first_line(exc)}") from exc
+
+
+def run_on_cluster(
+    campaign: Campaign,
+    design_id: str,
+    address: str,
+    *,
+    resume: bool = False,
+    echo: Callable[[str], None] = print,
+    gpus: float = 0.0,
+) -> str:
+    """Run every unfinished start of a registered design on the Ray cluster at ``address``."""
+    reg = registry.get(campaign, design_id)
+    if reg.design.kind in NO_CLUSTER_KINDS:
+        raise ClusterError(
+            f"{design_id}: {reg.design.kind} designs do not run on a cluster: "
+            f"{NO_CLUSTER_KINDS[reg.design.kind]}; run it without --ray"
+        )
+    with run_lock(campaign):
+        todo, recorded = unfinished(campaign, reg, resume)
+        data = workload_bytes(reg)
+        pins = checks.pin(reg, campaign.store.starts_of(design_id))
+        connect(address)
+        try:
+            n = hosts()
+            if n < 1:
+                raise ClusterError(f"no node of the Ray cluster at {address} offers {RESOURCE}: {HOW_TO_ADD}")
+            echo(f"{design_id}: {len(todo)} starts in {len(by_block(todo))} blocks on {n} host(s) of {address}")
+            run = Run(campaign, reg, echo, gpus, ray.put(data) if data is not None else None, pins)
+            dispatch(run, by_block(todo))
+        finally:
+            ray.shutdown()
+    return summary(design_id, run.ran, recorded)
+
+
+def dispatch(run: Run, blocks: list[list[Slot]]) -> None:
+    """Keep one block per host in flight, in block order, until every block came back or curtailment."""
+    queue = deque(blocks)
+    stopped = False
+    try:
+        while queue or run.flights:
+            while queue and not stopped and len(run.flights) < hosts():
+                if curtails(run.campaign, run.reg, queue[0][0].block):
+                    run.echo(curtailed_line(queue[0][0].block))
+                    stopped = True
+                    break
+                run.submit(queue.popleft())
+            if not run.flights:
+                if queue and not stopped:
+                    left = sum(len(b) for b in queue)
+                    raise ClusterError(
+                        f"no host of the cluster offers {RESOURCE} any more; {left} starts not run "
+                        f"(frank run --resume continues them): {HOW_TO_ADD}"
+                    )
+                return
+            run.step()
+    finally:
+        for gen in run.flights:
+            ray.cancel(gen, force=True)
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [""])[0][:300]

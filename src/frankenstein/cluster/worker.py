@@ -1,0 +1,72 @@
+"""The Ray task of one block: its starts in registered arm order on this host, streamed back one by one.
+
+The task yields this host first, then ``(slot, outcome)`` after each start, so the driver records every
+start as soon as it ends (a node that dies mid-block loses only the starts it had not finished). The
+starts run through the local runner's own code (:func:`frankenstein.design.runner.block_starts`), in a
+scratch campaign folder on this host (``$FRANK_WORKER_DIR``, default ``~/.cache/frankenstein/worker``)
+that holds the engines' logs; its store is never written: the driver's is the only one.
+
+Engines and command arms are reaped as on one machine: own process group, parent-death signal on this
+Ray worker process. When the driver dies, Ray ends the job's workers, and so their engines.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+
+import ray
+
+from frankenstein.campaign import init_campaign
+from frankenstein.cluster import checks
+from frankenstein.cluster.content import unpack_workload
+from frankenstein.cluster.failed import failed_start
+from frankenstein.cluster.host import Host, this_host
+from frankenstein.design.model import Registered, Slot
+from frankenstein.design.runner import block_starts
+from frankenstein.design.start import StartOutcome
+from frankenstein.errors import ClusterError
+
+Item = Host | tuple[Slot, StartOutcome]
+
+
+def worker_root() -> Path:
+    return Path(os.environ.get("FRANK_WORKER_DIR") or Path.home() / ".cache" / "frankenstein" / "worker")
+
+
+def _refuse(pins: list[checks.Pin], reg: Registered, host: Host, slot: Slot) -> StartOutcome | None:
+    reason = checks.check(pins, reg, slot.arm, host.label)
+    return None if reason is None else failed_start(reg, slot, reason)
+
+
+def block_items(reg: Registered, slots: list[Slot], workload: bytes | None, pins: list[checks.Pin]) -> Iterator[Item]:
+    """This host, then each start of the block as it ends (the body of :func:`run_block`)."""
+    host = this_host()
+    yield host
+    campaign = init_campaign(worker_root() / reg.design_id)
+    try:
+        try:
+            wl = unpack_workload(workload, reg, campaign.root / "workloads")
+        except ClusterError as exc:
+            for slot in slots:
+                yield _stamped(failed_start(reg, slot, f"host {host.label}: {exc}"), host, pins, slot)
+            return
+        starts = block_starts(campaign, reg, slots, wl, check=partial(_refuse, pins, reg, host))
+        for slot, out in starts:
+            yield _stamped(out, host, pins, slot)
+    finally:
+        campaign.close()
+
+
+def _stamped(out: StartOutcome, host: Host, pins: list[checks.Pin], slot: Slot) -> tuple[Slot, StartOutcome]:
+    out.resources["host"] = host.as_dict()
+    out.resources["pins"] = checks.pins_of(pins, slot.arm)
+    return slot, out
+
+
+@ray.remote(max_retries=0, num_cpus=0)
+def run_block(reg: Registered, slots: list[Slot], workload: bytes | None, pins: list[checks.Pin]) -> Iterator[Item]:
+    """One block on the host Ray placed it on (never retried: a start is never run twice)."""
+    yield from block_items(reg, slots, workload, pins)
