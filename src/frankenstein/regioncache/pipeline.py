@@ -42,6 +42,7 @@ DEEPSEEK_V3 = (
     r"| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 DIGITS_1_3 = r"\p{N}{1,3}"
+DIGIT_1 = r"\p{N}"  # one digit per piece: HF Digits(individual_digits=true), llama.cpp's starcoder/smollm first regex
 DEEPSEEK_V3_CJK = "[一-龥぀-ゟ゠-ヿ]+"
 
 # A barrier regex puts a piece boundary after a "\n" that is the last line break before the next
@@ -49,7 +50,7 @@ DEEPSEEK_V3_CJK = "[一-龥぀-ゟ゠-ヿ]+"
 # never matches a "\n", has no look-around and never matches the empty string, so it can only split
 # a piece that straddles the cut into the same pieces the two halves would give.
 BARRIER_REGEXES = {LLAMA3: "llama3", QWEN2: "qwen2", DEEPSEEK_V3: "deepseek-v3"}
-TRANSPARENT_REGEXES = {DIGITS_1_3: "digits-1-3", DEEPSEEK_V3_CJK: "deepseek-v3-cjk"}
+TRANSPARENT_REGEXES = {DIGITS_1_3: "digits-1-3", DIGIT_1: "digits-1", DEEPSEEK_V3_CJK: "deepseek-v3-cjk"}
 
 _IDENTITY_NORMALIZERS = {"NFC", "NFD"}
 _NORMALIZER_WHY = {

@@ -10,6 +10,10 @@ Answered here (JSON in, JSON out):
   body that cannot be rendered as text (images) goes to the engine;
 - ``GET /frank/status``: the cache's status (enabled, why, sizes, shadow checks).
 
+With an ``observe`` log (:class:`~frankenstein.regioncache.observe.ServedLog`, what ``frank serve``
+keeps for the campaign) every answered request adds its route, status, milliseconds from the parsed
+request line to the last byte sent, and whether the engine failed it (a 5xx or no answer).
+
 Everything else — generation, streaming included, ``/health``, ``/metrics``, ... — is relayed to the
 upstream engine byte for byte; response bodies are relayed chunk by chunk as they arrive, so SSE
 events reach the client when the engine sends them. Only the stdlib ``http.server``
@@ -22,14 +26,16 @@ Malformed ``Content-Length`` and too deeply nested JSON get a 400.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from frankenstein.engines.http import Streamed, TransportError, open_stream
 from frankenstein.errors import FrankError
-from frankenstein.regioncache.cache import RegionCache
+from frankenstein.regioncache.cache import CacheStatus
+from frankenstein.regioncache.observe import ServedLog
 from frankenstein.regioncache.render import Renderer, Unrenderable
 from frankenstein.workload.listener import (
     CONNECT_RETRIES,
@@ -45,14 +51,31 @@ from frankenstein.workload.listener import (
 _NO_BODY = {204, 304}
 
 
+class Counter(Protocol):
+    """What the front counts with: the region cache, or the engine's own /tokenize (``engine_count``)."""
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]: ...
+
+    def count(self, text: str, add_special_tokens: bool = True) -> int: ...
+
+    def status(self) -> CacheStatus: ...
+
+
 class FrontServer(ProxyHTTPServer):
     def __init__(
-        self, addr: tuple[str, int], upstream: str, cache: RegionCache, renderer: Renderer, timeout_s: float
+        self,
+        addr: tuple[str, int],
+        upstream: str,
+        cache: Counter,
+        renderer: Renderer,
+        timeout_s: float,
+        observe: ServedLog | None = None,
     ) -> None:
         super().__init__(addr, _Handler)
         self.upstream = upstream.rstrip("/")
         self.cache = cache
         self.renderer = renderer
+        self.observe = observe
         # One upstream connection per request (the engines' stdlib client), as the recording proxy
         # does: llama-server may close a kept-alive connection just as it is reused, and that request
         # would fail with a 502. Connect failures (nothing sent yet) are retried.
@@ -76,6 +99,24 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet; the CLI prints a summary
         pass
 
+    # ------------------------------------------------------------------ observations
+    def parse_request(self) -> bool:
+        self._t0 = time.perf_counter()  # the request line is read: the request's time starts here
+        self._status: int | None = None
+        self._engine_error = False
+        return super().parse_request()
+
+    def send_response(self, code: int, message: str | None = None) -> None:
+        self._status = code
+        super().send_response(code, message)
+
+    def handle_one_request(self) -> None:
+        self._status = None
+        super().handle_one_request()
+        observe = self.server.observe
+        if observe is not None and self._status is not None:
+            observe.add(self.path, self._status, (time.perf_counter() - self._t0) * 1000.0, self._engine_error)
+
     # ------------------------------------------------------------------ routing
     def do_POST(self) -> None:
         try:
@@ -94,6 +135,10 @@ class _Handler(BaseHTTPRequestHandler):
                 answer = local(_json_object(raw))
             except BadRequest as exc:
                 self._json(400, {"error": {"message": str(exc), "type": "invalid_request_error"}})
+                return
+            except FrankError as exc:  # counting through the engine's /tokenize, and the engine failed
+                self._engine_error = True
+                self._json(502, {"error": {"message": str(exc), "type": "bad_gateway"}})
                 return
             if answer is not None:
                 self.server.tally(local=True)
@@ -168,6 +213,7 @@ class _Handler(BaseHTTPRequestHandler):
                 slots=self.server.upstream_slots,
             )
         except TransportError as exc:
+            self._engine_error = True
             self._json(502, {"error": {"message": f"upstream {self.server.upstream}: {exc}", "type": "bad_gateway"}})
             return
         try:
@@ -176,6 +222,7 @@ class _Handler(BaseHTTPRequestHandler):
             resp.close()
 
     def _relay(self, resp: Streamed) -> None:
+        self._engine_error = resp.status_code >= 500
         self.send_response(resp.status_code)
         for k, v in resp.headers.items():
             if k.lower() not in HOP_HEADERS:
@@ -196,6 +243,7 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True  # the client left; closing the upstream response ends the stream
         except TransportError:
+            self._engine_error = True
             self.close_connection = True  # the upstream died mid-body: end without the final chunk
 
     # ------------------------------------------------------------------ plumbing
@@ -257,18 +305,19 @@ class Front:
 
 def start_front(
     upstream: str,
-    cache: RegionCache,
+    cache: Counter,
     *,
     renderer: Renderer | None = None,
     host: str = "127.0.0.1",
     port: int = 0,
     timeout_s: float = 600.0,
+    observe: ServedLog | None = None,
 ) -> Front:
     """Serve the front in a background thread (``port=0``: a free port)."""
     if not upstream.startswith(("http://", "https://")):
         raise FrankError(f"upstream {upstream!r}: expected an http:// or https:// URL")
     try:
-        server = FrontServer((host, port), upstream, cache, renderer or Renderer(None), timeout_s)
+        server = FrontServer((host, port), upstream, cache, renderer or Renderer(None), timeout_s, observe)
     except OSError as exc:
         raise FrankError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
     return Front(server)

@@ -1,0 +1,63 @@
+"""Counting through the engine's own ``/tokenize`` when no tokenizer can be built here.
+
+``frank serve`` uses it when the model has no ``tokenizer.json`` and its GGUF tokenizer cannot be
+rebuilt (:mod:`frankenstein.regioncache.gguf` says why), or when a rebuilt one disagrees with the
+engine. Counts are then exactly the engine's, and the region cache is off: ``status()`` reports
+``enabled = false`` with that reason, which ``frank serve`` prints when it starts.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+
+from frankenstein.engines.http import TransportError, fetch_url
+from frankenstein.errors import FrankError
+from frankenstein.regioncache.cache import CacheStatus
+
+
+class EngineCounter:
+    """``encode``/``count``/``status`` like :class:`~frankenstein.regioncache.cache.RegionCache`, each
+    ``encode`` one ``POST /tokenize`` to the engine."""
+
+    def __init__(self, upstream: str, reason: str, timeout_s: float = 60.0) -> None:
+        self.upstream = upstream.rstrip("/")
+        self.reason = f"counts come from the engine's /tokenize: {reason}"
+        self.timeout_s = timeout_s
+        self._requests = 0
+        self._lock = threading.Lock()
+
+    @property
+    def enabled(self) -> bool:
+        return False
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        with self._lock:
+            self._requests += 1
+        body = json.dumps({"content": text, "add_special": add_special_tokens}).encode()
+        try:
+            answer = fetch_url(self.upstream + "/tokenize", "POST", body, timeout_s=self.timeout_s)
+        except TransportError as exc:
+            raise FrankError(f"engine at {self.upstream} did not answer /tokenize: {exc}") from exc
+        if answer.status_code != 200:
+            raise FrankError(f"engine at {self.upstream} answered {answer.status_code} to /tokenize")
+        return [int(t) for t in answer.json()["tokens"]]
+
+    def count(self, text: str, add_special_tokens: bool = True) -> int:
+        return len(self.encode(text, add_special_tokens))
+
+    def status(self) -> CacheStatus:
+        return CacheStatus(
+            enabled=False,
+            reason=self.reason,
+            rule=None,
+            requests=self._requests,
+            chunks_hit=0,
+            chunks_encoded=0,
+            entries=0,
+            nbytes=0,
+            max_bytes=0,
+            evictions=0,
+            shadow_checks=0,
+            disabled_by_shadow=None,
+        )

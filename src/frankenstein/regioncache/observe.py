@@ -1,0 +1,69 @@
+"""What ``frank serve`` keeps of the traffic it serves: one row per request (route, status, time,
+engine error), tagged with the ledger step whose recipe was served, written to the campaign's store
+in batches by one background thread.
+
+The request path only appends a tuple to a deque (no lock, no I/O); the writer wakes every
+``flush_s`` seconds and writes what is there in one transaction (``Store.insert_served``).
+``close()`` writes the rest. These are observations (report/observed.py prints them as such): not in
+the evidence chain, never read by a verdict.
+
+Routes (:func:`route_of`): ``tokenize``, ``count``, ``count_tokens`` (Anthropic), ``chat``
+(``/v1/chat/completions``), ``completions`` (``/v1/completions``), ``completion`` (llama.cpp),
+``other`` for the rest (health, metrics, models...).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+
+from frankenstein.store import ServedRequest, Store, now_iso
+
+ROUTES = {
+    "/tokenize": "tokenize",
+    "/count": "count",
+    "/v1/messages/count_tokens": "count_tokens",
+    "/v1/chat/completions": "chat",
+    "/v1/completions": "completions",
+    "/completion": "completion",
+}
+
+
+def route_of(path: str) -> str:
+    return ROUTES.get(path.split("?", 1)[0].rstrip("/"), "other")
+
+
+class ServedLog:
+    """Collects observations from handler threads; a daemon thread writes them to ``store``."""
+
+    def __init__(self, store: Store, step: int | None, flush_s: float = 1.0) -> None:
+        self.store = store
+        self.step = step
+        self.flush_s = flush_s
+        self._pending: deque[ServedRequest] = deque()
+        self._stop = threading.Event()
+        self.written = 0
+        self._thread = threading.Thread(target=self._run, name="frank-serve-observe", daemon=True)
+        self._thread.start()
+
+    def add(self, path: str, status: int, ms: float, engine_error: bool) -> None:
+        """Called once per answered request (cheap: one append)."""
+        self._pending.append(ServedRequest(now_iso(), self.step, route_of(path), status, ms, engine_error))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.flush_s):
+            self._flush()
+
+    def _flush(self) -> None:
+        batch = []
+        while self._pending:
+            batch.append(self._pending.popleft())
+        if batch:
+            self.store.insert_served(batch)
+            self.written += len(batch)
+
+    def close(self) -> None:
+        """Stop the writer and write what is left."""
+        self._stop.set()
+        self._thread.join(timeout=30)
+        self._flush()
