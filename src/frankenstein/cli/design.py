@@ -142,6 +142,11 @@ def plan(
     max_blocks: int = typer.Option(40, "--max-blocks", help="The most blocks to consider."),
     simulations: int = typer.Option(2000, "--simulations", help="Simulated designs per block count (permutation)."),
     seed: int = typer.Option(1, "--seed", help="Seed of the simulations."),
+    timing_from: str | None = typer.Option(
+        None, "--timing-from", help="A design whose recorded phases estimate the wall time (with --campaign)."
+    ),
+    campaign: Path = typer.Option(Path("."), "--campaign", "-c", help="Campaign folder of --timing-from."),
+    blocks: int | None = typer.Option(None, "--blocks", help="Estimate the wall time at this many blocks."),
 ) -> None:
     """How many blocks a rule needs to detect an effect, from an A/A pilot's spread or a given sd.
 
@@ -168,4 +173,9 @@ def plan(
         simulations=simulations,
         seed=seed,
     )
-    _echo_lines(format_plan(result, str(pilot) if pilot else None))
+    lines = format_plan(result, str(pilot) if pilot else None)
+    if timing_from is not None:
+        from frankenstein.design.walltime import estimate_lines
+
+        lines += estimate_lines(campaign, timing_from, result, blocks)
+    _echo_lines(lines)

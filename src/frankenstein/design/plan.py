@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
 
@@ -31,9 +31,11 @@ from scipy import stats as sps
 
 from frankenstein.design import stats
 from frankenstein.design.blockcsv import read_blocks_csv
+from frankenstein.design.phases import ENGINE_START, TimeSummary, duration
 from frankenstein.design.rules import (
     BlockRule,
     Direction,
+    can_change,
     decide,
     effect_thresholds,
     min_blocks,
@@ -259,3 +261,128 @@ def plan_from_options(
         simulations=simulations,
         seed=seed,
     )
+
+
+# ---------------------------------------------------------------- wall time, from the phases of an earlier design
+
+CURTAIL_SIMULATIONS = 400
+
+
+@dataclass(frozen=True)
+class WallTime:
+    """The expected wall time of a design of ``blocks`` blocks, from the start times of an earlier one."""
+
+    blocks: int
+    arms: int
+    starts: int
+    seconds: float
+    engine_seconds: float
+    curtailed_blocks: float | None = None  # expected blocks run under stopping = "curtail", at the effect
+    null_blocks: float | None = None  # the same at no effect
+    per_block_s: float = 0.0
+
+    @property
+    def engine_share(self) -> float:
+        return self.engine_seconds / self.seconds if self.seconds > 0 else 0.0
+
+    def line(self) -> str:
+        """'10 blocks × 2 arms: about 3 h 20 min, 71 % of it engine starts'."""
+        return (
+            f"{self.blocks} blocks × {self.arms} arms: about {duration(self.seconds)}, "
+            f"{self.engine_share:.0%} of it engine starts"
+        )
+
+    def curtailed_line(self) -> str | None:
+        if self.curtailed_blocks is None:
+            return None
+        at_null = (
+            f"; {self.null_blocks:.1f} blocks, about {duration(self.null_blocks * self.per_block_s)} at no effect"
+            if self.null_blocks is not None
+            else ""
+        )
+        return (
+            f'curtailed (stopping = "curtail"): {self.curtailed_blocks:.1f} of {self.blocks} blocks expected, '
+            f"about {duration(self.curtailed_blocks * self.per_block_s)} at the planned effect{at_null}"
+        )
+
+
+def per_arm_times(summary: TimeSummary) -> tuple[dict[str, float], dict[str, float], float]:
+    """(mean seconds per start, mean engine-start seconds per start, per arm; mean seconds between starts)."""
+    if not summary.starts:
+        raise AnalysisError("the design has no starts with recorded phases to estimate wall time from")
+    total = {a.arm: a.total_s for a in summary.arms}
+    engine = {a.arm: sum(a.mean.get(p, 0.0) for p in ENGINE_START) for a in summary.arms}
+    gaps = [a.mean["write"] * a.starts for a in summary.arms if "write" in a.mean]
+    counted = sum(a.starts for a in summary.arms if "write" in a.mean)
+    return total, engine, (sum(gaps) / counted if counted else 0.0)
+
+
+def wall_time(summary: TimeSummary, blocks: int, starts_per_arm: int = 1) -> WallTime:
+    """``blocks`` × every arm of the earlier design × ``starts_per_arm``: mean start time plus the
+    mean time between starts, and the engine-start share of it."""
+    total, engine, between = per_arm_times(summary)
+    per_block = starts_per_arm * sum(t + between for t in total.values())
+    engine_block = starts_per_arm * sum(engine.values())
+    return WallTime(
+        blocks=blocks,
+        arms=len(total),
+        starts=blocks * starts_per_arm * len(total),
+        seconds=blocks * per_block,
+        engine_seconds=blocks * engine_block,
+        per_block_s=per_block,
+    )
+
+
+def expected_curtailed_blocks(
+    rule: BlockRule,
+    blocks: int,
+    sd: float,
+    gain: float,
+    *,
+    simulations: int = CURTAIL_SIMULATIONS,
+    seed: int = 1,
+) -> float:
+    """Mean blocks a curtailing runner runs before the verdict can no longer change (``rules.can_change``,
+    the runner's own test), when each block's gain is normal(``gain``, ``sd``)."""
+    rng = np.random.default_rng(seed)
+    runs = []
+    for row in gain + sd * rng.standard_normal((simulations, blocks)):
+        n = next((k for k in range(1, blocks) if not can_change(rule, list(row[:k]), blocks - k)), blocks)
+        runs.append(n)
+    return float(np.mean(runs))
+
+
+def plan_wall_times(
+    plan: Plan,
+    summary: TimeSummary,
+    *,
+    blocks: int | None = None,
+    starts_per_arm: int = 1,
+    simulations: int = CURTAIL_SIMULATIONS,
+) -> list[tuple[BlockRule, WallTime]]:
+    """For each planned rule: the wall time at its planned blocks (or ``blocks``), and under curtailment
+    the expected blocks at the planned effect and at no effect."""
+    out = []
+    for row in plan.rows:
+        n = blocks or row.blocks or row.best_blocks
+        if not n:
+            continue
+        w = wall_time(summary, n, starts_per_arm)
+        gain = effect_gain(plan.effect, plan.direction, worse=_harm_target(row.rule)) * (
+            -1 if _harm_target(row.rule) else 1
+        )
+        at = expected_curtailed_blocks(row.rule, n, plan.sd, gain, simulations=simulations)
+        null = expected_curtailed_blocks(row.rule, n, plan.sd, 0.0, simulations=simulations)
+        out.append((row.rule, replace(w, curtailed_blocks=at, null_blocks=null)))
+    return out
+
+
+def wall_time_lines(plan: Plan, summary: TimeSummary, source: str, **kw: int | None) -> list[str]:
+    """What ``frank plan --timing-from`` prints under the plan."""
+    lines = ["", f"wall time, from the phases of {source} ({summary.starts} starts; mean per arm):"]
+    for rule, w in plan_wall_times(plan, summary, **kw):  # type: ignore[arg-type]
+        lines.append(f"  {rule.kind}: {w.line()}")
+        curtailed = w.curtailed_line()
+        if curtailed:
+            lines.append(f"    {curtailed}")
+    return lines
