@@ -1,0 +1,248 @@
+"""Exports: `frank analyze --json`, `frank replay --json/--csv` and note.json, compared with golden files
+under tests/golden/exports/ and validated against the shipped JSON Schemas (docs/exports.md).
+
+Volatile values are masked before comparing (``mask``, as docs/exports.md describes): design and
+workload hashes become "<hash>", stored timestamps "<time>", the campaign folder "<campaign>", and in
+replay exports every timing (keys ending ``_ms``, ``_ms_per_token`` or ``_per_s``, and the percentiles
+p50/p90/p99) "<ms>" and the
+engine version "<version>". Regenerate after an intended change with
+``FRANK_UPDATE_GOLDEN=1 .venv/bin/pytest -q tests/test_export_json.py``.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import io
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from frankenstein import ledger
+from frankenstein.cli import main
+from frankenstein.design.registry import register
+from frankenstein.report import write_report
+from frankenstein.shipped import data_path
+
+from helpers_campaign import make_campaign, make_workload, write_design
+from helpers_ledger import golden
+
+GOLDEN = Path(__file__).parent / "golden" / "exports"
+UPDATE = os.environ.get("FRANK_UPDATE_GOLDEN") == "1"
+HASH = re.compile(r"\b[0-9a-f]{16}([0-9a-f]{48})?\b")
+TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z?")
+TIMING = re.compile(r"(_ms|_per_s|_ms_per_token)$|^p(50|90|99)$")
+
+
+def schema(name: str) -> dict[str, Any]:
+    return json.loads(data_path(f"schemas/{name}.schema.json").read_text())
+
+
+def check(doc: dict[str, Any], name: str) -> None:
+    jsonschema.Draft202012Validator.check_schema(schema(name))
+    jsonschema.validate(doc, schema(name), cls=jsonschema.Draft202012Validator)
+
+
+def mask(x: Any, root: Path, timings: bool = False, key: str = "") -> Any:
+    """The documented masking: hashes, timestamps, the campaign folder; timings too for replay exports."""
+    if isinstance(x, dict):
+        return {k: mask(v, root, timings, k) for k, v in x.items()}
+    if isinstance(x, list):
+        return [mask(v, root, timings, key) for v in x]
+    if timings and isinstance(x, int | float) and not isinstance(x, bool) and TIMING.search(key):
+        return "<ms>"
+    if key == "engine_version" and timings:
+        return "<version>"
+    if isinstance(x, str):
+        return TIME.sub("<time>", HASH.sub("<hash>", x.replace(str(root), "<campaign>")))
+    return x
+
+
+def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    out = capsys.readouterr()
+    return int(info.value.code or 0), out.out, out.err
+
+
+def _turns(arm: str, b: int) -> list[dict[str, Any]]:
+    """Fixed per-turn rows: a warm-up turn, then three measured ones (client and server times)."""
+    base = 40.0 if arm == "served" else 30.0
+    return [
+        {
+            "idx": i,
+            "turn_id": f"s1-{i:04d}",
+            "warmup": int(i == 0),
+            "ttft_ms": base + i + b,
+            "e2e_ms": base * 4 + 2 * i,
+            "generated_tokens": 16,
+            "decode_ms": base * 3,
+            "prompt_ms": 5.0,
+        }
+        for i in range(4)
+    ]
+
+
+@pytest.fixture
+def camp(tmp_path: Path):
+    """A confirmed design with per-turn rows, one failed start (a dropped block), adopted; a second design
+    with no starts."""
+    c = make_campaign(tmp_path / "c")
+    make_workload(c.root / "workloads" / "w.jsonl")
+    reg = register(c, write_design(c.root / "speed.toml", name="speed", blocks=6))
+    for b in range(6):
+        for pos, arm in enumerate(reg.schedule[b]):
+            failed = (b, arm) == (2, "candidate")
+            c.store.insert_start(
+                design_id=reg.design_id,
+                block=b,
+                position=pos,
+                arm=arm,
+                status="failed" if failed else "ok",
+                reason="engine exited 139 before ready" if failed else None,
+                started_at=f"2025-03-01T10:{b:02d}:{pos * 30:02d}.000Z",
+                metrics={}
+                if failed
+                else {"verify_step_ms": 10.0 + b / 10 if arm == "served" else 8.0 + b / 10, "tokens_per_step": 1.0},
+                turns=[] if failed else _turns(arm, b),
+                engine="llamacpp",
+                engine_version="b6000 (test build)",
+            )
+    ledger.adopt(c, "threads1", reg.design_id)
+    register(c, write_design(c.root / "later.toml", name="later", blocks=5))
+    yield c, reg
+    c.close()
+
+
+def test_analyze_json_matches_golden_and_schema(camp, capsys: pytest.CaptureFixture[str]) -> None:
+    c, reg = camp
+    rc, out, err = run(["analyze", reg.design_id, "-c", str(c.root), "--json"], capsys)
+    assert (rc, err) == (0, "")
+    doc = json.loads(out)
+    check(doc, "analysis")
+    assert doc["design"]["hash"] == reg.design_hash and doc["word"] == "confirmed"
+    assert doc["p"] == {"exact": "1/32", "value": 0.03125, "scipy": 0.03125}
+    assert doc["dropped"] == ["block 3: candidate start failed (engine exited 139 before ready); block dropped"]
+    assert doc["percentiles"]["served"]["ttft_ms"]["n"] == 18  # 6 ok starts x 3 measured turns
+    golden(json.dumps(mask(doc, c.root), indent=2, sort_keys=True) + "\n", GOLDEN / "analyze.json", UPDATE)
+    # the text output prints the same percentiles, as secondary numbers
+    rc, text, _ = run(["analyze", reg.design_id, "-c", str(c.root)], capsys)
+    assert "latency percentiles per arm over measured turns, ms (reported, not tested; linear interpolation):" in text
+    served_ttft = doc["percentiles"]["served"]["ttft_ms"]
+    assert re.search(rf"served\s+ttft_ms\s+18\s+{served_ttft['p50']:.4g}\s", text)
+
+
+def test_note_json_has_every_table_of_the_note(camp, tmp_path: Path) -> None:
+    c, reg = camp
+    note = write_report(c, tmp_path / "out")
+    doc = json.loads((tmp_path / "out" / "note.json").read_text())
+    check(doc, "note")
+    for d in doc["designs"]:
+        if d["analysis"] is not None:
+            check(d["analysis"], "analysis")
+    md = note.read_text().splitlines()
+    assert len(doc["tables"]) == sum(1 for line in md if re.fullmatch(r"\| (---:?)( \| ---:?)* \|", line)) >= 4
+    by_caption = {t["caption"]: t for t in doc["tables"]}
+    lat = by_caption[
+        "Latency percentiles per arm over measured turns, ms (reported, not tested; linear interpolation):"
+    ]
+    assert (lat["design_id"], lat["design_hash"]) == (reg.design_id, reg.design_hash)
+    assert lat["header"] == ["arm", "metric", "turns", "p50", "p90", "p99"]
+    credits = next(t for t in doc["tables"] if t["section"] == "Credits")
+    assert credits["design_id"] is None and credits["rows"][0][0] == "`threads1`"
+    golden(json.dumps(mask(doc, c.root), indent=2, sort_keys=True) + "\n", GOLDEN / "note.json", UPDATE)
+
+
+def test_json_goes_with_a_design_id(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    p = tmp_path / "b.csv"
+    p.write_text("block,served,candidate\n1,10,9\n")
+    rc, _, err = run(["analyze", "--blocks", str(p), "--rule", "sign", "--direction", "lower", "--json"], capsys)
+    assert rc == 2 and "--json goes with a registered DESIGN_ID" in err
+
+
+# ---------------------------------------------------------------- a drifted output fails the schema
+
+
+def _drifts() -> list[tuple[str, str, Any]]:
+    """(schema, what drifts, a function that breaks a copy of a valid document)."""
+
+    def set_(path: list[Any], value: Any) -> Any:
+        def go(doc: dict[str, Any]) -> None:
+            for k in path[:-1]:
+                doc = doc[k]
+            doc[path[-1]] = value
+
+        return go
+
+    def rename(path: list[Any], new: str) -> Any:
+        def go(doc: dict[str, Any]) -> None:
+            for k in path[:-1]:
+                doc = doc[k]
+            doc[new] = doc.pop(path[-1])
+
+        return go
+
+    return [
+        ("analysis", "version bumped without a new schema", set_(["version"], 2)),
+        ("analysis", "a key renamed", rename(["dropped"], "dropped_blocks")),
+        ("analysis", "a key added", set_(["extra"], 1)),
+        ("analysis", "p as a float instead of a fraction", set_(["p", "exact"], 0.03125)),
+        ("analysis", "a percentile as text", set_(["percentiles", "served", "ttft_ms", "p99"], "12 ms")),
+        ("analysis", "a percentile metric misspelt", rename(["percentiles", "served", "ttft_ms"], "ttft")),
+        ("analysis", "blocks counted from 0", rename(["per_block", "verify_step_ms", "1"], "0")),
+        ("analysis", "a truncated design hash", set_(["design", "hash"], "abc123")),
+        ("note", "a table without its design hash", lambda d: d["tables"][0].pop("design_hash")),
+        ("note", "a number cell as text", set_(["tables", 0, "numbers", 0], ["1.5"])),
+        ("note", "an unknown schema name", set_(["schema"], "frank.notes")),
+    ]
+
+
+@pytest.mark.parametrize(("name", "what", "drift"), _drifts(), ids=[w for _, w, _ in _drifts()])
+def test_a_drifted_output_fails_the_schema(camp, tmp_path: Path, capsys, name: str, what: str, drift: Any) -> None:
+    c, reg = camp
+    if name == "analysis":
+        _, out, _ = run(["analyze", reg.design_id, "-c", str(c.root), "--json"], capsys)
+        doc = json.loads(out)
+    else:
+        write_report(c, tmp_path / "out")
+        doc = json.loads((tmp_path / "out" / "note.json").read_text())
+    check(doc, name)
+    bad = copy.deepcopy(doc)
+    drift(bad)
+    with pytest.raises(jsonschema.ValidationError):
+        check(bad, name)
+
+
+# ---------------------------------------------------------------- frank replay --json / --csv (real engine)
+
+
+@pytest.mark.engine
+def test_replay_json_and_csv_match_golden_and_schema(
+    llama_server_bin: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    c = make_campaign(tmp_path / "c")
+    w = make_workload(c.root / "workloads" / "w.jsonl", turns=3, tokens=8)
+    c.close()
+    rc, out, _ = run(["replay", "base", str(w), "-c", str(c.root), "--json"], capsys)
+    assert rc == 0
+    doc = json.loads(out)
+    check(doc, "replay")
+    assert doc["status"] == "ok" and [t["warmup"] for t in doc["turns"]] == [True, False, False]
+    assert doc["percentiles"]["ttft_ms"]["n"] == 2 and doc["metrics"]["generated_tokens"] == 16
+    golden(json.dumps(mask(doc, c.root, timings=True), indent=2, sort_keys=True) + "\n", GOLDEN / "replay.json", UPDATE)
+
+    rc, out, _ = run(["replay", "base", str(w), "-c", str(c.root), "--csv"], capsys)
+    assert rc == 0
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert [r["turn_id"] for r in rows] == ["s1-0000", "s1-0001", "s1-0002"]
+    assert [r["warmup"] for r in rows] == ["1", "0", "0"] and {r["start_id"] for r in rows} == {"2"}
+    assert {r["start.generated_tokens"] for r in rows} == {"16.0"} and all(float(r["e2e_ms"]) > 0 for r in rows)
+    assert all(r["generated_tokens"] == "8" for r in rows)
+
+    rc, _, err = run(["replay", "base", str(w), "-c", str(c.root), "--csv", "--json"], capsys)
+    assert rc == 2 and "--json or --csv, not both" in err
