@@ -142,7 +142,7 @@ def test_adopt_checks_the_named_fidelity_gate(camp) -> None:
     with pytest.raises(LedgerError) as e:
         ledger.adopt(camp, "draft", reg.design_id)
     assert str(e.value).startswith(
-        f"refused: adopt 'draft' on design speed-2: fidelity gate {bad.design_id}: failed (mean KL "
+        f"refused: adopt 'draft' on design speed-1: fidelity gate {bad.design_id}: failed (mean KL "
     )
     good = stored_fidelity(camp, "fid-close", 0.01)
     ok = stored_design(
