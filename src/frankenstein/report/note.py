@@ -557,6 +557,7 @@ def draw_plots(data: NoteData, plots: Plots, out_dir: Path) -> list[Path]:
                     [vals.get(b, {}).get("candidate") for b in blocks],
                     metric,
                     f"{did}: {metric} per block",
+                    orders=d.reg.schedule,
                 )
             )
         if "kl" in files and d.analysis is not None and d.analysis.kl:
