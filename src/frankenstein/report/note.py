@@ -30,6 +30,7 @@ from frankenstein.report import plots as P
 from frankenstein.report.collect import DesignReport, NoteData, collect
 from frankenstein.report.export import dumps, note_doc
 from frankenstein.report.facts import what_it_shows
+from frankenstein.report.observed import observed_lines
 from frankenstein.report.phases import format_time_spent
 from frankenstein.report.markdown import capture_tables, code, md_table, num, pct, slug
 from frankenstein.store import LedgerEntry, Override, Refusal
@@ -596,7 +597,7 @@ def write_report(campaign: Campaign, out_dir: str | Path, since: date | datetime
     plots = plan_plots(data)
     draw_plots(data, plots, out)
     with capture_tables() as tables:
-        lines = render_note(data, plots)
+        lines = render_note(data, plots) + observed_lines(campaign)
     note = out / NOTE_NAME
     note.write_text("\n".join(lines) + "\n", encoding="utf-8")
     (out / NOTE_JSON).write_text(dumps(note_doc(data, tables, lines)), encoding="utf-8")

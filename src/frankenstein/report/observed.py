@@ -1,0 +1,98 @@
+"""The note's "Observations after adoption": what ``frank serve`` saw of its traffic before and after
+each ledger step, always labelled as observational.
+
+``frank serve`` keeps one row per answered request, tagged with the ledger step it served
+(:mod:`frankenstein.regioncache.observe`, ``Store.served_requests``). For each ledger step this section
+puts side by side, per route (``count_tokens``, ``chat``, ...), the requests served under the step
+before it and under the step itself: how many, the median milliseconds, how many got an error status
+(4xx/5xx) and how many the engine failed. Those are **different occasions**: other traffic, other
+prompts, another machine load. It is never a verdict (the registered designs are) and says so in
+every section.
+
+    observed_lines(campaign) -> list[str]      Markdown; empty when frank serve recorded nothing
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from statistics import median
+
+from frankenstein.campaign import Campaign
+from frankenstein.report.markdown import code, md_table, num
+from frankenstein.store import LedgerEntry, ServedRequest
+
+LABEL = "different occasions, not a controlled comparison"
+HEADER = (
+    "route",
+    "before: requests",
+    "before: median ms",
+    "before: error status",
+    "before: engine errors",
+    "after: requests",
+    "after: median ms",
+    "after: error status",
+    "after: engine errors",
+)
+
+
+def by_step(rows: list[ServedRequest]) -> dict[int | None, dict[str, list[ServedRequest]]]:
+    """{ledger step seq (None: before any step): {route: requests}}."""
+    out: dict[int | None, dict[str, list[ServedRequest]]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        out[r.step][r.route].append(r)
+    return out
+
+
+def _cells(rows: list[ServedRequest]) -> list[str]:
+    if not rows:
+        return ["0", "—", "—", "—"]
+    return [
+        str(len(rows)),
+        num(median(r.ms for r in rows)),
+        str(sum(1 for r in rows if r.status >= 400)),
+        str(sum(1 for r in rows if r.engine_error)),
+    ]
+
+
+def _step_title(e: LedgerEntry) -> str:
+    design = f", design {code(e.design_id)}" if e.design_id else ""
+    return f"Step {e.seq}: {e.action} {code(e.part)}{design} ({e.at[:16].replace('T', ' ')} UTC)"
+
+
+def observed_lines(campaign: Campaign) -> list[str]:
+    """The section (module docstring); no section when ``frank serve`` recorded no request."""
+    rows = campaign.store.served_requests()
+    if not rows:
+        return []
+    steps = campaign.store.ledger_steps()
+    served = by_step(rows)
+    lines = [
+        "",
+        "## Observations after adoption (observational)",
+        "",
+        f"Requests `frank serve` answered, by the ledger step that was served ({len(rows)} in all). These are "
+        f"{LABEL}: the traffic, its prompts and the machine's load differ between the two sides, so a "
+        "difference here is not evidence that a step changed anything (the registered designs above are). "
+        "Milliseconds run from the request line to the last byte sent; an engine error is a 5xx from the "
+        "engine or no answer.",
+    ]
+    previous: int | None = None
+    for e in steps:
+        before, after = served.get(previous, {}), served.get(e.seq, {})
+        was = "the base recipe (before any step)" if previous is None else f"step {previous}"
+        previous = e.seq
+        if not before and not after:
+            continue
+        lines += ["", f"### {_step_title(e)}", ""]
+        lines.append(f"Before: served under {was}; after: served under step {e.seq}. Observational: {LABEL}.")
+        lines.append("")
+        routes = sorted(set(before) | set(after))
+        table = [[r, *_cells(before.get(r, [])), *_cells(after.get(r, []))] for r in routes]
+        lines += md_table(HEADER, table, "lrrrrrrrr")
+    if not steps and None in served:
+        lines += [
+            "",
+            f"No ledger step yet: {sum(len(v) for v in served[None].values())} request(s) served "
+            "under the base recipe, nothing to set them beside.",
+        ]
+    return lines
