@@ -1,0 +1,61 @@
+"""The prefetch of the next start's files, bounded and recorded: a read larger than half of MemAvailable
+is skipped with the numbers, a read still going when the start ends is stopped and says so, and the
+files of a start are its model file or every file of its model folder (a hub name names none).
+The run through a real design is in tests/test_phases.py."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from frankenstein.config import ResolvedRecipe
+from frankenstein.design.prefetch import MEMORY_SHARE, Prefetch, files_of, mem_available
+
+
+def _sparse(path: Path, size: int) -> Path:
+    with open(path, "wb") as f:
+        f.truncate(size)
+    return path
+
+
+def test_a_read_larger_than_memory_allows_is_skipped(tmp_path: Path) -> None:
+    avail = mem_available()
+    assert avail is not None and avail > 0
+    big = _sparse(tmp_path / "huge.gguf", int(avail / MEMORY_SHARE) + (1 << 30))
+    job = Prefetch([big], "block 2, candidate")
+    job.begin()
+    record = job.finish()
+    assert record["bytes"] == 0 and record["bytes_wanted"] == big.stat().st_size
+    assert record["skipped"].startswith(
+        f"{big.stat().st_size / 2**30:.2f} GiB to read is more than 50% of MemAvailable"
+    )
+
+
+def test_a_read_still_going_when_the_start_ends_is_stopped(tmp_path: Path) -> None:
+    avail = mem_available() or 0
+    size = min(4 << 30, int(avail * MEMORY_SHARE) - (64 << 20))
+    job = Prefetch([_sparse(tmp_path / "model.gguf", size)], "block 1, served")
+    job.begin()
+    record = job.finish()  # at once: the start is over
+    assert record["skipped"] is None and record["stopped"] is True
+    assert 0 <= record["bytes"] < size and record["seconds"] >= 0
+
+
+def test_a_start_that_never_became_ready_read_nothing(tmp_path: Path) -> None:
+    record = Prefetch([_sparse(tmp_path / "m.gguf", 1 << 20)], "block 1, served").finish()
+    assert record["skipped"] == "the start never became ready" and record["bytes"] == 0
+
+
+def test_the_files_of_a_start(tmp_path: Path) -> None:
+    folder = tmp_path / "hf"
+    (folder / "sub").mkdir(parents=True)
+    for name in ("config.json", "model.safetensors", "sub/tokenizer.json"):
+        (folder / name).write_bytes(os.urandom(16))
+    recipe = ResolvedRecipe(name="v", engine="vllm", model=str(folder), args=[], env={})
+    assert [p.name for p in files_of(recipe)] == ["config.json", "model.safetensors", "tokenizer.json"]
+    assert files_of(recipe.model_copy(update={"model": "Qwen/Qwen3-0.6B"})) == []  # a hub name
+    assert files_of(recipe.model_copy(update={"command": ["serve", "{port}"]})) == []  # a user command
+    gguf = _sparse(tmp_path / "t.gguf", 10)
+    draft = _sparse(tmp_path / "d.gguf", 10)
+    llama = ResolvedRecipe(name="l", engine="llamacpp", model=str(gguf), args=["-md", str(draft)], env={})
+    assert files_of(llama) == [gguf.resolve(), draft.resolve()]
