@@ -1,0 +1,101 @@
+"""Observations after adoption: ``frank serve`` keeps per-request timings of the traffic it serves,
+tagged with the ledger step served, and ``frank report`` sets them side by side per step, labelled as
+observational (different occasions, not a controlled comparison), never as a verdict.
+
+The real CLI serves real traffic (token counts, generations, a bad request, an engine error) through
+the tiny llama-server before and after a ``threads1`` adoption, then writes the note."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import frank
+from test_serve import start_cli, wait_listening
+
+from frankenstein import ledger
+from frankenstein.engines.process import free_port
+from frankenstein.regioncache.observe import ServedLog, route_of
+
+from helpers_campaign import make_campaign, make_workload
+from helpers_ledger import CONFIRMED, stored_design
+
+
+def serve_traffic(camp: Path, cwd: Path, counts: int, chats: int) -> None:
+    """``frank serve`` on the campaign: ``counts`` /count, ``chats`` chat completions, one 400 from the
+    front, one engine 5xx-free error (a chat the engine refuses), then SIGTERM."""
+    proc = start_cli("-c", str(camp), "--listen", f"127.0.0.1:{free_port()}", cwd=cwd)
+    try:
+        url, _ = wait_listening(proc)
+        with httpx.Client(base_url=url, trust_env=False, timeout=120) as c:
+            for i in range(counts):
+                assert c.post("/count", json={"content": f"def f{i}(x):\n    return x\n" * (i + 1)}).status_code == 200
+            for _ in range(chats):
+                chat = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
+                assert c.post("/v1/chat/completions", json=chat).status_code == 200
+            assert c.post("/count", json={"content": 7}).status_code == 400  # a careless client
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+
+
+@pytest.mark.engine
+def test_serve_across_an_adopt_step_gives_an_observational_section(tmp_path: Path, llama_server_bin: str) -> None:
+    camp = make_campaign(tmp_path / "c")
+    make_workload(camp.root / "workloads" / "w.jsonl")
+    serve_traffic(camp.root, tmp_path, counts=5, chats=2)  # the base recipe, before any step
+    reg = stored_design(camp, name="b256", served=CONFIRMED[0], candidate=CONFIRMED[1], parts='["threads1"]')
+    step = ledger.adopt(camp, "threads1", reg.design_id)
+    camp.close()
+    serve_traffic(camp.root, tmp_path, counts=3, chats=1)  # the served recipe is now base + threads1
+
+    r = frank("report", "-c", str(camp.root), "--out", str(tmp_path / "note"))
+    assert r.returncode == 0, r.stderr
+    note = (tmp_path / "note" / "note.md").read_text()
+    section = note[note.index("## Observations after adoption (observational)") :]
+    assert "different occasions, not a controlled comparison" in section
+    assert "is not evidence that a step changed anything" in section  # never a verdict
+    assert f"### Step {step.seq}: adopt `threads1`, design `{reg.design_id}`" in section
+    assert "Before: served under the base recipe (before any step); after: served under step 1." in section
+    rows = {
+        line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+        for line in section.splitlines()
+        if line.startswith("| ")
+    }
+    # route | before: requests, median ms, error status, engine errors | after: the same
+    count, chat = rows["count"], rows["chat"]
+    assert (count[0], count[2], count[3]) == ("6", "1", "0") and (count[4], count[6], count[7]) == ("4", "1", "0")
+    assert (chat[0], chat[3], chat[4], chat[7]) == ("2", "0", "1", "0")
+    for median_ms in (count[1], count[5], chat[1], chat[5]):
+        assert re.fullmatch(r"[0-9.]+(e[+-]?[0-9]+)?", median_ms) and float(median_ms) > 0
+    for word in ("confirmed", "faster", "slower", "improv"):
+        assert word not in section.lower()
+
+
+def test_engine_errors_and_routes_are_kept(tmp_path: Path) -> None:
+    """A request the engine never answered counts as an engine error; paths map to routes."""
+    from frankenstein.campaign import init_campaign
+    from frankenstein.regioncache.cache import RegionCache, load_tokenizer
+    from frankenstein.regioncache.proxy import start_front
+    from frankenstein.shipped import data_path
+
+    camp = init_campaign(tmp_path / "c")
+    log = ServedLog(camp.store, step=None, flush_s=60)
+    cache = RegionCache(load_tokenizer(data_path("tiny-tokenizer.json")))
+    with start_front(f"http://127.0.0.1:{free_port()}", cache, observe=log) as front:  # nothing listens there
+        assert httpx.post(front.url + "/v1/completions", json={"prompt": "x"}, trust_env=False).status_code == 502
+        assert httpx.post(front.url + "/tokenize", json={"content": "x"}, trust_env=False).status_code == 200
+    log.close()  # writes what the (slow) writer had not written yet
+    got = [(r.route, r.status, r.engine_error) for r in camp.store.served_requests()]
+    assert got == [("completions", 502, True), ("tokenize", 200, False)]
+    assert [route_of(p) for p in ("/v1/messages/count_tokens/", "/v1/chat/completions?x=1", "/health")] == [
+        "count_tokens",
+        "chat",
+        "other",
+    ]
+    camp.close()
