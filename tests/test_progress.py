@@ -149,3 +149,56 @@ def test_plain_lines_carry_the_turns_done_and_an_eta_from_finished_starts() -> N
     assert re.search(r"start 2/3 running for 0\.\d s: block 1/2 · candidate, turn 2/6; ETA (19|20) s$", heartbeat)
     assert re.search(r"start 2/3 ends after 0\.\d s: block 1/2 · candidate; 1 to go, ETA 5\.\d s$", text[-2])
     assert re.search(r"2 start\(s\) in \d\.\d s$", text[-1])
+
+
+def test_on_a_terminal_bars_with_eta_and_stdout_left_alone() -> None:
+    term = io.StringIO()
+    stdout = sys.stdout
+    with RunProgress(2, stream=term, tty=True) as rp:
+        assert sys.stdout is stdout  # stdout is not a terminal here: results are not drawn into the bars
+        for label in ("block 1/1 · served", "block 1/1 · candidate"):
+            with rp.slot(label) as update:
+                update(3, 6)
+    assert "ETA" in term.getvalue() and "frank run [" not in term.getvalue()
+    assert len(rp.durations) == 2
+
+
+def test_run_with_stderr_on_a_terminal_draws_bars_and_keeps_stdout_for_results(tmp_path: Path) -> None:
+    """stderr on a pseudo-terminal, stdout a pipe (``frank run ... > results.txt`` at a terminal)."""
+    c = make_campaign(tmp_path / "c")
+    arm = c.root / "arm.py"
+    arm.write_text(SLOW_ARM)
+    design = c.root / "slow.toml"
+    design.write_text(DESIGN.format(py=sys.executable, arm=arm, secs="0.3"))
+    did = register(c, design).design_id
+    c.close()
+    master, slave = os.openpty()
+    drawn: list[bytes] = []
+
+    def drain() -> None:
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:
+                return
+            if not chunk:
+                return
+            drawn.append(chunk)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    p = subprocess.run(
+        [sys.executable, "-m", "frankenstein", "run", did, "-c", str(c.root)],
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        text=True,
+        timeout=120,
+    )
+    os.close(slave)
+    reader.join(timeout=10)
+    os.close(master)
+    assert p.returncode == 0
+    lines = p.stdout.splitlines()
+    assert len(lines) == 5 and lines[-1] == f"{did}: 4 starts run, 0 already recorded"
+    terminal = b"".join(drawn).decode(errors="replace")
+    assert "ETA" in terminal and "starts" in terminal and "frank run [" not in terminal

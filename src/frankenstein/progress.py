@@ -124,7 +124,14 @@ class RunProgress:
     def __enter__(self) -> RunProgress:
         self.began = time.monotonic()
         if self.tty:
-            self._bars = Progress(*_columns(), console=Console(file=self.stream), transient=True)
+            # stdout lines go above the bars only when stdout is the terminal too; redirected, it stays stdout
+            self._bars = Progress(
+                *_columns(),
+                console=Console(file=self.stream, force_terminal=True),
+                transient=True,
+                redirect_stdout=sys.stdout.isatty(),
+                redirect_stderr=False,
+            )
             self._bars.__enter__()
             self._overall = self._bars.add_task("starts", total=self.total)
         return self
