@@ -8,9 +8,11 @@ tests check what the note itself adds: the KL plot, the path measured, the pass 
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
+import jsonschema
 import numpy as np
 import pytest
 
@@ -20,6 +22,7 @@ from frankenstein.design.registry import register
 from frankenstein.errors import LedgerError
 from frankenstein.report import write_report
 from frankenstein.report.plots import plot_kl, plot_paired_blocks, plot_pass_matrix
+from frankenstein.shipped import data_path
 
 from helpers_campaign import make_campaign, make_workload
 from helpers_ledger import CONFIRMED, is_png, stored_design
@@ -65,6 +68,17 @@ parts = ["draft"]
 kind = "harm"
 alpha = 0.05
 """
+
+
+def valid_note_json(out: Path) -> dict:
+    """note.json beside the note validates against its schema, and each design's analysis against its own."""
+    doc = json.loads((out / "note.json").read_text())
+    schema = lambda name: json.loads(data_path(f"schemas/{name}.schema.json").read_text())  # noqa: E731
+    jsonschema.validate(doc, schema("note"), cls=jsonschema.Draft202012Validator)
+    for d in doc["designs"]:
+        if d["analysis"] is not None:
+            jsonschema.validate(d["analysis"], schema("analysis"), cls=jsonschema.Draft202012Validator)
+    return doc
 
 
 @pytest.fixture
@@ -132,6 +146,8 @@ def test_fidelity_section_has_path_bound_and_kl_plot(camp, tmp_path: Path) -> No
     assert is_png(tmp_path / "out" / f"{reg.design_id}-kl.png")
     assert f"- design `{reg.design_id}` (fidelity, part `draft`): mean KL " in text
     assert "(top-k lower bound; noise floor 0)" in text
+    [d] = valid_note_json(tmp_path / "out")["designs"]
+    assert d["analysis"]["verdict"] is None and d["analysis"]["fidelity"]["word"] == d["word"]
 
 
 def test_adopt_checks_the_named_fidelity_gate(camp) -> None:
@@ -186,6 +202,9 @@ def test_agent_design_pass_matrix_table_and_png(camp, tmp_path: Path) -> None:
     assert "| log-incident #1 | ✓ | ✓ | ✓ | ✗ | ✓ | ✓ | ✓ | ✗ | ✓ | ✓ |" in text
     assert "- Tested one agent, one request at a time: it says nothing about concurrent serving." in text
     assert is_png(tmp_path / "out" / "agent-harm-1-passes.png")
+    doc = valid_note_json(tmp_path / "out")
+    matrix = next(t for t in doc["tables"] if t["header"][0] == "task #draw")
+    assert matrix["design_id"] == reg.design_id and matrix["rows"][1][4] == "✗"
 
 
 def test_plots_write_valid_pngs(tmp_path: Path) -> None:
