@@ -19,7 +19,8 @@ def test_bad_input_is_named(tmp_path: Path) -> None:
     wl = make_workload(tmp_path / "w.jsonl", turns=1)
     r = frank("fidelity", "check", "base", "--part", "nope", "-w", str(wl), "-c", str(tmp_path / "c"))
     assert r.returncode == 1
-    assert r.stderr == "frank: error: unknown part 'nope' (known: draft, threads1)\n"
+    toml = tmp_path / "c" / "frank.toml"
+    assert r.stderr == f"frank: error: {toml}: parts: unknown part 'nope' (known: draft, threads1)\n"
     r = frank(
         "fidelity", "check", "base", "--part", "draft", "-w", str(tmp_path / "missing.jsonl"), "-c", str(tmp_path / "c")
     )

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from frankenstein.config import CampaignConfig, ResolvedRecipe, load_config, resolve
-from frankenstein.errors import ConfigError
+from frankenstein.errors import ConfigError, UnknownNameError
 from frankenstein.measure.noise import suggested_threads
 from frankenstein.store import Store
 
@@ -55,7 +55,15 @@ class Campaign:
         return self.root / "logs"
 
     def recipe(self, name: str, extra_parts: Sequence[str] = ()) -> ResolvedRecipe:
-        return resolve(self.config, name, list(extra_parts), base_dir=self.root)
+        """``name`` with ``extra_parts`` resolved; an unknown name names ``frank.toml`` and the table it is not in
+        (a caller that knows a better file and field, e.g. a design's arm, catches :class:`UnknownNameError`)."""
+        try:
+            return resolve(self.config, name, list(extra_parts), base_dir=self.root)
+        except UnknownNameError as exc:
+            table = "recipes" if exc.what == "recipe" else "parts"
+            raise UnknownNameError(
+                exc.message, what=exc.what, name=exc.name, index=exc.index, path=self.root / CONFIG_NAME, field=table
+            ) from exc
 
     def close(self) -> None:
         self.store.close()

@@ -7,13 +7,13 @@ parts. ``served`` names the base recipe; the ledger (``frank adopt``) appends pa
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated
 
 from pydantic import AfterValidator, Field, ValidationError, field_validator
 
-from frankenstein.errors import ConfigError
+from frankenstein.errors import ConfigError, UnknownNameError
 from frankenstein.shipped import expand
 from frankenstein.validation import FrozenUserFile, field_error, read_toml
 
@@ -158,28 +158,47 @@ def load_config(path: str | Path) -> CampaignConfig:
     except ValidationError as exc:
         raise field_error(path, exc) from exc
     for rname, recipe in config.recipes.items():
-        for p in recipe.parts:
+        for i, p in enumerate(recipe.parts):
             if p not in config.parts:
-                raise ConfigError(f"unknown part {p!r}", path=path, field=f"recipes.{rname}.parts")
+                raise ConfigError(
+                    f"unknown part {p!r} (known: {known_names(config.parts)})",
+                    path=path,
+                    field=f"recipes.{rname}.parts[{i}]",
+                )
     if config.served not in config.recipes:
-        known = ", ".join(sorted(config.recipes)) or "none"
-        raise ConfigError(f"unknown recipe {config.served!r} (known: {known})", path=path, field="served")
+        raise ConfigError(
+            f"unknown recipe {config.served!r} (known: {known_names(config.recipes)})", path=path, field="served"
+        )
     return config
+
+
+def known_names(table: Mapping[str, object]) -> str:
+    """The names of a ``frank.toml`` table for a message: sorted, comma-separated, or ``none``."""
+    return ", ".join(sorted(table)) or "none"
 
 
 def resolve(
     config: CampaignConfig, recipe_name: str, extra_parts: Sequence[str] = (), base_dir: Path | None = None
 ) -> ResolvedRecipe:
-    """Apply a recipe's parts (and any extra ones) in order; later parts override binary/model."""
+    """Apply a recipe's parts (and any extra ones) in order; later parts override binary/model.
+    An unknown name is an :class:`UnknownNameError` (with the extra part's index), which the caller turns into
+    its own file and field."""
     if recipe_name not in config.recipes:
-        raise ConfigError(f"unknown recipe {recipe_name!r} (known: {', '.join(sorted(config.recipes)) or 'none'})")
+        raise UnknownNameError(
+            f"unknown recipe {recipe_name!r} (known: {known_names(config.recipes)})", what="recipe", name=recipe_name
+        )
     r = config.recipes[recipe_name]
     args, env = list(r.args), dict(r.env)
     binary, python, model = r.binary, r.python, r.model
     names = [*r.parts, *extra_parts]
-    for name in names:
+    for i, name in enumerate(names):
         if name not in config.parts:
-            raise ConfigError(f"unknown part {name!r} (known: {', '.join(sorted(config.parts)) or 'none'})")
+            raise UnknownNameError(
+                f"unknown part {name!r} (known: {known_names(config.parts)})",
+                what="part",
+                name=name,
+                index=i - len(r.parts),
+            )
         part = config.parts[name]
         args += part.args
         env.update(part.env)

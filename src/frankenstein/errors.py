@@ -3,6 +3,7 @@
     FrankError                      anything the CLI turns into a one-line message (exit 1)
     ├── ConfigError                 a file the user wrote is wrong (names the file and the field)
     │   ├── DesignError             a design file, or a design refused at registration
+    │   ├── UnknownNameError        a recipe or part name frank.toml lacks (the caller names its file + field)
     │   ├── TraceError              a workload / trace file
     │   └── TaskError               an agent task folder
     ├── StoreError                  the SQLite store: format version, migrations, locking
@@ -42,6 +43,24 @@ class ConfigError(FrankError):
 
 class DesignError(ConfigError):
     """A design file is invalid, or a design was refused at registration."""
+
+
+class UnknownNameError(ConfigError):
+    """A recipe or part name that ``frank.toml`` lacks. ``what`` is ``recipe`` or ``part``; ``index`` is the
+    position of the part among the extra parts asked for, so the caller can name its own file and field."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        what: str,
+        name: str,
+        index: int | None = None,
+        path: object | None = None,
+        field: str | None = None,
+    ) -> None:
+        super().__init__(message, path=path, field=field)
+        self.message, self.what, self.name, self.index = message, what, name, index
 
 
 class TraceError(ConfigError):

@@ -24,7 +24,7 @@ from frankenstein.design.kinds import kind_of
 from frankenstein.design.kinds.speed import SpeedKind, check_warmup
 from frankenstein.engines import ADAPTERS
 from frankenstein.design.model import ARMS, DesignFile, FrozenDesign, Registered, load_design, resolve_arms
-from frankenstein.errors import ConfigError, DesignError, FrankError, RegistryError
+from frankenstein.errors import ConfigError, DesignError, FrankError, RegistryError, UnknownNameError
 from frankenstein.measure.timings import METRICS
 from frankenstein.served import served_parts
 from frankenstein.shipped import expand
@@ -44,14 +44,26 @@ def sha256(text: str | bytes) -> str:
     return hashlib.sha256(text.encode() if isinstance(text, str) else text).hexdigest()
 
 
-def resolve_arm(campaign: Campaign, design: DesignFile, arm: str) -> ResolvedRecipe | None:
+def resolve_arm(campaign: Campaign, design: DesignFile, arm: str, path: Path | None = None) -> ResolvedRecipe | None:
+    """The arm's recipe; an unknown recipe or part names the design file and the arm's field
+    (``arms.candidate.parts[0]``, ``arms.served.recipe``)."""
     spec = design.arms[arm]
     if spec.command is not None:
         return None
-    if spec.recipe == "served":
-        r = campaign.recipe(campaign.config.served, [*served_parts(campaign), *spec.parts])
-        return r.model_copy(update={"name": "served" + "".join(f"+{p}" for p in spec.parts)})
-    return campaign.recipe(spec.recipe or "", spec.parts)
+    ledger = served_parts(campaign) if spec.recipe == "served" else []
+    try:
+        if spec.recipe == "served":
+            r = campaign.recipe(campaign.config.served, [*ledger, *spec.parts])
+            return r.model_copy(update={"name": "served" + "".join(f"+{p}" for p in spec.parts)})
+        return campaign.recipe(spec.recipe or "", spec.parts)
+    except UnknownNameError as exc:
+        if exc.what == "recipe" and spec.recipe != "served":
+            field = f"arms.{arm}.recipe"
+        elif exc.what == "part" and exc.index is not None and exc.index >= len(ledger):
+            field = f"arms.{arm}.parts[{exc.index - len(ledger)}]"
+        else:  # the served recipe or a part the ledger serves is gone from frank.toml
+            raise DesignError(f"{exc} (the served recipe of arm {arm})", path=path, field=f"arms.{arm}") from exc
+        raise DesignError(exc.message, path=path, field=field) from exc
 
 
 def _same(a: ResolvedRecipe | None, b: ResolvedRecipe | None, design: DesignFile) -> bool:
@@ -67,7 +79,7 @@ def check_design(campaign: Campaign, design: DesignFile, path: Path) -> FrozenDe
     direction: Literal["lower", "higher"] = design.direction or (
         "higher" if METRICS.get(design.primary_metric) == "higher" else "lower"
     )
-    recipes = resolve_arms(lambda arm: resolve_arm(campaign, design, arm), path)
+    recipes = resolve_arms(lambda arm: resolve_arm(campaign, design, arm, path), path)
     for arm, recipe in recipes.items():
         if recipe is not None and recipe.engine not in ADAPTERS:
             known = ", ".join(ADAPTERS)
