@@ -7,7 +7,6 @@ from __future__ import annotations
 import io
 import os
 import queue
-import re
 import subprocess
 import sys
 import threading
@@ -125,30 +124,34 @@ def test_bad_heartbeat_is_a_usage_error(tmp_path: Path) -> None:
     assert p.returncode == 2 and "--heartbeat" in p.stderr and "Traceback" not in p.stderr
 
 
-def test_plain_lines_carry_the_turns_done_and_an_eta_from_finished_starts() -> None:
+def test_plain_lines_carry_the_turns_done_and_an_eta_from_the_pace_so_far() -> None:
     out = io.StringIO()
     beat = threading.Event()
+    now = [0.0]  # the progress clock, moved by hand; the heartbeat thread itself runs on real time
 
     class Spy(io.StringIO):
         def write(self, s: str) -> int:
             n = out.write(s)
-            if " running for " in s:
+            if " running for 5.0 s" in s:
                 beat.set()
             return n
 
-    # mean of the finished starts (10 s, then this one) times the starts left
-    rp = RunProgress(3, heartbeat_s=0.05, stream=Spy(), tty=False)
-    with rp:
-        rp.durations.append(10.0)  # one start already took 10 s
+    with RunProgress(3, heartbeat_s=0.05, stream=Spy(), tty=False, clock=lambda: now[0]) as rp:
+        with rp.slot("block 1/2 · served"):
+            now[0] = 10.0
         with rp.slot("block 1/2 · candidate") as update:
             update(2, 6)
+            now[0] = 15.0
             assert beat.wait(10)
+            now[0] = 20.0
     text = out.getvalue().splitlines()
-    assert text[0].endswith("start 2/3 begins: block 1/2 · candidate")
-    heartbeat = next(line for line in text if " running for " in line)
-    assert re.search(r"start 2/3 running for 0\.\d s: block 1/2 · candidate, turn 2/6; ETA (19|20) s$", heartbeat)
-    assert re.search(r"start 2/3 ends after 0\.\d s: block 1/2 · candidate; 1 to go, ETA 5\.\d s$", text[-2])
-    assert re.search(r"2 start\(s\) in \d\.\d s$", text[-1])
+    assert text[0] == "frank run [0:00:00] start 1/3 begins: block 1/2 · served"
+    assert text[1] == "frank run [0:00:10] start 1/3 ends after 10 s: block 1/2 · served; 2 to go, ETA 20 s"
+    assert text[2] == "frank run [0:00:10] start 2/3 begins: block 1/2 · candidate"
+    heartbeat = next(line for line in text if " running for 5.0 s" in line)  # (one at 0.0 s may come first)
+    assert heartbeat == ("frank run [0:00:15] start 2/3 running for 5.0 s: block 1/2 · candidate, turn 2/6; ETA 15 s")
+    assert text[-2] == "frank run [0:00:20] start 2/3 ends after 10 s: block 1/2 · candidate; 1 to go, ETA 10 s"
+    assert text[-1] == "frank run [0:00:20] 2 start(s) in 20 s"
 
 
 def test_on_a_terminal_bars_with_eta_and_stdout_left_alone() -> None:
@@ -160,7 +163,7 @@ def test_on_a_terminal_bars_with_eta_and_stdout_left_alone() -> None:
             with rp.slot(label) as update:
                 update(3, 6)
     assert "ETA" in term.getvalue() and "frank run [" not in term.getvalue()
-    assert len(rp.durations) == 2
+    assert rp.finished == 2
 
 
 def test_run_with_stderr_on_a_terminal_draws_bars_and_keeps_stdout_for_results(tmp_path: Path) -> None:

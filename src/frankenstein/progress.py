@@ -4,7 +4,7 @@
 - Not on a terminal (a log file, CI, a pipe): plain lines, flushed as they are written. ``frank run`` writes
   one line as each start begins and one as it ends, and a heartbeat line every ``heartbeat_s`` seconds
   (``--heartbeat``, else ``$FRANK_HEARTBEAT_S``, else 30) while a start runs, each with an ETA from the
-  starts done so far (their mean duration times the starts left; an upper bound when a design curtails).
+  pace of the starts done so far (an upper bound when a design curtails).
 
     bar(description)                      update(done, total) for one replay; silent when not on a TTY
     RunProgress(total, heartbeat_s=...)   a ``frank run``'s progress: ``.slot(label)`` is the runner's
@@ -99,7 +99,10 @@ class RunProgress:
     """The progress of one ``frank run`` over ``total`` starts: bars on a terminal, plain lines otherwise.
 
     ``slot(label)`` is the runner's ``progress_factory``: entered as a start begins, left as it ends; it
-    yields the start's ``update(done, total)`` for its turns."""
+    yields the start's ``update(done, total)`` for its turns. Slots may run in parallel (each gets its own
+    number and heartbeat). The ETA projects the run's pace so far: the time from the run's begin to the
+    last finished start, per finished start, times ``total``, less the time already gone (so parallel
+    starts shorten it, and a heartbeat's ETA counts down)."""
 
     def __init__(
         self,
@@ -109,20 +112,24 @@ class RunProgress:
         stream: TextIO | None = None,
         tty: bool | None = None,
         prefix: str = "frank run",
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.total = total
         self.heartbeat_s = heartbeat_s
         self.stream = stream if stream is not None else sys.stderr
         self.tty = self.stream.isatty() if tty is None else tty
         self.prefix = prefix
-        self.durations: list[float] = []
-        self.began = time.monotonic()
+        self.clock = clock
+        self.began = clock()
+        self.started = 0
+        self.finished = 0
+        self._last_finish = self.began
         self._lock = threading.Lock()
         self._bars: Progress | None = None
         self._overall: TaskID | None = None
 
     def __enter__(self) -> RunProgress:
-        self.began = time.monotonic()
+        self.began = self._last_finish = self.clock()
         if self.tty:
             # stdout lines go above the bars only when stdout is the terminal too; redirected, it stays stdout
             self._bars = Progress(
@@ -140,25 +147,36 @@ class RunProgress:
         if self._bars is not None:
             self._bars.__exit__(kind, exc, tb)
             self._bars = None
-        elif self.durations:
-            self._line(f"{len(self.durations)} start(s) in {duration(time.monotonic() - self.began)}")
+        elif self.finished:
+            self._line(f"{self.finished} start(s) in {duration(self.clock() - self.began)}")
 
     # ------------------------------------------------------------ ETA
 
-    def eta(self, index: int, running_s: float | None = None) -> str:
-        """Time left after start ``index`` (1-based) began ``running_s`` ago, from the mean of finished starts."""
-        if not self.durations:
+    def eta(self) -> str:
+        """'ETA 3 min 5 s' from the pace of the finished starts; 'ETA after the first start' before one."""
+        with self._lock:
+            finished, last = self.finished, self._last_finish
+        if not finished:
             return "ETA after the first start"
-        mean = sum(self.durations) / len(self.durations)
-        left = mean * (self.total - index) + (max(mean - running_s, 0.0) if running_s is not None else 0.0)
-        return f"ETA {duration(left)}"
+        per = (last - self.began) / finished
+        return f"ETA {duration(max(self.began + per * self.total - self.clock(), 0.0))}"
+
+    def _begin(self) -> int:
+        with self._lock:
+            self.started += 1
+            return self.started
+
+    def _end(self) -> None:
+        with self._lock:
+            self.finished += 1
+            self._last_finish = self.clock()
 
     # ------------------------------------------------------------ one start
 
     @contextmanager
     def slot(self, label: str) -> Iterator[Update]:
-        index = len(self.durations) + 1
-        t0 = time.monotonic()
+        index = self._begin()
+        t0 = self.clock()
         turns: list[int] = [0, 0]
         if self._bars is not None:
             task = self._bars.add_task(label, total=None)
@@ -170,7 +188,7 @@ class RunProgress:
             try:
                 yield update
             finally:
-                self.durations.append(time.monotonic() - t0)
+                self._end()
                 bars.remove_task(task)
                 if self._overall is not None:
                     bars.advance(self._overall)
@@ -183,11 +201,10 @@ class RunProgress:
 
         def beat() -> None:
             while not stop.wait(self.heartbeat_s):
-                running = time.monotonic() - t0
                 where = f", turn {turns[0]}/{turns[1]}" if turns[1] else ""
                 self._line(
-                    f"start {index}/{self.total} running for {duration(running)}: {label}{where}; "
-                    f"{self.eta(index, running)}"
+                    f"start {index}/{self.total} running for {duration(self.clock() - t0)}: {label}{where}; "
+                    f"{self.eta()}"
                 )
 
         self._line(f"start {index}/{self.total} begins: {label}")
@@ -198,14 +215,13 @@ class RunProgress:
         finally:
             stop.set()
             beater.join()
-            took = time.monotonic() - t0
-            self.durations.append(took)
-            left = self.total - index
-            tail = f"; {left} to go, {self.eta(index)}" if left > 0 else ""
-            self._line(f"start {index}/{self.total} ends after {duration(took)}: {label}{tail}")
+            self._end()
+            left = self.total - self.finished
+            tail = f"; {left} to go, {self.eta()}" if left > 0 else ""
+            self._line(f"start {index}/{self.total} ends after {duration(self.clock() - t0)}: {label}{tail}")
 
     def _line(self, text: str) -> None:
-        e = int(time.monotonic() - self.began)
+        e = int(self.clock() - self.began)
         stamp = f"{e // 3600}:{e % 3600 // 60:02d}:{e % 60:02d}"
         with self._lock:
             self.stream.write(f"{self.prefix} [{stamp}] {text}\n")
