@@ -14,6 +14,7 @@ fractions as text ("1/64") beside their decimal.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import math
@@ -67,6 +68,13 @@ def _per_arm(per_block: Mapping[str, Mapping[int, Mapping[str, float]]]) -> dict
     return out
 
 
+def _time_spent(t: Any) -> dict[str, Any] | None:
+    """Where the time went (``design/phases.py``'s ``TimeSummary``), with its wall time and engine share."""
+    if t is None:
+        return None
+    return {**dataclasses.asdict(t), "wall_s": t.wall_s, "engine_share": t.engine_share}
+
+
 def analysis_doc(a: Analysis, percentiles: Percentiles | None = None) -> dict[str, Any]:
     """Everything ``frank analyze DESIGN_ID`` prints, as one JSON object."""
     reg, d = a.reg, a.reg.design
@@ -102,6 +110,7 @@ def analysis_doc(a: Analysis, percentiles: Percentiles | None = None) -> dict[st
             "secondary": a.secondary,
             "speculation": a.speculation,
             "percentiles": percentiles or {},
+            "time_spent": _time_spent(a.time_spent),
             "dropped": a.dropped,
             "failures": [
                 {"block": f.block + 1, "arm": f.arm, "status": f.status, "reason": f.reason} for f in a.failures
