@@ -9,16 +9,20 @@ change with ``FRANK_UPDATE_GOLDEN=1 .venv/bin/pytest -q tests/test_report_note.p
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from datetime import date
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from frankenstein import ledger
 from frankenstein.design.registry import register
 from frankenstein.errors import DesignError, LedgerError
 from frankenstein.report import write_report
+from frankenstein.shipped import data_path
 
 from helpers_campaign import make_campaign, make_workload, write_design
 from helpers_ledger import CONFIRMED, MIXED, golden, gpu, is_png, stored_design
@@ -95,6 +99,14 @@ def test_note_of_a_campaign_matches_golden(camp, tmp_path: Path) -> None:
     note = write_report(camp, tmp_path / "out")
     assert note == tmp_path / "out" / "note.md"
     golden(normalise(note.read_text(), camp, regs), GOLDEN / "note_campaign.md", UPDATE)
+    # note.json beside it: every table of the note, valid under its schema, each with its design's hash
+    doc = json.loads((tmp_path / "out" / "note.json").read_text())
+    jsonschema.validate(doc, json.loads(data_path("schemas/note.schema.json").read_text()))
+    rules = [line for line in note.read_text().splitlines() if re.fullmatch(r"\| (---:?)( \| ---:?)* \|", line)]
+    assert len(doc["tables"]) == len(rules) > len(regs)
+    hashes = {r.design_id: r.design_hash for r in regs}
+    assert all(t["design_hash"] == hashes[t["design_id"]] for t in doc["tables"] if t["design_id"])
+    assert "Credits" in {t["section"] for t in doc["tables"]}
     pngs = sorted(p.name for p in (tmp_path / "out").glob("*.png"))
     assert pngs == [
         "curtailed-1-blocks.png",
