@@ -358,9 +358,10 @@ def sentences(summary: TimeSummary) -> list[str]:
     out.append(cache)
     p = summary.prefetch
     if p.get("starts") or p.get("skipped"):
-        line = (
-            f"prefetch of the next start's files: {p['starts']} start(s) read {p['bytes'] / 2**20:.1f} MiB "
-            f"in {p['seconds']:.2f} s"
+        line = "prefetch of the next start's files: " + (
+            f"{p['starts']} start(s) read {p['bytes'] / 2**20:.1f} MiB in {p['seconds']:.2f} s"
+            if p["starts"]
+            else "none read"
         )
         if p.get("stopped"):
             line += f" ({p['stopped']} stopped when their start ended)"
