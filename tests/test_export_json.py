@@ -25,8 +25,11 @@ import pytest
 
 from frankenstein import ledger
 from frankenstein.cli import main
+from frankenstein.config import ResolvedRecipe
+from frankenstein.design.start import StartOutcome
 from frankenstein.design.registry import register
 from frankenstein.report import write_report
+from frankenstein.report.export import replay_doc
 from frankenstein.shipped import data_path
 
 from helpers_campaign import make_campaign, make_workload, write_design
@@ -216,6 +219,28 @@ def test_a_drifted_output_fails_the_schema(camp, tmp_path: Path, capsys, name: s
     drift(bad)
     with pytest.raises(jsonschema.ValidationError):
         check(bad, name)
+
+
+def test_a_drifted_replay_export_fails_the_schema() -> None:
+    """The replay document from a start's outcome as measure_start returns it (no engine here)."""
+    recipe = ResolvedRecipe(name="base", engine="llamacpp", model="m.gguf", args=[], env={})
+    rows = _turns("served", 0)  # warmup stored as 0/1
+    out = StartOutcome(status="ok", reason=None, started_at="2025-03-01T10:00:00Z", recipe=recipe, rows=rows)
+    out.metrics = {"ttft_ms": 41.0, "turns": 3.0}
+    doc = replay_doc(7, out)
+    check(doc, "replay")
+    assert doc["turns"][0]["warmup"] is True and doc["percentiles"]["itl_ms"]["n"] == 3
+    for drift in (
+        lambda d: d["turns"][0].update(warmup=1),  # the stored 0/1, not a boolean
+        lambda d: d["metrics"].update(ttft_ms="41 ms"),
+        lambda d: d["turns"][1].pop("error"),
+        lambda d: d.update(status="done"),
+        lambda d: d["percentiles"].update(tpot_ms=d["percentiles"]["itl_ms"]),
+    ):
+        bad = copy.deepcopy(doc)
+        drift(bad)
+        with pytest.raises(jsonschema.ValidationError):
+            check(bad, "replay")
 
 
 # ---------------------------------------------------------------- frank replay --json / --csv (real engine)
