@@ -93,6 +93,7 @@ def binary_version(binary: str) -> str:
 class LlamaCppEngine(ProcessEngine):
     kind = "llama-server"
     ready_path = "/health"
+    stop_grace_s = 3.0  # exits on SIGTERM in well under a second (docs/benchmarks.md)
     endpoints = ("/v1/chat/completions", "/v1/completions", "/completion")
 
     def check_recipe(self) -> None:

@@ -249,6 +249,7 @@ def prompt_topk(entry: dict[str, Any] | None, k: int) -> tuple[list[int], list[f
 class VllmEngine(ScrapedRequests):
     kind = "vllm"
     ready_path = "/health"
+    stop_grace_s = 10.0  # API server, engine core and workers exit on SIGTERM in about a second (docs/benchmarks.md)
     endpoints = ("/v1/chat/completions", "/v1/completions")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

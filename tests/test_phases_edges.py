@@ -1,0 +1,107 @@
+"""Fast edges, measured: readiness is polled from 20 ms doubling to 250 ms, so a server is seen ready
+within one poll interval of the moment it listens; a clean stop takes what the engine needs, and one
+that ignores SIGTERM is killed at the adapter's grace (recorded as SIGKILL). Real processes: a small
+stdlib HTTP server as an ``openai`` engine that writes the moment it starts listening, and the real
+llama-server."""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from frankenstein.config import ResolvedRecipe
+from frankenstein.design import phases
+from frankenstein.design.start import start_engine, stop_engine
+from frankenstein.engines import adapter_for
+from frankenstein.engines.llamacpp import LlamaCppEngine
+from frankenstein.engines.process import READY_POLL_S
+from frankenstein.engines.vllm import VllmEngine
+
+SERVER = """\
+import http.server, signal, sys, time
+port, delay, stamp, ignore_term = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3], sys.argv[4] == "1"
+if ignore_term:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+time.sleep(delay)
+
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
+    def log_message(self, *a):
+        pass
+
+server = http.server.HTTPServer(("127.0.0.1", port), H)  # bound and listening from here
+open(stamp, "w").write(repr(time.time()))
+server.serve_forever()
+"""
+
+
+def _engine(tmp_path: Path, delay: float, ignore_term: bool = False) -> tuple[object, Path]:
+    script = tmp_path / "server.py"
+    script.write_text(SERVER)
+    stamp = tmp_path / f"listen-{time.time_ns()}"
+    recipe = ResolvedRecipe(
+        name="edge",
+        engine="openai",
+        model="",
+        args=[],
+        env={},
+        command=[sys.executable, str(script), "{port}", str(delay), str(stamp), "1" if ignore_term else "0"],
+        start_timeout_s=30,
+    )
+    return adapter_for(recipe, tmp_path / "logs"), stamp
+
+
+def test_ready_is_seen_within_one_poll_interval(tmp_path: Path) -> None:
+    latencies = []
+    for delay in (0.0, 0.1, 0.3, 0.6, 1.0, 1.5):
+        engine, stamp = _engine(tmp_path, delay)
+        with phases.recording() as rec:
+            try:
+                start_engine(engine)
+                seen = time.time()
+            finally:
+                stop_engine(engine)
+        latencies.append(seen - float(stamp.read_text()))
+        assert rec.notes["stopped_by"] == "SIGTERM" and rec.seconds["stop"] < 2.0
+    print(f"\nready-detect latency (s): {[round(x, 3) for x in latencies]}, median {statistics.median(latencies):.3f}")
+    largest = READY_POLL_S[2]
+    assert max(latencies) < largest + 0.15  # one poll interval and the poll itself
+    assert all(x >= 0 for x in latencies)
+
+
+def test_an_engine_that_ignores_sigterm_is_killed_at_the_grace(tmp_path: Path) -> None:
+    engine, _ = _engine(tmp_path, 0.0, ignore_term=True)
+    engine.stop_grace_s = 0.5  # type: ignore[attr-defined]
+    with phases.recording() as rec:
+        try:
+            start_engine(engine)
+        finally:
+            stop_engine(engine)
+    assert rec.notes["stopped_by"] == "SIGKILL" and rec.notes["stop_grace_s"] == 0.5
+    assert 0.5 <= rec.seconds["stop"] < 2.0
+
+
+def test_adapters_grace_fits_their_clean_shutdown() -> None:
+    """llama-server exits on SIGTERM in well under a second, vLLM in about one (docs/benchmarks.md)."""
+    assert LlamaCppEngine.stop_grace_s == 3.0 and VllmEngine.stop_grace_s == 10.0
+
+
+@pytest.mark.engine
+def test_llama_server_stops_cleanly_within_its_grace(tiny_recipe: ResolvedRecipe, tmp_path: Path) -> None:
+    stops = []
+    for _ in range(3):
+        engine = adapter_for(tiny_recipe, tmp_path / "logs")
+        with phases.recording() as rec:
+            try:
+                start_engine(engine)
+            finally:
+                stop_engine(engine)
+        assert rec.notes["stopped_by"] == "SIGTERM"
+        stops.append(rec.seconds["stop"])
+    print(f"\nllama-server stop (s): {[round(s, 3) for s in stops]}")
+    assert max(stops) < LlamaCppEngine.stop_grace_s
