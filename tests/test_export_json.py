@@ -29,7 +29,10 @@ from frankenstein.config import ResolvedRecipe
 from frankenstein.design.start import StartOutcome
 from frankenstein.design.registry import register
 from frankenstein.report import write_report
-from frankenstein.report.export import replay_doc
+from frankenstein.report.collect import collect
+from frankenstein.report.export import note_doc, replay_doc
+from frankenstein.report.markdown import capture_tables, md_table
+from frankenstein.report.note import render_note
 from frankenstein.shipped import data_path
 
 from helpers_campaign import make_campaign, make_workload, write_design
@@ -159,6 +162,23 @@ def test_note_json_has_every_table_of_the_note(camp, tmp_path: Path) -> None:
     credits = next(t for t in doc["tables"] if t["section"] == "Credits")
     assert credits["design_id"] is None and credits["rows"][0][0] == "`threads1`"
     golden(json.dumps(mask(doc, c.root), indent=2, sort_keys=True) + "\n", GOLDEN / "note.json", UPDATE)
+
+
+def test_a_table_any_section_renders_is_exported(camp) -> None:
+    """A section another module adds (here: one built inline, as report/hosts.py would) needs no code in
+    the exporter: md_table records it; a table rendered but left out of the note is not exported."""
+    c, reg = camp
+    data = collect(c)
+    with capture_tables() as tables:
+        md_table(["dropped"], [["x"]], "l")  # rendered, never part of the note
+        lines = render_note(data, {})
+        lines += ["", "## Hosts", "", "Hosts that ran starts:", "", *md_table(["host", "starts"], [["a|b", "3"]], "lr")]
+    doc = note_doc(data, tables, lines)
+    check(doc, "note")
+    last = doc["tables"][-1]
+    assert (last["section"], last["caption"], last["design_id"]) == ("Hosts", "Hosts that ran starts:", None)
+    assert last["rows"] == [["a|b", "3"]] and last["numbers"] == [[None, 3.0]]
+    assert len(doc["tables"]) == len(tables) - 1 and all(t["header"] != ["dropped"] for t in doc["tables"])
 
 
 def test_json_goes_with_a_design_id(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
