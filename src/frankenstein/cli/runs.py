@@ -151,7 +151,7 @@ def run(
     from frankenstein.campaign import open_campaign
     from frankenstein.cluster.need import ray_address
     from frankenstein.design.registry import get
-    from frankenstein.design.runner import done_slots, run_design
+    from frankenstein.design.runner import run_design, unfinished
     from frankenstein.progress import RunProgress, heartbeat_seconds
 
     try:
@@ -163,8 +163,7 @@ def run(
         if ray_address(ray, c.config) is not None:
             typer.echo(on_cluster(c, design_id, ray_address(ray, c.config) or "", resume=resume))
             return
-        done = done_slots(c, design_id) if resume else set()
-        todo = [s for s in get(c, design_id).slots() if (s.block, s.position) not in done]
+        todo, _ = unfinished(c, get(c, design_id), resume)
         with RunProgress(len(todo), heartbeat_s=every) as progress:
             summary = run_design(c, design_id, resume=resume, echo=typer.echo, progress_factory=progress.slot)
     typer.echo(summary)
