@@ -273,9 +273,11 @@ def test_replay_json_and_csv_match_golden_and_schema(
     c = make_campaign(tmp_path / "c")
     w = make_workload(c.root / "workloads" / "w.jsonl", turns=3, tokens=8)
     c.close()
-    rc, out, _ = run(["replay", "base", str(w), "-c", str(c.root), "--json"], capsys)
+    rc, out, err = run(["replay", "base", str(w), "-c", str(c.root), "--json"], capsys)
     assert rc == 0
-    doc = json.loads(out)
+    doc = json.loads(out)  # stdout is the export alone; progress lines went to stderr
+    assert re.match(r"frank replay \[0:00:\d\d\] start 1/1 begins: replay base\n", err)
+    assert re.search(r"start 1/1 ends after [\d.]+ s: replay base\n", err)
     check(doc, "replay")
     assert doc["status"] == "ok" and [t["warmup"] for t in doc["turns"]] == [True, False, False]
     assert doc["percentiles"]["ttft_ms"]["n"] == 2 and doc["metrics"]["generated_tokens"] == 16

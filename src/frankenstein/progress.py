@@ -1,14 +1,13 @@
 """Progress on stderr, for humans and for logs; stdout stays for results (and ``--json``).
 
 - On a terminal (stderr is a TTY): rich progress bars with elapsed time and ETA, removed when done.
-- Not on a terminal (a log file, CI, a pipe): plain lines, flushed as they are written. ``frank run`` writes
-  one line as each start begins and one as it ends, and a heartbeat line every ``heartbeat_s`` seconds
-  (``--heartbeat``, else ``$FRANK_HEARTBEAT_S``, else 30) while a start runs, each with an ETA from the
-  pace of the starts done so far (an upper bound when a design curtails).
+- Not on a terminal (a log file, CI, a pipe): plain lines, flushed as they are written. ``frank run`` (and
+  ``frank replay``, one start) writes one line as each start begins and one as it ends, and a heartbeat
+  line every ``heartbeat_s`` seconds (``--heartbeat``, else ``$FRANK_HEARTBEAT_S``, else 30) while a start
+  runs, each with an ETA from the pace of the starts done so far (an upper bound when a design curtails).
 
-    bar(description)                      update(done, total) for one replay; silent when not on a TTY
-    RunProgress(total, heartbeat_s=...)   a ``frank run``'s progress: ``.slot(label)`` is the runner's
-                                          progress_factory
+    RunProgress(total, heartbeat_s=...)   the progress of ``frank run`` (``.slot(label)`` is the runner's
+                                          progress_factory) and of ``frank replay`` (one slot)
     heartbeat_seconds(option, env)        the heartbeat interval from the option or the environment
 """
 
@@ -66,21 +65,6 @@ def _columns() -> tuple[TextColumn | BarColumn | MofNCompleteColumn | TimeElapse
         TextColumn("ETA"),
         TimeRemainingColumn(),
     )
-
-
-@contextmanager
-def bar(description: str) -> Iterator[Update]:
-    """Yield ``update(done, total)``; a no-op when stderr is not a TTY."""
-    if not sys.stderr.isatty():
-        yield lambda done, total: None
-        return
-    with Progress(*_columns(), console=Console(stderr=True), transient=True) as p:
-        task = p.add_task(description, total=None)
-
-        def update(done: int, total: int) -> None:
-            p.update(task, completed=done, total=total)
-
-        yield update
 
 
 def duration(seconds: float) -> str:

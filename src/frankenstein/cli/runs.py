@@ -30,8 +30,16 @@ def replay(
         False, "--json", help="Print the start and its per-turn rows as JSON (schema frank.replay, docs/exports.md)."
     ),
     as_csv: bool = typer.Option(False, "--csv", help="Print one CSV row per turn, with the start's metrics."),
+    heartbeat: float | None = typer.Option(
+        None,
+        "--heartbeat",
+        help="Seconds between progress lines when stderr is not a terminal (default: $FRANK_HEARTBEAT_S, else 30).",
+    ),
 ) -> None:
     """Replay a workload against one fresh start of a recipe; store per-turn rows and print the start's metrics.
+
+    Progress goes to stderr (a bar on a terminal; otherwise a line as the start begins and ends and a
+    heartbeat with the turns done); stdout gets the metrics, or the --json/--csv export.
 
     With --url the turns go to a server already running (engine external: not started or stopped by frank,
     so the start is not fresh).
@@ -42,10 +50,14 @@ def replay(
         raise typer.BadParameter("--json or --csv, not both")
     from frankenstein.campaign import open_campaign
     from frankenstein.design.start import measure_start, record_start
-    from frankenstein.progress import bar
+    from frankenstein.progress import RunProgress, heartbeat_seconds
     from frankenstein.workload.replay import ReplaySettings
     from frankenstein.workload.trace import load_trace
 
+    try:
+        every = heartbeat_seconds(heartbeat)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--heartbeat") from None
     wl = load_trace(workload)
     settings = ReplaySettings(concurrency=concurrency, warmup_turns=warmup, max_turns=max_turns or None)
     with open_campaign(campaign) as c:
@@ -55,7 +67,7 @@ def replay(
             from frankenstein.engines.external import external_recipe
 
             r = external_recipe(r, url)
-        with bar(f"replay {r.name}") as progress:
+        with RunProgress(1, heartbeat_s=every, prefix="frank replay") as run, run.slot(f"replay {r.name}") as progress:
             out = measure_start(r, wl, settings, c.logs, progress)
         start_id = record_start(c.store, out)
     if as_json or as_csv:
