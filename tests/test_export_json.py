@@ -181,11 +181,19 @@ def test_a_table_any_section_renders_is_exported(camp) -> None:
     assert len(doc["tables"]) == len(tables) - 1 and all(t["header"] != ["dropped"] for t in doc["tables"])
 
 
-def test_json_goes_with_a_design_id(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_blocks_json_matches_golden_and_schema(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     p = tmp_path / "b.csv"
-    p.write_text("block,served,candidate\n1,10,9\n")
-    rc, _, err = run(["analyze", "--blocks", str(p), "--rule", "sign", "--direction", "lower", "--json"], capsys)
-    assert rc == 2 and "--json goes with a registered DESIGN_ID" in err
+    p.write_text("block,served,candidate\n1,10,9\n2,10,9.5\n3,10,9.8\n4,10,9.1\n5,10,9.9\n")
+    rc, out, err = run(["analyze", "--blocks", str(p), "--rule", "sign", "--direction", "lower", "--json"], capsys)
+    assert (rc, err) == (0, "")
+    doc = json.loads(out)
+    check(doc, "verdict")
+    assert (doc["word"], doc["p"]["exact"], doc["interval"]["coverage"]) == ("confirmed", "1/32", "15/16")
+    golden(json.dumps(mask(doc, tmp_path), indent=2, sort_keys=True) + "\n", GOLDEN / "blocks.json", UPDATE)
+    bad = copy.deepcopy(doc)
+    bad["verdict"]["rows"][0]["favours"] = "both"
+    with pytest.raises(jsonschema.ValidationError):
+        check(bad, "verdict")
 
 
 # ---------------------------------------------------------------- a drifted output fails the schema

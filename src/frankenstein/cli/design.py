@@ -80,15 +80,16 @@ def analyze(
     ),
     why: str | None = typer.Option(None, "--why", help="Why it is forced; recorded in the evidence chain."),
     as_json: bool = typer.Option(
-        False, "--json", help="Print everything as one JSON object (schema frank.analysis, docs/exports.md)."
+        False,
+        "--json",
+        help="Print everything as one JSON object (schema frank.analysis, or frank.verdict with --blocks; "
+        "docs/exports.md).",
     ),
 ) -> None:
     """Per-block table, exact p and verdict of a registered design, or of block values measured elsewhere.
 
     Example: frank analyze --blocks blocks.csv --rule sign --direction lower
     """
-    if as_json and design_id is None:
-        raise typer.BadParameter("--json goes with a registered DESIGN_ID")
     if design_id is not None:
         if blocks is not None:
             raise typer.BadParameter("give a DESIGN_ID or --blocks, not both")
@@ -125,7 +126,13 @@ def analyze(
         min_effect=min_effect,
         test=test.value if test else None,
     )
-    _echo_lines(format_verdict(analyze_blocks_file(blocks, r, direction.value)))
+    verdict = analyze_blocks_file(blocks, r, direction.value)
+    if as_json:
+        from frankenstein.report.export import dumps, verdict_doc
+
+        typer.echo(dumps(verdict_doc(verdict, str(blocks))), nl=False)
+        return
+    _echo_lines(format_verdict(verdict))
 
 
 @app.command()

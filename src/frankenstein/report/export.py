@@ -5,6 +5,7 @@ describes every field. Numbers are plain JSON numbers (non-finite ones become nu
 fractions as text ("1/64") beside their decimal.
 
     analysis_doc(analysis, percentiles) -> dict     frank analyze DESIGN_ID --json
+    verdict_doc(verdict, source) -> dict            frank analyze --blocks FILE --json
     replay_doc(start_id, outcome) -> dict           frank replay ... --json
     replay_csv(start_id, outcome) -> str            frank replay ... --csv
     note_doc(data, tables, lines) -> dict           note.json beside note.md
@@ -25,12 +26,18 @@ from typing import Any
 
 from frankenstein.design.analysis import Analysis
 from frankenstein.design.percentiles import Percentiles, rows_percentiles
+from frankenstein.design.rules import Verdict
 from frankenstein.design.start import StartOutcome
 from frankenstein.report.collect import NoteData
 from frankenstein.report.markdown import Table
 
 VERSION = 1
-SCHEMAS = {"analysis": "analysis.schema.json", "replay": "replay.schema.json", "note": "note.schema.json"}
+SCHEMAS = {
+    "analysis": "analysis.schema.json",
+    "verdict": "verdict.schema.json",
+    "replay": "replay.schema.json",
+    "note": "note.schema.json",
+}
 TURN_KEYS = ("idx", "turn_id", "warmup", "error")
 
 
@@ -75,13 +82,32 @@ def _time_spent(t: Any) -> dict[str, Any] | None:
     return {**dataclasses.asdict(t), "wall_s": t.wall_s, "engine_share": t.engine_share}
 
 
+def _p(v: Verdict | None) -> dict[str, Any] | None:
+    if v is None or v.p is None:
+        return None
+    return {"exact": str(v.p), "value": float(v.p), "scipy": v.p_scipy}
+
+
+def verdict_doc(v: Verdict, source: str) -> dict[str, Any]:
+    """``frank analyze --blocks FILE --json``: the rule's verdict on block values measured elsewhere."""
+    return jsonable(
+        {
+            "schema": "frank.verdict",
+            "version": VERSION,
+            "source": source,
+            "word": v.word,
+            "reason": v.reason,
+            "p": _p(v),
+            "interval": v.ci.model_dump(mode="json") if v.ci is not None else None,
+            "verdict": v.model_dump(mode="json"),
+        }
+    )
+
+
 def analysis_doc(a: Analysis, percentiles: Percentiles | None = None) -> dict[str, Any]:
     """Everything ``frank analyze DESIGN_ID`` prints, as one JSON object."""
     reg, d = a.reg, a.reg.design
     v = a.verdict
-    p = None
-    if v is not None and v.p is not None:
-        p = {"exact": str(v.p), "value": float(v.p), "scipy": v.p_scipy}
     return jsonable(
         {
             "schema": "frank.analysis",
@@ -100,7 +126,7 @@ def analysis_doc(a: Analysis, percentiles: Percentiles | None = None) -> dict[st
             "word": a.word,
             "reason": a.reason,
             "blocks_done": a.blocks_done,
-            "p": p,
+            "p": _p(v),
             "interval": v.ci.model_dump(mode="json") if v is not None and v.ci is not None else None,
             "verdict": v.model_dump(mode="json") if v is not None else None,
             "per_block": {
