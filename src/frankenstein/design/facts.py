@@ -80,6 +80,7 @@ class DesignFacts:
     machine_flags: tuple[str, ...] = ()  # starts whose machine differs from the rest
     load_warnings: tuple[str, ...] = ()  # starts run while the machine was busier than its cores
     not_fresh: tuple[str, ...] = ()  # arms whose ok starts talked to a server already running (engine external)
+    hosts: tuple[tuple[int, str], ...] = ()  # (block, Ray node) of each start a cluster ran (frank run --ray)
 
 
 def _gpu_entries(data: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, str | None]:
@@ -160,7 +161,18 @@ def design_facts(campaign: Campaign, reg: Registered) -> DesignFacts:
         machine_flags=tuple(machine_differences(rows)),
         load_warnings=tuple(load_warnings(rows)),
         not_fresh=_distinct(r.arm for r in ok if r.capabilities.get("fresh_start") is False),
+        hosts=cluster_hosts(rows),
     )
+
+
+def cluster_hosts(rows: list[StartRow]) -> tuple[tuple[int, str], ...]:
+    """(block, node name) of every start a Ray cluster ran (its ``resources["host"]``); empty for a local run."""
+    out = []
+    for r in rows:
+        host = r.resources.get("host")
+        if isinstance(host, dict) and host.get("node"):
+            out.append((r.block, str(host["node"])))
+    return tuple(out)
 
 
 def fresh_start_lines(f: DesignFacts) -> list[str]:
