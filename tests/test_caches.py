@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 from frankenstein.design.caches import CACHE_VARS, cache_env, folder_for
-from frankenstein.design.analysis import analyze, format_analysis
+from frankenstein.design.analysis import analyze
+from frankenstein.design.phases import time_lines
 from frankenstein.design.registry import register
 from frankenstein.design.runner import run_design
 
@@ -81,7 +82,7 @@ def test_warm_reuses_the_arms_own_folder_only(tmp_path: Path) -> None:
     assert sum(r.resources["caches"]["empty_at_start"] for r in rows) == 2 and len(empty) == 4
     assert all(r.resources["caches"]["policy"] == "warm" for r in rows)
     assert all(r.phases["phases"]["command"] > 0 for r in rows)  # command arms: their run and the total
-    text = "\n".join(format_analysis(analyze(c, "warm-1")))  # type: ignore[arg-type]
+    text = "\n".join(time_lines(analyze(c, "warm-1").time_spent))  # type: ignore[arg-type]
     assert "engine caches: warm (each arm's own cache folders, kept across its starts); 2 of 6 starts began" in text
 
 
@@ -94,7 +95,7 @@ def test_cold_gives_every_start_an_empty_folder_of_its_own(tmp_path: Path) -> No
     assert not any(Path(f).exists() for f in folders)  # removed after each start
     rows = c.store.starts_of("cold-1")  # type: ignore[attr-defined]
     assert all(r.resources["caches"]["empty_at_start"] and r.resources["caches"]["policy"] == "cold" for r in rows)
-    text = "\n".join(format_analysis(analyze(c, "cold-1")))  # type: ignore[arg-type]
+    text = "\n".join(time_lines(analyze(c, "cold-1").time_spent))  # type: ignore[arg-type]
     assert (
         "engine caches: cold (an empty cache folder for every start); 6 of 6 starts began with an empty folder" in text
     )

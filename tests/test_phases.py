@@ -4,6 +4,7 @@ in the note; the cache record and the prefetch of the next start's files beside 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -110,6 +111,9 @@ def test_speed_starts_record_every_phase(camp: Path) -> None:
     # one run: the starts follow each other, the gap between them is the write and the runner's own work
     gaps = [g for g in phases.gaps([phases.read(r.phases) for r in sorted(rows, key=lambda r: r.id)]) if g is not None]
     assert len(gaps) == 3 and all(0 <= g < 30 for g in gaps)
+    doc = json.loads(json.dumps(phases.as_json(phases.summarize(rows))))  # what exports carry
+    assert doc["starts"] == 4 and set(doc["per_arm"]) == {"served", "candidate"} and doc["cache"] == "warm"
+    assert doc["per_arm"]["served"]["phases"]["ready"] > 0 and 0 < doc["engine_share"] < 1
 
 
 def test_prefetch_reads_the_next_starts_own_files(camp: Path) -> None:

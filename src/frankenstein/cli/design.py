@@ -101,6 +101,7 @@ def analyze(
         from frankenstein.campaign import open_campaign
         from frankenstein.design.analysis import analyze as do_analyze
         from frankenstein.design.analysis import format_analysis
+        from frankenstein.design.phases import time_lines
         from frankenstein.design.percentiles import arm_percentiles
         from frankenstein.report.export import analysis_doc, dumps
 
@@ -111,7 +112,7 @@ def analyze(
         if as_json:
             typer.echo(dumps(analysis_doc(a, latency)), nl=False)
             return
-        _echo_lines(format_analysis(a, latency))
+        _echo_lines(format_analysis(a, latency) + time_lines(a.time_spent))  # + where the time went
         return
     if blocks is None or rule is None or direction is None:
         raise typer.BadParameter("without a DESIGN_ID, --blocks, --rule and --direction are required")

@@ -74,7 +74,6 @@ def format_analysis(a: Analysis, percentiles: Percentiles | None = None) -> list
     if percentiles:
         table = render_table(PERCENTILE_HEADER, percentile_rows(percentiles), "llrrrr")
         lines += ["", f"{PERCENTILE_CAPTION}:", *(f"  {line}" for line in table)]
-    lines += phases.time_lines(a.time_spent)
     return lines
 
 

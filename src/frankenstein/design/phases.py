@@ -382,3 +382,22 @@ def time_lines(summary: TimeSummary | None) -> list[str]:
         lines.append("  " + "  ".join(c.ljust(w) if a == "l" else c.rjust(w) for c, w, a in zip(cells, widths, align)))
     lines += [f"  {s}" for s in sentences(summary)]
     return lines
+
+
+def as_json(summary: TimeSummary | None) -> dict[str, Any] | None:
+    """The summary as a JSON-ready object (for exports: ``analyze --json``, ``note.json``)."""
+    if summary is None:
+        return None
+    return {
+        "starts": summary.starts,
+        "starts_without_phases": summary.without,
+        "wall_s": summary.wall_s,
+        "starts_s": summary.starts_s,
+        "between_s": summary.between_s,
+        "engine_s": summary.engine_s,
+        "engine_share": summary.engine_share,
+        "cache": summary.cache,
+        "cache_empty_at_start": summary.cache_empty,
+        "per_arm": {a.arm: {"starts": a.starts, "total_s": a.total_s, "phases": dict(a.mean)} for a in summary.arms},
+        "prefetch": dict(summary.prefetch),
+    }
