@@ -20,6 +20,7 @@ from frankenstein.engines import adapter_for
 from frankenstein.engines.llamacpp import LlamaCppEngine
 from frankenstein.engines.process import READY_POLL_S
 from frankenstein.engines.vllm import VllmEngine
+from frankenstein.errors import EngineStartError
 
 SERVER = """\
 import http.server, signal, sys, time
@@ -105,3 +106,19 @@ def test_llama_server_stops_cleanly_within_its_grace(tiny_recipe: ResolvedRecipe
         stops.append(rec.seconds["stop"])
     print(f"\nllama-server stop (s): {[round(s, 3) for s in stops]}")
     assert max(stops) < LlamaCppEngine.stop_grace_s
+
+
+def test_a_start_that_dies_before_ready_still_records_its_time(tmp_path: Path) -> None:
+    script = tmp_path / "dies.py"
+    script.write_text("import sys, time\ntime.sleep(0.3)\nsys.exit(3)\n")
+    recipe = ResolvedRecipe(
+        name="dies", engine="openai", model="", args=[], env={}, command=[sys.executable, str(script), "{port}"]
+    )
+    engine = adapter_for(recipe, tmp_path / "logs")
+    with phases.recording() as rec, pytest.raises(EngineStartError, match="exited with code 3 during start"):
+        try:
+            start_engine(engine)
+        finally:
+            stop_engine(engine)
+    assert rec.seconds["ready"] >= 0.3 and rec.seconds["launch"] == 0.0  # the wait for ready, not the spawn
+    assert rec.notes["stopped_by"] == "exited"

@@ -127,7 +127,9 @@ class Prefetch:
             self.record["seconds"] = round(time.monotonic() - t0, 4)
 
     def finish(self) -> dict[str, Any]:
-        """Stop reading (the start is over) and return the record."""
+        """Stop reading (the start is over) and return the record (the same record when called again)."""
+        if "stopped" in self.record:
+            return dict(self.record)
         if self._thread is not None:
             stopped = self._thread.is_alive()
             self._stop.set()

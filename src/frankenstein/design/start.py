@@ -94,7 +94,10 @@ def start_engine(engine: Any) -> None:
         engine.start()
     finally:
         total = time.monotonic() - t
-        ready = getattr(engine, "ready_s", None) or 0.0
+        ready = getattr(engine, "ready_s", None)
+        if ready is None:  # it never became ready: the time after a launch was the wait for ready
+            launched = getattr(engine, "pid", None) is not None
+            ready = total if launched else 0.0
         phases.add("launch", max(0.0, total - ready))
         phases.add("ready", ready)
         polls = getattr(getattr(engine, "process", None), "ready_polls", None)
