@@ -15,9 +15,10 @@ Routes (:func:`route_of`): ``tokenize``, ``count``, ``count_tokens`` (Anthropic)
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 
-from frankenstein.store import ServedRequest, Store, now_iso
+from frankenstein.store import ServedRequest, Store
 
 ROUTES = {
     "/tokenize": "tokenize",
@@ -27,6 +28,11 @@ ROUTES = {
     "/v1/completions": "completions",
     "/completion": "completion",
 }
+
+
+def iso(t: float) -> str:
+    """``t`` (epoch seconds) as the store's UTC timestamps (``store.now_iso``'s format)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1000):03d}Z"
 
 
 def route_of(path: str) -> str:
@@ -40,15 +46,15 @@ class ServedLog:
         self.store = store
         self.step = step
         self.flush_s = flush_s
-        self._pending: deque[ServedRequest] = deque()
+        self._pending: deque[tuple[float, str, int, float, bool]] = deque()
         self._stop = threading.Event()
         self.written = 0
         self._thread = threading.Thread(target=self._run, name="frank-serve-observe", daemon=True)
         self._thread.start()
 
     def add(self, path: str, status: int, ms: float, engine_error: bool) -> None:
-        """Called once per answered request (cheap: one append)."""
-        self._pending.append(ServedRequest(now_iso(), self.step, route_of(path), status, ms, engine_error))
+        """Called once per answered request (cheap: one tuple appended; the writer makes the row)."""
+        self._pending.append((time.time(), path, status, ms, engine_error))
 
     def _run(self) -> None:
         while not self._stop.wait(self.flush_s):
@@ -57,7 +63,8 @@ class ServedLog:
     def _flush(self) -> None:
         batch = []
         while self._pending:
-            batch.append(self._pending.popleft())
+            at, path, status, ms, error = self._pending.popleft()
+            batch.append(ServedRequest(iso(at), self.step, route_of(path), status, ms, error))
         if batch:
             self.store.insert_served(batch)
             self.written += len(batch)
