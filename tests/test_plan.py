@@ -187,3 +187,33 @@ def test_cli_plan_refusals(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     same.write_text("block,served,candidate\n1,10,10\n2,5,5\n")
     rc, _, err = run(["plan", "--pilot", str(same), "--effect", "0.05", "--direction", "lower"], capsys)
     assert (rc, err) == (1, "frank: error: the pilot's log ratios are all equal: no spread to plan with\n")
+
+
+# ---------------------------------------------------------------- wall time (tests/test_walltime.py: against a real run)
+
+
+def _summary(served: float, candidate: float, engine: float, gap: float) -> object:
+    from frankenstein.design.phases import ArmTime, TimeSummary
+
+    arms = tuple(
+        ArmTime(arm, 4, {"launch": 0.0, "ready": engine, "stop": 0.0, "replay": total - engine, "write": gap}, total)
+        for arm, total in (("served", served), ("candidate", candidate))
+    )
+    return TimeSummary(arms, 8, 0, 4 * (served + candidate), 7 * gap, 8 * engine, 0, "warm", 0, 0)
+
+
+def test_wall_time_is_blocks_times_each_arms_start_and_gap() -> None:
+    w = plan.wall_time(_summary(600.0, 660.0, 450.0, 2.0), 10)  # type: ignore[arg-type]
+    assert w.starts == 20 and w.seconds == pytest.approx(10 * (602.0 + 662.0))
+    assert w.engine_share == pytest.approx(10 * 900.0 / w.seconds)
+    assert w.line() == "10 blocks × 2 arms: about 3 h 31 min, 71% of it engine starts"
+
+
+def test_the_curtailed_expectation_of_all_blocks_better_at_no_effect() -> None:
+    """all_blocks_better is settled by the first block against the candidate: at no effect the runner
+    stops after min(K, 10) blocks, K geometric(1/2), whose mean is 2 (1 - 2^-10)."""
+    rule = parse_rule("all_blocks_better")
+    expected = plan.expected_curtailed_blocks(rule, 10, 0.05, 0.0, simulations=2000)
+    assert expected == pytest.approx(2 * (1 - 2**-10), abs=0.1)
+    strong = plan.expected_curtailed_blocks(rule, 10, 0.05, 1.0, simulations=200)  # never against: all 10 run
+    assert strong == 10
