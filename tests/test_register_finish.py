@@ -169,4 +169,4 @@ def test_an_engine_the_adapter_table_lacks_is_refused_naming_the_arm(tmp_path: P
     design.write_text(head + "[arms.candidate]\n" + tail.replace('recipe = "served"', 'recipe = "other"', 1))
     assert 'recipe = "other"' in design.read_text()
     line = refused(capsys, c.root, design, "arms.candidate")
-    assert "unknown engine 'trtllm' (known: llamacpp, vllm, sglang, openai)" in line, line
+    assert "unknown engine 'trtllm' (known: llamacpp, vllm, sglang, openai, external)" in line, line
