@@ -1,0 +1,137 @@
+"""Campaign overhead: the wall time of `frank run` beyond engine starts and replays (target: ≤ 2 % of the
+design's wall time), on a real llama-server speed design on the tiny shipped models.
+
+One campaign (`frank init`), the first ``--turns`` turns of the shipped demo workload, a speed design (base vs
+base + draft, ``--blocks`` blocks, sign rule) registered with the real CLI; then `frank run` in a subprocess,
+timed around the process. Each start's own phases (design/phases.py, stored as ``resources["phases"]``) say
+where its time went; the engine's life and the measurement are launch, ready, warm-up, replay, scrape and stop
+(plus cache folders). Everything else is frank's:
+
+- ``other`` inside starts (machine snapshot, NVML/load sampling around the start, bookkeeping);
+- the gaps between starts (a start's record written through the evidence chain, the runner's checks);
+- outside any start: interpreter start, imports, campaign open, registry verification, the run lock;
+  the imports are timed again in a fresh interpreter (``imports_s``).
+
+Run: .venv/bin/python benchmarks/campaign_overhead.py [--blocks 6] [--turns 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from frankenstein.campaign import open_campaign
+from frankenstein.design.phases import gaps, read
+from frankenstein.shipped import data_path
+from frankenstein.workload.trace import load_trace, write_trace
+
+ENGINE_PHASES = ("caches", "launch", "ready", "warmup", "replay", "scrape", "stop")
+
+DESIGN = """\
+name = "overhead"
+kind = "speed"
+hypothesis = "the draft model changes time per verify step"
+blocks = {blocks}
+workload = "workloads/w.jsonl"
+primary_metric = "verify_step_ms"
+
+[arms.served]
+recipe = "served"
+
+[arms.candidate]
+recipe = "served"
+parts = ["draft"]
+
+[rule]
+kind = "sign"
+alpha = 0.05
+
+[replay]
+warmup_turns = 1
+"""
+
+
+def frank(*args: str) -> tuple[float, subprocess.CompletedProcess[str]]:
+    t0 = time.time()
+    r = subprocess.run([sys.executable, "-m", "frankenstein", *args], capture_output=True, text=True, timeout=3600)
+    if r.returncode != 0:
+        raise SystemExit(f"frank {' '.join(args)} failed:\n{r.stdout}\n{r.stderr}")
+    return t0, r
+
+
+IMPORTS = (
+    "import time; t = time.perf_counter(); import scipy.stats; a = time.perf_counter() - t; "
+    "t = time.perf_counter(); import frankenstein.cli, frankenstein.design.runner; b = time.perf_counter() - t; "
+    "print(a, b)"
+)
+
+
+def import_times() -> tuple[float, float]:
+    """Seconds to import scipy.stats (design/stats.py imports it at module level) and then the rest of what
+    `frank run` imports, in a fresh interpreter."""
+    r = subprocess.run([sys.executable, "-c", IMPORTS], capture_output=True, text=True, timeout=120, check=True)
+    a, b = r.stdout.split()
+    return float(a), float(b)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--blocks", type=int, default=6)
+    ap.add_argument("--turns", type=int, default=8)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        camp = Path(d) / "camp"
+        frank("init", str(camp))
+        write_trace(camp / "workloads" / "w.jsonl", load_trace(data_path("demo-workload.jsonl")).turns[: args.turns])
+        (camp / "d.toml").write_text(DESIGN.format(blocks=args.blocks))
+        _, reg = frank("register", str(camp / "d.toml"), "-c", str(camp))
+        design_id = reg.stdout.split()[1]
+        t0, _ = frank("run", design_id, "-c", str(camp))
+        t1 = time.time()
+        with open_campaign(camp) as c:
+            records = [read(s.resources.get("phases")) for s in c.store.starts_of(design_id)]
+            statuses = [s.status for s in c.store.starts_of(design_id)]
+    starts = sorted((r for r in records if r is not None), key=lambda r: r.at)
+    assert len(starts) == len(records) == 2 * args.blocks and set(statuses) == {"ok"}, statuses
+    wall = t1 - t0
+    engine = sum(sum(r.phases.get(p, 0.0) for p in ENGINE_PHASES) for r in starts)
+    inside_other = sum(r.total_s - sum(r.phases.get(p, 0.0) for p in ENGINE_PHASES) for r in starts)
+    between = sum(g for g in gaps(starts) if g is not None)
+    before = starts[0].at - t0
+    after = t1 - (starts[-1].at + starts[-1].total_s)
+    overhead = wall - engine
+    scipy_s, rest_s = import_times()
+    print(
+        json.dumps(
+            {
+                "design": design_id,
+                "starts": len(starts),
+                "wall_s": round(wall, 3),
+                "engine_and_replay_s": round(engine, 3),
+                "overhead_s": round(overhead, 3),
+                "overhead_share": round(overhead / wall, 4),
+                "overhead_parts_s": {
+                    "before_first_start": round(before, 3),
+                    "inside_starts_other": round(inside_other, 3),
+                    "between_starts": round(between, 3),
+                    "after_last_start": round(after, 3),
+                },
+                "per_start_overhead_ms": round(1000 * (inside_other + between) / len(starts), 1),
+                "imports_s": {"scipy.stats": round(scipy_s, 3), "rest of frank run": round(rest_s, 3)},
+                "phases_s": {
+                    p: round(sum(r.phases.get(p, 0.0) for r in starts), 3)
+                    for p in sorted({k for r in starts for k in r.phases})
+                },
+            },
+            indent=2,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
