@@ -107,6 +107,11 @@ def test_tiny_gguf_without_tokenizer_json_counts_like_the_engine(tmp_path: Path,
         agree_with_engine(url, engine, fuzzed_prompts(seed=3, n=30))
         st = httpx.get(url + "/frank/status", trust_env=False).json()
         assert st["enabled"] and st["chunks_hit"] > 0  # long and extended prompts were counted from chunks
+        # --upstream: the model file is the one llama.cpp names in /props, so the same GGUF is rebuilt
+        lines: list[str] = []
+        with serving(ServeOptions(upstream=engine, listen="127.0.0.1:0"), echo=lines.append) as front:
+            assert "tokenizer rebuilt from the GGUF metadata of tiny-target.gguf" in lines[1], lines
+            agree_with_engine(front.url, engine, fuzzed_prompts(seed=4, n=5))
     finally:
         stop(proc)
 

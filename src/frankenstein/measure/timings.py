@@ -15,7 +15,9 @@ Time outside the server's own timings, per turn (client clock minus server clock
   server's decode after the first token: detokenization, SSE framing, transport); per start Σ / turns
 
 Both need a stream (client TTFT) and an engine that reports prompt and decode time (llama.cpp
-``timings``); a turn without them has none, and a start then has none either.
+``timings``); a turn without them has none, and a start then has none either. Their sum is exact
+(e2e − prompt_ms − decode_ms); where the server's decode clock starts decides the split, and with
+llama.cpp ``post_ms`` is often slightly negative (docs/workloads.md).
 
 The first generated token comes out of the prefill, so a turn of n tokens has n − 1 decode tokens;
 without speculative decoding a target step yields one token (tokens_per_step = 1.0 exactly), with it a
