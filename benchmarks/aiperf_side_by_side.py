@@ -37,7 +37,7 @@ from frankenstein.config import ResolvedRecipe
 from frankenstein.engines import start_engine
 from frankenstein.shipped import data_path
 from frankenstein.workload.export import export_workload, write_export
-from frankenstein.workload.replay import ReplaySettings, replay, replay_body
+from frankenstein.workload.replay import ReplaySettings, recorded_length, replay, replay_body
 from frankenstein.workload.trace import load_trace, workload_from_turns
 
 TIMING = re.compile(r"prompt eval time =\s*([\d.]+) ms.*\n.*?\beval time =\s*([\d.]+) ms")
@@ -62,10 +62,10 @@ def settled_times(log: Path, start: int, expected: int) -> list[float]:
     return server
 
 
-def run_frank(eng, wl) -> list[float]:
+def run_frank(eng, wl) -> tuple[list[float], list[int]]:
     res = replay(eng, wl, SETTINGS)
     assert not res.invalid, res.invalid
-    return [r["e2e_ms"] for r in res.rows]
+    return [r["e2e_ms"] for r in res.rows], [r["generated_tokens"] for r in res.rows]
 
 
 def run_bare(port: int, wl) -> list[float]:
@@ -83,7 +83,7 @@ def run_bare(port: int, wl) -> list[float]:
     return out
 
 
-def run_aiperf(aiperf: str, port: int, data: Path, n: int, tokenizer: Path, art: Path) -> tuple[list[float], float]:
+def run_aiperf(aiperf: str, port: int, data: Path, n: int, tokenizer: Path, art: Path) -> tuple[list[float], list[int]]:
     cmd = [
         aiperf, "profile", "--custom-dataset-type", "mooncake_trace", "--input-file", str(data),
         "--endpoint-type", "chat", "--streaming", "--url", f"http://127.0.0.1:{port}", "-m", "tiny",
@@ -91,9 +91,7 @@ def run_aiperf(aiperf: str, port: int, data: Path, n: int, tokenizer: Path, art:
         "--use-server-token-count", "--output-artifact-dir", str(art), "--ui-type", "none",
         "--connection-reuse-strategy", "never",
     ]  # fmt: skip
-    t0 = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=art.parent)
-    wall = time.perf_counter() - t0
     if r.returncode != 0:
         raise SystemExit(f"aiperf failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
     records = [json.loads(x) for x in (art / "profile_export.jsonl").read_text().splitlines() if x.strip()]
@@ -101,7 +99,8 @@ def run_aiperf(aiperf: str, port: int, data: Path, n: int, tokenizer: Path, art:
     bad = [x for x in records if "request_latency" not in x.get("metrics", {})]
     if bad:
         raise SystemExit(f"aiperf: {len(bad)} of {len(records)} requests have no latency: {json.dumps(bad[0])[:3000]}")
-    return [x["metrics"]["request_latency"]["value"] for x in records], wall
+    lengths = [int(x["metrics"]["output_sequence_length"]["value"]) for x in records]
+    return [x["metrics"]["request_latency"]["value"] for x in records], lengths
 
 
 def main() -> None:
@@ -113,6 +112,7 @@ def main() -> None:
     args = ap.parse_args()
     full = load_trace(data_path("demo-workload.jsonl"))
     wl = workload_from_turns(full.turns[: args.turns])
+    recorded = [recorded_length(t) for t in wl.turns]
     recipe = ResolvedRecipe(
         name="tiny",
         engine="llamacpp",
@@ -142,11 +142,13 @@ def main() -> None:
                     start = log.stat().st_size
                     t0 = time.perf_counter()
                     if tool == "frank":
-                        client = run_frank(eng, wl)
+                        client, lengths = run_frank(eng, wl)
                     elif tool == "bare":
-                        client = run_bare(eng.port, wl)
+                        client, lengths = run_bare(eng.port, wl), recorded
                     else:
-                        client, _ = run_aiperf(args.aiperf, eng.port, data, len(wl.turns), tok, tmp / f"art{rnd}")
+                        client, lengths = run_aiperf(args.aiperf, eng.port, data, len(wl.turns), tok, tmp / f"art{rnd}")
+                    # the same turns: every tool generated exactly the recorded length of every turn, in order
+                    assert lengths == recorded, (tool, lengths, recorded)
                     walls[tool].append(time.perf_counter() - t0)
                     server = settled_times(log, start, len(client))
                     assert len(server) == len(client) == len(wl.turns), (tool, len(server), len(client))
