@@ -78,7 +78,7 @@ def fresh_start_problem(settings: ReplaySettings, engines: dict[str, str]) -> tu
             return arm, (
                 "an external engine (a server already running) does not start fresh, and every decision rule "
                 "compares fresh engine starts; set `fresh_starts = false` under [replay] in the design file to "
-                "accept starts that are not fresh (the note and analysis then say so)"
+                "accept starts that are not fresh (the design's facts and the note then say so)"
             )
     return None
 
