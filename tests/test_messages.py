@@ -122,3 +122,11 @@ def test_command_line_names_are_looked_up_in_frank_toml(camp: Path, capsys) -> N
         "-c",
         str(camp),
     )
+
+
+def test_an_engine_the_adapter_table_lacks_names_the_recipe_field(tmp_path: Path, capsys) -> None:
+    root = tmp_path / "c"
+    make_campaign(root, toml=TOML.replace('engine = "llamacpp"', 'engine = "trtllm"')).close()
+    code, _, err = cli(capsys, "engine", "check", "base", "--part", "draft", "-c", str(root))
+    assert code == 1 and err.startswith("frank: error: frank.toml: recipes.base.engine: unknown engine 'trtllm'"), err
+    assert "Traceback" not in err

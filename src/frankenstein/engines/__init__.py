@@ -44,7 +44,12 @@ ADAPTERS: dict[str, type[ProcessEngine]] = {
 def adapter_for(recipe: ResolvedRecipe, log_dir: Path, *, port: int | None = None) -> ProcessEngine:
     cls = ADAPTERS.get(recipe.engine)
     if cls is None:
-        raise ConfigError(f"unknown engine {recipe.engine!r} (known: {', '.join(ADAPTERS)})", field="engine")
+        base = recipe.name.split("+")[0]  # a recipe with parts is named base+part+...
+        raise ConfigError(
+            f"unknown engine {recipe.engine!r} (known: {', '.join(ADAPTERS)})",
+            path="frank.toml",
+            field=f"recipes.{base}.engine",
+        )
     return cls(recipe, log_dir, port=port)
 
 
