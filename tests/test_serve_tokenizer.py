@@ -152,3 +152,37 @@ def test_without_any_tokenizer_the_engine_counts_and_the_cache_is_off(double: En
         want = len(tok().encode(text, add_special_tokens=False).ids)
         assert httpx.post(front.url + "/count", json={"content": text}, trust_env=False).json() == {"count": want}
         assert double.seen[-1][:2] == ("POST", "/tokenize")  # the engine was asked
+
+
+def _gguf(path: Path, model: str, pre: str) -> Path:
+    import gguf
+
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_tokenizer_model(model)
+    w.add_tokenizer_pre(pre)
+    w.add_token_list(["a", "b", "ab"])
+    w.add_token_types([1, 1, 1])
+    w.add_token_merges(["a b"])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def test_a_gguf_that_cannot_be_rebuilt_says_why(tmp_path: Path) -> None:
+    from frankenstein.regioncache.service import choose_tokenizer
+
+    spm = choose_tokenizer(None, str(_gguf(tmp_path / "spm.gguf", "llama", "default")))
+    assert spm.tokenizer is None
+    assert spm.source == (
+        "no tokenizer.json beside the model, and spm.gguf: tokenizer.ggml.model = 'llama'; "
+        "only byte-level BPE ('gpt2') is rebuilt"
+    )
+    other = choose_tokenizer(None, str(_gguf(tmp_path / "ds.gguf", "gpt2", "deepseek-llm")))
+    assert other.tokenizer is None and "tokenizer.ggml.pre = 'deepseek-llm' has no rebuilt equivalent" in other.source
+    (tmp_path / "junk.gguf").write_bytes(b"not a gguf at all")
+    junk = choose_tokenizer(None, str(tmp_path / "junk.gguf"))
+    assert junk.tokenizer is None and "junk.gguf: not a readable GGUF file" in junk.source
+    ok = choose_tokenizer(None, str(_gguf(tmp_path / "bpe.gguf", "gpt2", "gpt-2")))
+    assert ok.tokenizer is not None and ok.tokenizer.encode("ab").ids == [2]
