@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import frank
+from helpers_campaign import write_design
 from frankenstein.errors import TraceError
 from frankenstein.workload.export import export_workload
 from frankenstein.workload.replay import ReplaySettings, replay_body
@@ -183,3 +184,18 @@ def test_vllm_own_sampler_reads_the_export(workload: Path, tmp_path: Path) -> No
     )
     assert r.returncode == 0, r.stderr[-2000:]
     assert json.loads(r.stdout.splitlines()[-1]) == [["héllo ✓", "second session"], [8, 3]]
+
+
+def test_design_replay_settings_shape_the_payloads(workload: Path, tmp_path: Path) -> None:
+    d = write_design(tmp_path / "d.toml")
+    d.write_text(d.read_text().replace("warmup_turns = 1", "warmup_turns = 1\nmax_turns = 2\nseed = 5\nstream = false"))
+    out = tmp_path / "o.jsonl"
+    r = frank("workload", "export", str(workload), "--to", "aiperf", "--design", str(d), "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    lines = read_lines(out)
+    assert len(lines) == 2 and all(x["payload"]["seed"] == 5 and x["payload"]["stream"] is False for x in lines)
+    assert all("stream_options" not in x["payload"] for x in lines) and "--streaming" not in r.stdout
+    bad = tmp_path / "bad.toml"
+    bad.write_text('name = "x"\n')
+    r = frank("workload", "export", str(workload), "--to", "aiperf", "--design", str(bad), "-o", str(tmp_path / "b"))
+    assert r.returncode == 1 and r.stderr.startswith(f"frank: error: {bad}: ") and "Traceback" not in r.stderr

@@ -108,12 +108,16 @@ def export_cmd(
     as_recorded: bool = typer.Option(
         False, "--as-recorded", help="aiperf: the recorded bodies untouched (default: the bodies frank's replay sends)."
     ),
+    design: Path | None = typer.Option(
+        None, "--design", help="Take the replay settings (temperature, seed, stream, max_turns...) from this design."
+    ),
     force: bool = typer.Option(False, "--force", help="Overwrite OUT."),
 ) -> None:
     """Write a workload's turns in AIPerf's or vLLM bench's input format, to run the same turns in those tools.
 
     Example: frank workload export workloads/chat.jsonl --to aiperf -o chat.aiperf.jsonl
     """
+    from frankenstein.design.model import load_design
     from frankenstein.workload.export import PEERS, export_workload, write_export
     from frankenstein.workload.trace import load_trace
 
@@ -121,7 +125,8 @@ def export_cmd(
         raise typer.BadParameter(f"{to!r}: expected aiperf or vllm", param_hint="--to")
     if out.exists() and not force:
         raise FrankError(f"{out}: exists; pass --force to overwrite")
-    result = export_workload(load_trace(expand(trace)), to, as_recorded=as_recorded)  # type: ignore[arg-type]
+    settings = load_design(design).replay if design is not None else None
+    result = export_workload(load_trace(expand(trace)), to, settings, as_recorded=as_recorded)  # type: ignore[arg-type]
     write_export(out, result)
     for line in result.skipped:
         typer.echo(f"skipped: {line}", err=True)
