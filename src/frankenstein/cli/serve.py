@@ -16,7 +16,10 @@ def serve(
         "127.0.0.1:8088", "--listen", help="HOST:PORT of the front (127.0.0.1 by default).", callback=check_listen
     ),
     tokenizer: Path | None = typer.Option(
-        None, "--tokenizer", help="The model's tokenizer.json (default: beside the model file)."
+        None,
+        "--tokenizer",
+        help="The model's tokenizer.json (default: beside the model file, else rebuilt from a GGUF's metadata, "
+        "else the engine's /tokenize counts with the cache off).",
     ),
     record: Path | None = typer.Option(None, "--record", help="Append every generation turn to this workload JSONL."),
     upstream: str | None = typer.Option(
@@ -31,6 +34,8 @@ def serve(
 
     /tokenize, /count and /v1/messages/count_tokens are answered from the region cache; everything
     else (streaming included) is passed to the engine. Stop with Ctrl-C; the engine is always reaped.
+    Serving the campaign's recipe, each request's route, status and time is kept, tagged with the ledger
+    step served (frank report prints them as observations).
 
     Example: frank serve -c my-campaign --listen 127.0.0.1:8088 --record turns.jsonl
     """
