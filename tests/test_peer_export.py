@@ -77,6 +77,7 @@ def test_aiperf_payloads_are_the_bytes_frank_replays(workload: Path, tmp_path: P
     r = frank("workload", "export", str(workload), "--to", "aiperf", "-o", str(out))
     assert r.returncode == 0, r.stderr
     assert "exported 5 turns (/v1/chat/completions)" in r.stdout and "--custom-dataset-type mooncake_trace" in r.stdout
+    assert "--concurrency 1 --request-count 5" in r.stdout  # every line once (AIPerf defaults to 10 requests)
     lines = read_lines(out)
     turns = load_trace(workload).turns
     assert len(lines) == len(turns)
@@ -110,7 +111,7 @@ def test_vllm_holds_one_prompt_per_line_and_names_what_it_skips(workload: Path, 
     assert "skipped: turn c-0: no recorded output length" in r.stderr
     assert "not carried (vLLM's format has no place for them): stop, tools" in r.stderr
     assert "--backend openai-chat --endpoint /v1/chat/completions --dataset-name custom" in r.stdout
-    assert "--skip-chat-template --disable-shuffle" in r.stdout  # the server applies its template, in file order
+    assert "--skip-chat-template --disable-shuffle --num-prompts 2" in r.stdout  # server templates; file order
 
 
 def test_vllm_completions_prompt(tmp_path: Path) -> None:

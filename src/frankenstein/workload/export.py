@@ -59,7 +59,7 @@ def export_workload(
     settings = settings or ReplaySettings()
     out = _aiperf(turns, settings, as_recorded) if peer == "aiperf" else _vllm(turns)
     out.endpoint = endpoint
-    out.hint = _hint(peer, endpoint, settings)
+    out.hint = _hint(peer, endpoint, settings, len(out.lines))
     if not out.lines:
         raise TraceError(f"no turn can be written in {peer}'s format ({'; '.join(out.skipped[:3])})", path=where)
     return out
@@ -129,18 +129,20 @@ def _vllm(turns: Sequence[Turn]) -> Export:
     return Export(lines=lines, skipped=skipped, dropped_keys=sorted(dropped))
 
 
-def _hint(peer: Peer, endpoint: str, settings: ReplaySettings) -> str:
+def _hint(peer: Peer, endpoint: str, settings: ReplaySettings, n: int) -> str:
+    """The peer's command line for the file: every line once, in order, one request at a time (AIPerf's default
+    request count is 10, cycling through a shorter file or stopping early in a longer one)."""
     if peer == "aiperf":
         kind = "chat" if endpoint == CHAT else "completions"
         stream = " --streaming" if settings.stream else ""
         return (
             f"aiperf profile --custom-dataset-type mooncake_trace --input-file FILE --endpoint-type {kind}{stream} "
-            "--url http://HOST:PORT -m MODEL --concurrency 1"
+            f"--url http://HOST:PORT -m MODEL --concurrency 1 --request-count {n}"
         )
     backend = "openai-chat" if endpoint == CHAT else "openai"
     return (
         f"vllm bench serve --backend {backend} --endpoint {endpoint} --dataset-name custom --dataset-path FILE "
-        "--skip-chat-template --disable-shuffle --num-prompts N --base-url http://HOST:PORT --model MODEL "
+        f"--skip-chat-template --disable-shuffle --num-prompts {n} --base-url http://HOST:PORT --model MODEL "
         f"--temperature {settings.temperature:g}{' --ignore-eos' if settings.force_length else ''} --max-concurrency 1"
     )
 
