@@ -5,21 +5,43 @@ benchmarks/aiperf_side_by_side.py; vLLM's own loader runs here when its interpre
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
+import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import frank
+from conftest import frank as frank_subprocess
 from helpers_campaign import write_design
+from frankenstein.cli import main
 from frankenstein.errors import TraceError
 from frankenstein.workload.export import export_workload
 from frankenstein.workload.replay import ReplaySettings, replay_body
 from frankenstein.workload.trace import Turn, load_trace, write_trace
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def frank(*args: str) -> subprocess.CompletedProcess[str]:
+    """The real ``frank`` entry point in this process (a subprocess per call costs a second of imports)."""
+    out, err = io.StringIO(), io.StringIO()
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            main(list(args))
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
+
+
 SYSTEM = {"role": "system", "content": "be brief"}
 
 
@@ -74,7 +96,7 @@ def check_mooncake(line: dict) -> None:
 
 def test_aiperf_payloads_are_the_bytes_frank_replays(workload: Path, tmp_path: Path) -> None:
     out = tmp_path / "w.aiperf.jsonl"
-    r = frank("workload", "export", str(workload), "--to", "aiperf", "-o", str(out))
+    r = frank_subprocess("workload", "export", str(workload), "--to", "aiperf", "-o", str(out))  # the real command
     assert r.returncode == 0, r.stderr
     assert "exported 5 turns (/v1/chat/completions)" in r.stdout and "--custom-dataset-type mooncake_trace" in r.stdout
     assert "--concurrency 1 --request-count 5" in r.stdout  # every line once (AIPerf defaults to 10 requests)
