@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import ray
+from ray._private import worker as ray_worker
 from ray.exceptions import RayError
 
 from frankenstein.campaign import Campaign
@@ -72,6 +73,8 @@ class Run:
         task = run_block.options(
             resources={RESOURCE: 1},
             num_gpus=self.gpus,
+            max_retries=0,  # a block is never run again by Ray: its recorded starts would run twice
+            retry_exceptions=False,
             name=f"frank {self.reg.design_id} block {slots[0].block + 1}",
         )
         self.flights[task.remote(self.reg, slots, self.workload, self.pins)] = Flight(slots)
@@ -121,6 +124,7 @@ def hosts() -> int:
 
 
 def connect(address: str) -> None:
+    _cluster_messages_to_stderr()
     try:
         ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False, namespace="frank")
     except (ConnectionError, RuntimeError, ValueError) as exc:
@@ -184,6 +188,20 @@ def dispatch(run: Run, blocks: list[list[Slot]]) -> None:
     finally:
         for gen in run.flights:
             ray.cancel(gen, force=True)
+
+
+def _cluster_messages_to_stderr() -> None:
+    """Ray prints the cluster's messages to a driver (a node marked dead) on stdout, where frank prints one
+    line per start: send them to stderr with the progress lines."""
+    original = ray_worker.print_to_stdstream
+    if getattr(original, "frank_stderr", False):
+        return
+
+    def to_stderr(data: dict[str, Any], ignore_prefix: bool) -> None:
+        original({**data, "is_err": True}, ignore_prefix)
+
+    to_stderr.frank_stderr = True  # type: ignore[attr-defined]
+    ray_worker.print_to_stdstream = to_stderr
 
 
 def _first_line(exc: BaseException) -> str:
