@@ -165,3 +165,6 @@ def test_external_arm_needs_the_design_to_say_starts_are_not_fresh(camp: Path, t
     assert facts.not_fresh == ("candidate",)
     assert "Starts were not fresh: arm(s) candidate" in fresh_start_lines(facts)[0]
     assert all(s.ok and s.metrics["pre_ms"] > 0 for s in candidate)
+    r = frank("report", "-c", str(camp), "-o", str(tmp_path / "note"))
+    assert r.returncode == 0, r.stderr
+    assert "Starts were not fresh: arm(s) candidate" in (tmp_path / "note" / "note.md").read_text()

@@ -6,7 +6,7 @@ so tests compare strings exactly.
 
 from __future__ import annotations
 
-from frankenstein.design.facts import DesignFacts, Resources
+from frankenstein.design.facts import DesignFacts, Resources, fresh_start_lines
 from frankenstein.design.kinds import kind_of
 from frankenstein.design.model import ARMS
 from frankenstein.gates import memory_gate
@@ -57,6 +57,7 @@ def what_it_shows(f: DesignFacts, measures: str, concurrency: str | None = None)
             f"{f.warmup_turns} warm-up turn(s): other prompts and lengths may behave differently."
         )
     lines.append(_engines(f))
+    lines += fresh_start_lines(f)
     lines.append(_fidelity(f))
     lines += resource_lines(f.resources)
     if f.memory_gate_mib is not None:
