@@ -2,7 +2,8 @@
 under tests/golden/exports/ and validated against the shipped JSON Schemas (docs/exports.md).
 
 Volatile values are masked before comparing (``mask``, as docs/exports.md describes): design and
-workload hashes become "<hash>", stored timestamps "<time>", the campaign folder "<campaign>", and in
+workload hashes become "<hash>", stored timestamps "<time>", the campaign folder "<campaign>",
+``time_spent`` (design/phases.py's own export, checked by the schema and its owner's tests) "<phases>", and in
 replay exports every timing (keys ending ``_ms``, ``_ms_per_token`` or ``_per_s``, and the percentiles
 p50/p90/p99) "<ms>" and the
 engine version "<version>". Regenerate after an intended change with
@@ -57,7 +58,7 @@ def check(doc: dict[str, Any], name: str) -> None:
 def mask(x: Any, root: Path, timings: bool = False, key: str = "") -> Any:
     """The documented masking: hashes, timestamps, the campaign folder; timings too for replay exports."""
     if isinstance(x, dict):
-        return {k: mask(v, root, timings, k) for k, v in x.items()}
+        return {k: "<phases>" if k == "time_spent" and v else mask(v, root, timings, k) for k, v in x.items()}
     if isinstance(x, list):
         return [mask(v, root, timings, key) for v in x]
     if timings and isinstance(x, int | float) and not isinstance(x, bool) and TIMING.search(key):
@@ -141,6 +142,33 @@ def test_analyze_json_matches_golden_and_schema(camp, capsys: pytest.CaptureFixt
     assert "latency percentiles per arm over measured turns, ms (reported, not tested; linear interpolation):" in text
     served_ttft = doc["percentiles"]["served"]["ttft_ms"]
     assert re.search(rf"served\s+ttft_ms\s+18\s+{served_ttft['p50']:.4g}\s", text)
+
+
+def test_starts_that_were_not_fresh_are_said_in_text_and_json(tmp_path: Path, capsys) -> None:
+    """Starts recorded against a server already running (capabilities.fresh_start false, as the external
+    engine records them): analyze says so in a note line and in not_fresh."""
+    c = make_campaign(tmp_path / "c")
+    make_workload(c.root / "workloads" / "w.jsonl")
+    reg = register(c, write_design(c.root / "d.toml", name="ext", blocks=5))
+    for b in range(5):
+        for pos, arm in enumerate(reg.schedule[b]):
+            c.store.insert_start(
+                design_id=reg.design_id,
+                block=b,
+                position=pos,
+                arm=arm,
+                status="ok",
+                started_at="2025-03-01T10:00:00Z",
+                metrics={"verify_step_ms": 10.0 if arm == "served" else 9.0},
+                capabilities={"fresh_start": arm == "served"},
+            )
+    c.close()
+    _, out, _ = run(["analyze", reg.design_id, "-c", str(c.root), "--json"], capsys)
+    doc = json.loads(out)
+    check(doc, "analysis")
+    assert doc["not_fresh"] == ["candidate"]
+    _, text, _ = run(["analyze", reg.design_id, "-c", str(c.root)], capsys)
+    assert text.splitlines()[-1].startswith("note: Starts were not fresh: arm(s) candidate ran against a server")
 
 
 def test_note_json_has_every_table_of_the_note(camp, tmp_path: Path) -> None:

@@ -101,6 +101,7 @@ def analyze(
         from frankenstein.campaign import open_campaign
         from frankenstein.design.analysis import analyze as do_analyze
         from frankenstein.design.analysis import format_analysis
+        from frankenstein.design.facts import design_facts, fresh_start_lines
         from frankenstein.design.phases import time_lines
         from frankenstein.design.percentiles import arm_percentiles
         from frankenstein.report.export import analysis_doc, dumps
@@ -109,10 +110,12 @@ def analyze(
             verified_or_warn(c, "analyze", force=force, why=why)
             a = do_analyze(c, design_id)
             latency = arm_percentiles(c.store, design_id)
+            facts = design_facts(c, a.reg)
         if as_json:
-            typer.echo(dumps(analysis_doc(a, latency)), nl=False)
+            typer.echo(dumps(analysis_doc(a, latency, facts.not_fresh)), nl=False)
             return
-        _echo_lines(format_analysis(a, latency) + time_lines(a.time_spent))  # + where the time went
+        lines = format_analysis(a, latency) + time_lines(a.time_spent)  # + where the time went
+        _echo_lines(lines + [f"note: {line}" for line in fresh_start_lines(facts)])
         return
     if blocks is None or rule is None or direction is None:
         raise typer.BadParameter("without a DESIGN_ID, --blocks, --rule and --direction are required")

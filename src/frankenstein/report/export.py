@@ -4,7 +4,7 @@
 describes every field. Numbers are plain JSON numbers (non-finite ones become null); exact p values are
 fractions as text ("1/64") beside their decimal.
 
-    analysis_doc(analysis, percentiles) -> dict     frank analyze DESIGN_ID --json
+    analysis_doc(analysis, percentiles, not_fresh) -> dict   frank analyze DESIGN_ID --json
     verdict_doc(verdict, source) -> dict            frank analyze --blocks FILE --json
     replay_doc(start_id, outcome) -> dict           frank replay ... --json
     replay_csv(start_id, outcome) -> str            frank replay ... --csv
@@ -15,7 +15,6 @@ fractions as text ("1/64") beside their decimal.
 from __future__ import annotations
 
 import csv
-import dataclasses
 import io
 import json
 import math
@@ -24,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
+from frankenstein.design import phases
 from frankenstein.design.analysis import Analysis
 from frankenstein.design.percentiles import Percentiles, rows_percentiles
 from frankenstein.design.rules import Verdict
@@ -75,13 +75,6 @@ def _per_arm(per_block: Mapping[str, Mapping[int, Mapping[str, float]]]) -> dict
     return out
 
 
-def _time_spent(t: Any) -> dict[str, Any] | None:
-    """Where the time went (``design/phases.py``'s ``TimeSummary``), with its wall time and engine share."""
-    if t is None:
-        return None
-    return {**dataclasses.asdict(t), "wall_s": t.wall_s, "engine_share": t.engine_share}
-
-
 def _p(v: Verdict | None) -> dict[str, Any] | None:
     if v is None or v.p is None:
         return None
@@ -104,8 +97,9 @@ def verdict_doc(v: Verdict, source: str) -> dict[str, Any]:
     )
 
 
-def analysis_doc(a: Analysis, percentiles: Percentiles | None = None) -> dict[str, Any]:
-    """Everything ``frank analyze DESIGN_ID`` prints, as one JSON object."""
+def analysis_doc(a: Analysis, percentiles: Percentiles | None = None, not_fresh: Sequence[str] = ()) -> dict[str, Any]:
+    """Everything ``frank analyze DESIGN_ID`` prints, as one JSON object; ``not_fresh``: the arms whose ok
+    starts ran against a server already running (``design.facts``)."""
     reg, d = a.reg, a.reg.design
     v = a.verdict
     return jsonable(
@@ -136,12 +130,13 @@ def analysis_doc(a: Analysis, percentiles: Percentiles | None = None) -> dict[st
             "secondary": a.secondary,
             "speculation": a.speculation,
             "percentiles": percentiles or {},
-            "time_spent": _time_spent(a.time_spent),
+            "time_spent": phases.as_json(a.time_spent),
             "dropped": a.dropped,
             "failures": [
                 {"block": f.block + 1, "arm": f.arm, "status": f.status, "reason": f.reason} for f in a.failures
             ],
             "warnings": a.warnings,
+            "not_fresh": list(not_fresh),
             "invalidated": a.invalidated,
             "fidelity": a.fidelity,
             "lines": a.lines,
@@ -286,7 +281,9 @@ def note_doc(data: NoteData, tables: Sequence[Table], lines: Sequence[str]) -> d
                     "kind": d.reg.design.kind,
                     "word": d.word,
                     "error": d.error,
-                    "analysis": analysis_doc(d.analysis, d.percentiles) if d.analysis is not None else None,
+                    "analysis": analysis_doc(d.analysis, d.percentiles, d.facts.not_fresh)
+                    if d.analysis is not None
+                    else None,
                 }
                 for d in data.designs
             ],
