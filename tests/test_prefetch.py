@@ -8,8 +8,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from frankenstein.config import ResolvedRecipe
-from frankenstein.design.prefetch import MEMORY_SHARE, Prefetch, files_of, mem_available
+from frankenstein.design.prefetch import MEMORY_SHARE, Prefetch, files_of, mem_available, resident_share
 
 
 def _sparse(path: Path, size: int) -> Path:
@@ -59,3 +61,34 @@ def test_the_files_of_a_start(tmp_path: Path) -> None:
     draft = _sparse(tmp_path / "d.gguf", 10)
     llama = ResolvedRecipe(name="l", engine="llamacpp", model=str(gguf), args=["-md", str(draft)], env={})
     assert files_of(llama) == [gguf.resolve(), draft.resolve()]
+
+
+def _evicted(path: Path) -> Path:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    return path
+
+
+def test_the_prefetch_brings_the_files_into_the_page_cache(tmp_path: Path) -> None:
+    """A real file on disk, evicted from the page cache (fadvise DONTNEED of that file only): mincore
+    says none of it is cached; after the prefetch all of it is; a second prefetch reads nothing."""
+    path = Path(os.environ.get("FRANK_TEST_DISK_DIR", str(Path(__file__).parent))) / f".prefetch-{os.getpid()}.bin"
+    try:
+        path.write_bytes(os.urandom(16 << 20))
+        if (resident_share([_evicted(path)]) or 0.0) > 0.01:
+            pytest.skip("this filesystem keeps the file's pages cached after DONTNEED (tmpfs?)")
+        job = Prefetch([path], "block 2, candidate")
+        job.begin()
+        assert job.wait(60)
+        record = job.finish()
+        assert record["resident_before"] < 0.01 and record["resident_after"] == 1.0
+        assert record["bytes"] == 16 << 20 and record["stopped"] is False
+        again = Prefetch([path], "block 3, candidate")
+        again.begin()
+        assert again.finish()["skipped"] == "already in the page cache"
+    finally:
+        path.unlink(missing_ok=True)

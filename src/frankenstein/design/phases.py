@@ -238,6 +238,7 @@ class TimeSummary:
     cache_empty: int  # starts whose cache folder was empty when they began
     cache_recorded: int  # starts with a cache record
     prefetch: dict[str, Any] = field(default_factory=dict)
+    page_cache: tuple[float, ...] = ()  # per start that recorded it: share of its model files cached at launch
 
     @property
     def wall_s(self) -> float:
@@ -289,6 +290,11 @@ def summarize(rows: Sequence[Any], cache: str = "warm") -> TimeSummary:
         cache_empty=sum(1 for c in caches if c.get("empty_at_start")),
         cache_recorded=len(caches),
         prefetch=prefetch_summary([r.resources.get("prefetch") for r in rows]),
+        page_cache=tuple(
+            float(pc["resident"])
+            for r in rows
+            if isinstance(pc := r.resources.get("page_cache"), Mapping) and pc.get("resident") is not None
+        ),
     )
 
 
@@ -356,6 +362,13 @@ def sentences(summary: TimeSummary) -> list[str]:
     if summary.cache_recorded:
         cache += f"; {summary.cache_empty} of {summary.cache_recorded} starts began with an empty folder"
     out.append(cache)
+    if summary.page_cache:
+        full = sum(1 for x in summary.page_cache if x >= 0.999)
+        low = min(summary.page_cache)
+        out.append(
+            f"model files in the page cache when the start launched: all of them for {full} of "
+            f"{len(summary.page_cache)} starts" + (f" (lowest {low:.0%})" if full < len(summary.page_cache) else "")
+        )
     p = summary.prefetch
     if p.get("starts") or p.get("skipped"):
         line = "prefetch of the next start's files: " + (
@@ -400,4 +413,5 @@ def as_json(summary: TimeSummary | None) -> dict[str, Any] | None:
         "cache_empty_at_start": summary.cache_empty,
         "per_arm": {a.arm: {"starts": a.starts, "total_s": a.total_s, "phases": dict(a.mean)} for a in summary.arms},
         "prefetch": dict(summary.prefetch),
+        "page_cache_at_launch": list(summary.page_cache),
     }

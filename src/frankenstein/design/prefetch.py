@@ -9,24 +9,32 @@ when the current start is ready (its own model is loaded by then) in one backgro
 sequential 4 MiB reads, and stops at the end of the start whether done or not.
 
 The start's record holds what happened (``resources["prefetch"]``): the next start it was for, files,
-bytes read of bytes wanted, seconds, and ``skipped`` (why nothing was read) or ``stopped`` (the start
-ended first).
+bytes read of bytes wanted, seconds, the share of those files' pages in the page cache before and
+after (``mincore``), and ``skipped`` (why nothing was read: already cached, too large, same files) or
+``stopped`` (the start ended first). Every start also records how much of its own model files was in
+the page cache when it launched (``resources["page_cache"]``): a start that paid cold disk reads says so.
 
     files_of(recipe) -> list[Path]
     next_slot(reg, slot) -> Slot | None
     mem_available() -> int | None
+    resident_share(paths) -> float | None   share of the files' pages in the page cache
     Prefetch(paths, label)             begin() in a thread, finish() -> the record
     ahead(campaign, reg, slot)         the context the runner wraps a slot in (via caches.around_slot)
 """
 
 from __future__ import annotations
 
+import ctypes
+import mmap
+import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from frankenstein.campaign import Campaign
 from frankenstein.config import ResolvedRecipe, draft_model_args
@@ -72,6 +80,54 @@ def mem_available() -> int | None:
     return None
 
 
+_libc: ctypes.CDLL | None = None
+
+
+def _mincore_lib() -> ctypes.CDLL:
+    global _libc
+    if _libc is None:
+        lib = ctypes.CDLL("libc.so.6", use_errno=True)
+        lib.mmap.restype = ctypes.c_void_p
+        lib.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+        lib.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        lib.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+        _libc = lib
+    return _libc
+
+
+def resident_share(paths: Sequence[Path]) -> float | None:
+    """The share of the files' pages now in the OS page cache (``mincore`` of a read-only mapping, which
+    reads nothing); None where it cannot be told (not Linux, a file that cannot be mapped)."""
+    try:
+        lib = _mincore_lib()
+    except OSError:
+        return None
+    pages = resident = 0
+    for path in paths:
+        try:
+            size = path.stat().st_size
+            if size == 0:
+                continue
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            return None
+        try:
+            addr = lib.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+            if addr in (None, ctypes.c_void_p(-1).value):
+                return None
+            n = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+            vec = (ctypes.c_ubyte * n)()
+            ok = lib.mincore(addr, size, vec) == 0
+            lib.munmap(addr, size)
+            if not ok:
+                return None
+            pages += n
+            resident += int((np.frombuffer(memoryview(vec), dtype=np.uint8) & 1).sum())
+        finally:
+            os.close(fd)
+    return resident / pages if pages else None
+
+
 class Prefetch:
     """Read ``paths`` in a background thread from :meth:`begin` until done or :meth:`finish`."""
 
@@ -97,6 +153,11 @@ class Prefetch:
             self.record["skipped"] = "MemAvailable could not be read"
             return
         self.record["mem_available"] = avail
+        before = resident_share(self.paths)
+        self.record["resident_before"] = before
+        if before is not None and before >= 0.999:
+            self.record["skipped"] = "already in the page cache"
+            return
         if wanted > MEMORY_SHARE * avail:
             self.record["skipped"] = (
                 f"{wanted / 2**30:.2f} GiB to read is more than {MEMORY_SHARE:.0%} of MemAvailable "
@@ -126,6 +187,13 @@ class Prefetch:
             self.record["bytes"] = done
             self.record["seconds"] = round(time.monotonic() - t0, 4)
 
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """Wait for the read to end by itself; True when it has (or never began)."""
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            return not self._thread.is_alive()
+        return True
+
     def finish(self) -> dict[str, Any]:
         """Stop reading (the start is over) and return the record (the same record when called again)."""
         if "stopped" in self.record:
@@ -135,6 +203,7 @@ class Prefetch:
             self._stop.set()
             self._thread.join()
             self.record["stopped"] = stopped
+            self.record["resident_after"] = resident_share(self.paths)
         elif not self.record["skipped"]:
             self.record["skipped"] = "the start never became ready"
         return dict(self.record)
@@ -173,6 +242,11 @@ def ahead(campaign: Campaign, reg: Registered, slot: Slot) -> Iterator[Prefetch 
     nothing is read (there is no ready point to begin at)."""
     job = plan(reg, slot)
     rec = phases.current()
+    if rec is not None:
+        own = files_of(reg.frozen.recipes.get(slot.arm))
+        if own:
+            at_launch = {"files": len(own), "bytes": sum(_size(p) for p in own), "resident": resident_share(own)}
+            rec.attach("page_cache", lambda: at_launch)
     if job is not None and rec is not None:
         rec.after("ready", job.begin)
         rec.attach("prefetch", job.finish)
