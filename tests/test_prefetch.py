@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 
 from frankenstein.config import ResolvedRecipe
+from frankenstein.design import phases
+from frankenstein.design.start import start_engine, stop_engine
+from frankenstein.engines import adapter_for
 from frankenstein.design.prefetch import MEMORY_SHARE, Prefetch, files_of, mem_available, resident_share
 
 
@@ -92,3 +95,36 @@ def test_the_prefetch_brings_the_files_into_the_page_cache(tmp_path: Path) -> No
         assert again.finish()["skipped"] == "already in the page cache"
     finally:
         path.unlink(missing_ok=True)
+
+
+@pytest.mark.real
+def test_a_prefetched_model_launches_without_cold_reads(llama_server_bin: str, tmp_path: Path) -> None:
+    """The real model (SmolLM2-135M Q4_1, 98 MB) on llama-server, alternating: evicted from the page cache
+    (the cold disk reads a start pays when the other arm's start did not read its files) vs prefetched.
+    Prints launch → ready of each; asserts what each start launched with (mincore)."""
+    model = Path(
+        os.environ.get("FRANK_REAL_MODEL") or Path.home() / ".cache/frankenstein/SmolLM2-135M-Instruct.Q4_1.gguf"
+    )
+    if not model.is_file():
+        pytest.fail(f"{model}: the real model is missing; run `make real-model`")
+    recipe = ResolvedRecipe(
+        name="real", engine="llamacpp", model=str(model), args=["--ctx-size", "512", "--threads", "1"], env={}
+    )
+    ready: dict[str, list[float]] = {"evicted": [], "prefetched": []}
+    for _ in range(3):
+        for how in ("evicted", "prefetched"):
+            _evicted(model)
+            if how == "prefetched":
+                job = Prefetch([model], "next")
+                job.begin()
+                assert job.wait(120) and job.finish()["bytes"] == model.stat().st_size
+            cached = resident_share([model])
+            assert cached is not None and (cached < 0.01 if how == "evicted" else cached == 1.0)
+            engine = adapter_for(recipe, tmp_path / "logs")
+            with phases.recording() as rec:
+                try:
+                    start_engine(engine)
+                finally:
+                    stop_engine(engine)
+            ready[how].append(rec.seconds["ready"])
+    print(f"\nlaunch → ready (s): {ready}")
