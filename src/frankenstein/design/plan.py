@@ -27,7 +27,6 @@ from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
-from scipy import stats as sps
 
 from frankenstein.design import stats
 from frankenstein.design.blockcsv import read_blocks_csv
@@ -97,6 +96,8 @@ def pilot_spread(log_ratios: Sequence[float]) -> Spread:
     sd = float(np.std(x, ddof=1))
     if sd == 0:
         raise AnalysisError("the pilot's log ratios are all equal: no spread to plan with")
+    from scipy import stats as sps  # ~1.4 s to import: only where a plan needs it, never in frank run
+
     upper = sd * math.sqrt((n - 1) / sps.chi2.ppf(1 - UPPER_BOUND_LEVEL, n - 1))
     aa_p = stats.sign_flip_p(list(x), "two-sided") if n <= stats.MAX_ENUMERATED_BLOCKS else None
     return Spread(n, float(x.mean()), sd, upper, sd / math.sqrt(2), aa_p)
@@ -133,6 +134,8 @@ def power(
     if smallest_p(rule, n) > stats.exact_fraction(rule.alpha):
         return Power(0.0, "unreachable")
     gain = effect_gain(effect, direction, worse=_harm_target(rule))
+    from scipy import stats as sps  # ~1.4 s to import: only where a plan needs it, never in frank run
+
     exact = rule.exact_power(n, float(sps.norm.cdf(gain / sd)))
     if exact is not None:
         return Power(exact, "exact (normal model)")
@@ -161,6 +164,8 @@ def _normal_limit_fires(rule: BlockRule, g: np.ndarray, direction: Direction, wa
     if rule.test_side() == "two-sided":
         alpha /= 2
     better_side = want == "confirmed"
+    from scipy import stats as sps  # ~1.4 s to import: only where a plan needs it, never in frank run
+
     fires = (sps.norm.sf(z) <= alpha) if better_side else (sps.norm.cdf(z) <= alpha)
     better, worse = effect_thresholds(rule, direction, "ratio")
     mean = g.mean(axis=1)

@@ -38,7 +38,6 @@ from fractions import Fraction
 from typing import Literal
 
 import numpy as np
-from scipy import stats as sps
 
 Side = Literal["greater", "less", "two-sided"]
 TestName = Literal["sign", "permutation"]
@@ -120,6 +119,8 @@ def sign_test(in_favour: int, n: int, *, cross_check: bool = True) -> SignTest:
     p = Fraction(sum(math.comb(n, j) for j in range(in_favour, n + 1)), 2**n)
     p_scipy = math.nan
     if cross_check:
+        from scipy import stats as sps  # scipy takes ~1.4 s to import: only where a cross-check runs
+
         p_scipy = 1.0 if n == 0 else float(sps.binomtest(in_favour, n, 0.5, alternative="greater").pvalue)
     return SignTest(in_favour, n, p, p_scipy)
 
@@ -283,6 +284,8 @@ def sign_flip_p_scipy(values: Sequence[float], side: Side = "greater") -> float:
         x = x / top  # the test is scale-free; this keeps scipy's sums finite near the float limit
     if not 2 <= len(x) <= SCIPY_CROSS_CHECK_BLOCKS:
         raise ValueError(f"the scipy cross-check takes 2 to {SCIPY_CROSS_CHECK_BLOCKS} blocks, not {len(x)}")
+    from scipy import stats as sps  # imported here: ~1.4 s that frank run's curtailment never needs
+
     res = sps.permutation_test(
         (x,),
         _mean,
