@@ -27,6 +27,7 @@ from frankenstein.cluster.host import Host, this_host
 from frankenstein.design.model import Registered, Slot
 from frankenstein.design.runner import block_starts
 from frankenstein.design.start import StartOutcome
+from frankenstein.engines.process import reap_leftovers
 from frankenstein.errors import ClusterError
 
 Item = Host | tuple[Slot, StartOutcome]
@@ -45,6 +46,7 @@ def block_items(reg: Registered, slots: list[Slot], workload: bytes | None, pins
     """This host, then each start of the block as it ends (the body of :func:`run_block`)."""
     host = this_host()
     yield host
+    reap_leftovers()  # groups a worker killed before this one left behind (their pid files name a dead owner)
     campaign = init_campaign(worker_root() / reg.design_id)
     try:
         try:

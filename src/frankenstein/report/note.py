@@ -30,6 +30,7 @@ from frankenstein.report import plots as P
 from frankenstein.report.collect import DesignReport, NoteData, collect
 from frankenstein.report.export import dumps, note_doc
 from frankenstein.report.facts import what_it_shows
+from frankenstein.report.hosts import host_row, hosts_sentence
 from frankenstein.report.observed import observed_lines
 from frankenstein.report.phases import format_time_spent
 from frankenstein.report.markdown import capture_tables, code, md_table, num, pct, slug
@@ -287,14 +288,14 @@ def format_block_table(d: DesignReport) -> list[str]:
     rel.append(
         num(v.mean_difference) if v.data == "difference" else pct(v.geomean_ratio - 1 if v.geomean_ratio else None)
     )
-    table = md_table(header, [served, cand, rel], "l" + "r" * (len(header) - 1))
+    table = md_table(header, [served, cand, rel, *host_row(d)], "l" + "r" * (len(header) - 1))
     note = (
         "The mean column gives each arm's arithmetic mean over the blocks analysed and, for ratio − 1, the "
         "geometric-mean ratio − 1: the estimate the rule tests."
         if v.data == "ratio"
         else "The mean column gives each arm's arithmetic mean and the mean difference (candidate − served)."
     )
-    return [*table, "", note + _dropped(d)]
+    return [*table, "", note + _dropped(d) + hosts_sentence(d)]
 
 
 def _mean(xs: list[float | None]) -> float | None:

@@ -1,0 +1,344 @@
+"""frank run --ray on a real local Ray cluster of three nodes (one network namespace holding only ``lo``,
+so every Ray listener is on loopback): blocks on different hosts, every start recorded once, the same
+verdict as a run without Ray, files checked on the host, a node killed mid-block, kill -9 of the driver."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from frankenstein.campaign import open_campaign
+from frankenstein.cluster.local import LocalCluster, Node, node_pids
+from frankenstein.design.analysis import analyze
+from frankenstein.engines.process import group_members
+from frankenstein.store import StartRow
+
+from conftest import frank
+from helpers_campaign import make_campaign, make_workload
+
+pytestmark = pytest.mark.ray
+
+BENCH = """\
+import json, os, subprocess, sys, time
+value, sleep = float(sys.argv[1]), float(sys.argv[2])
+if len(sys.argv) > 3:  # a grandchild in the arm's process group, which must not outlive the start
+    subprocess.Popen(["sleep", "300"])
+    for path in sys.argv[3:]:
+        if not os.path.isdir(path):
+            with open(path, "a") as f:  # the arm changes a file it names: the next start's check must see it
+                f.write("x")
+time.sleep(sleep)
+worker = int(open(f"/proc/{os.getppid()}/stat").read().rsplit(")", 1)[1].split()[1])  # the guard's parent
+worker_env = open(f"/proc/{worker}/environ", "rb").read().split(b"\\0")
+print(json.dumps({
+    "verify_step_ms": value, "tokens_per_step": 1.0,
+    "ray_vars": sum(k.startswith("RAY_") for k in os.environ),
+    "worker_ray_vars": sum(e.startswith(b"RAY_") for e in worker_env),
+}))
+"""
+
+DESIGN = """\
+name = "{name}"
+kind = "speed"
+blocks = {blocks}
+primary_metric = "verify_step_ms"
+
+[arms.served]
+command = {served}
+
+[arms.candidate]
+command = {candidate}
+
+[rule]
+kind = "all_blocks_better"
+alpha = {alpha}
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "--net", "--map-current-user", "true"]).returncode:
+        pytest.skip("no unprivileged network namespaces here (unshare --net --map-current-user): no loopback cluster")
+    root = Path(tempfile.mkdtemp(prefix="fr-", dir="/tmp"))  # short: Ray's socket paths stay under 107 chars
+    lc = LocalCluster(root)
+    try:
+        yield lc.start(["a", "b", "c"])
+    finally:
+        lc.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _arm(bench: Path, value: float, sleep: float, *extra: str) -> str:
+    return json.dumps([sys.executable, str(bench), str(value), str(sleep), *extra])
+
+
+def _command_design(root: Path, name: str, blocks: int, sleep: float, *extra: str) -> Path:
+    bench = root / "bench.py"
+    bench.write_text(BENCH)
+    path = root / f"{name}.toml"
+    served, candidate = _arm(bench, 2.0, sleep, *extra), _arm(bench, 1.5, sleep, *extra)
+    alpha = 0.1 if blocks >= 4 else 0.5  # one block reaches p = 1/2 at most
+    path.write_text(DESIGN.format(name=name, blocks=blocks, served=served, candidate=candidate, alpha=alpha))
+    return path
+
+
+def _registered(root: Path, design: Path) -> str:
+    r = frank("register", str(design), "-c", str(root))
+    assert r.returncode == 0, r.stderr
+    return r.stdout.split()[1]
+
+
+def _run(
+    lc: LocalCluster, root: Path, design_id: str, *more: str, timeout: float = 240
+) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "frankenstein", "run", design_id, "-c", str(root), "--ray", lc.address, *more]
+    return subprocess.run(lc.command(argv), capture_output=True, text=True, timeout=timeout)
+
+
+def _starts(root: Path, design_id: str) -> list[StartRow]:
+    with open_campaign(root) as c:
+        return c.store.starts_of(design_id)
+
+
+def _node(row: StartRow) -> str:
+    return str(row.resources["host"]["node"])
+
+
+def _each_slot_once(root: Path, design_id: str, blocks: int) -> list[StartRow]:
+    rows = _starts(root, design_id)
+    assert len(rows) == 2 * blocks and len({(r.block, r.position) for r in rows}) == 2 * blocks
+    return rows
+
+
+def _engine_groups(node: Node) -> list[int]:
+    """Process groups of the command arms and engines live on ``node`` now (its pid files)."""
+    return (
+        [json.loads(p.read_text())["pgid"] for p in node.runtime_dir.glob("*.json")]
+        if node.runtime_dir.exists()
+        else []
+    )
+
+
+def _wait_for_engine(lc: LocalCluster, nodes: list[str], timeout_s: float = 60) -> tuple[Node, list[int]]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for name in nodes:
+            groups = [g for g in _engine_groups(lc.node(name)) if group_members(g)]
+            if groups:
+                return lc.node(name), groups
+        time.sleep(0.05)
+    raise AssertionError(f"no engine started on {nodes} within {timeout_s} s")
+
+
+def _gone(groups: list[int], timeout_s: float = 30) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    left = [g for g in groups if group_members(g)]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = [g for g in groups if group_members(g)]
+    return left
+
+
+def test_every_ray_listener_is_on_loopback(cluster: LocalCluster) -> None:
+    links = subprocess.run(cluster.command(["ip", "-o", "link"]), capture_output=True, text=True).stdout
+    assert [line.split(":")[1].strip() for line in links.splitlines()] == ["lo"]
+    inside = subprocess.run(cluster.command(["ss", "-ltnpH"]), capture_output=True, text=True, check=True).stdout
+    local = [line.split()[3] for line in inside.splitlines()]
+    assert len(local) >= 7  # a GCS and two raylet ports per node at least
+    assert all(a.rsplit(":", 1)[0] in ("127.0.0.1", "[::ffff:127.0.0.1]", "[::1]") for a in local), local
+    outside = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout
+    ours = cluster.processes()
+    assert ours and not any(f"pid={pid}," in outside for pid in ours)
+
+
+def test_command_arms_run_on_three_hosts_with_the_local_verdict(cluster: LocalCluster, tmp_path: Path) -> None:
+    c = make_campaign(tmp_path / "c")
+    c.close()
+    did = _registered(c.root, _command_design(c.root, "kernel", 6, 0.5))
+    r = _run(cluster, c.root, did)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().endswith(f"{did}: 12 starts run, 0 already recorded")
+    rows = _each_slot_once(c.root, did, 6)
+    assert all(row.ok for row in rows)
+    by_block = {b: {_node(row) for row in rows if row.block == b} for b in range(6)}
+    assert all(len(nodes) == 1 for nodes in by_block.values()), by_block  # a block stays on one host
+    assert len(set().union(*by_block.values())) >= 2, by_block  # blocks ran on different hosts
+    assert {_node(row) for row in rows} <= {"a", "b", "c"}
+    assert all(row.metrics["ray_vars"] == 0 and row.metrics["worker_ray_vars"] > 0 for row in rows)
+    assert all(row.resources["host"]["hostname"] and row.resources["machine"]["host"] for row in rows)
+    assert all({p["role"] for p in row.resources["pins"]} == {"command program", "command file"} for row in rows)
+
+    local = make_campaign(tmp_path / "local")
+    local.close()
+    ldid = _registered(local.root, _command_design(local.root, "kernel", 6, 0.0))
+    assert frank("run", ldid, "-c", str(local.root)).returncode == 0
+    with open_campaign(c.root) as camp, open_campaign(local.root) as lcamp:
+        on_ray, alone = analyze(camp, did), analyze(lcamp, ldid)
+    assert on_ray.verdict is not None and alone.verdict is not None
+    assert (on_ray.word, on_ray.verdict.p, on_ray.verdict.in_favour) == (
+        alone.word,
+        alone.verdict.p,
+        alone.verdict.in_favour,
+    )
+    assert [r.ratio_minus_one for r in on_ray.verdict.rows] == [r.ratio_minus_one for r in alone.verdict.rows]
+    assert on_ray.word == "confirmed"
+    assert frank("verify", "-c", str(c.root)).returncode == 0
+
+    note = frank("report", "-c", str(c.root), "--out", str(tmp_path / "note"))
+    assert note.returncode == 0, note.stderr
+    text = (tmp_path / "note" / "note.md").read_text()
+    names = sorted({_node(row) for row in rows})
+    host_cells = [next(iter(by_block[b])) for b in range(6)]
+    assert f"| host | {' | '.join(host_cells)} | {len(names)} in all |" in text
+    assert f"It ran on {len(names)} hosts of a Ray cluster ({', '.join(names)})" in text
+    lnote = frank("report", "-c", str(local.root), "--out", str(tmp_path / "lnote"))
+    assert lnote.returncode == 0 and "Ray cluster" not in (tmp_path / "lnote" / "note.md").read_text()
+
+    again = _run(cluster, c.root, did, "--resume")  # nothing left: nothing runs twice
+    assert again.returncode == 0 and again.stdout.strip().endswith("0 starts run, 12 already recorded")
+    assert len(_starts(c.root, did)) == 12
+
+
+def test_a_file_that_changed_on_the_host_is_a_failed_start_naming_host_and_file(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    c = make_campaign(tmp_path / "c")
+    c.close()
+    data = c.root / "kernel-data.bin"
+    data.write_text("v1")
+    did = _registered(c.root, _command_design(c.root, "changing", 1, 0.0, str(data)))
+    toml = c.root / "frank.toml"  # the cluster named in frank.toml instead of --ray
+    toml.write_text(toml.read_text() + f'\n[cluster]\nray = "{cluster.address}"\n')
+    argv = [sys.executable, "-m", "frankenstein", "run", did, "-c", str(c.root)]
+    r = subprocess.run(cluster.command(argv), capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr
+    first, second = _starts(c.root, did)
+    assert first.ok  # it ran, and appended to the file it names
+    assert second.status == "failed"
+    node = _node(second)
+    assert second.reason is not None and second.reason.startswith(f"host {node} (")
+    assert f"command file {data} has sha256" in second.reason and "the run pinned" in second.reason
+    assert "[on " in r.stdout  # it ran on the cluster
+
+
+LLAMA_DESIGN = """\
+name = "draft"
+kind = "speed"
+blocks = 2
+workload = "workloads/w.jsonl"
+primary_metric = "tokens_per_step"
+secondary = ["verify_step_ms"]
+
+[arms.served]
+recipe = "served"
+
+[arms.candidate]
+recipe = "served"
+parts = ["draft"]
+
+[rule]
+kind = "all_blocks_better"
+alpha = 0.25
+
+[replay]
+warmup_turns = 1
+"""
+
+
+def _llama_campaign(root: Path) -> str:
+    c = make_campaign(root)
+    make_workload(c.root / "workloads" / "w.jsonl", turns=3, tokens=8)
+    (c.root / "d.toml").write_text(LLAMA_DESIGN)
+    c.close()
+    return _registered(c.root, c.root / "d.toml")
+
+
+def test_a_design_of_llama_server_starts_on_the_cluster(cluster: LocalCluster, tmp_path: Path) -> None:
+    did = _llama_campaign(tmp_path / "c")
+    r = _run(cluster, tmp_path / "c", did)
+    assert r.returncode == 0, r.stderr
+    rows = _each_slot_once(tmp_path / "c", did, 2)
+    assert all(row.ok and row.engine == "llama-server" for row in rows), [row.reason for row in rows]
+    assert {_node(row) for row in rows if row.block == 0} != {_node(row) for row in rows if row.block == 1}
+    assert all(row.resources["engine_binary"]["sha256"] for row in rows)
+    roles = {p["role"] for row in rows for p in row.resources["pins"]}
+    assert roles == {"engine binary", "model", "draft model"}
+    with open_campaign(tmp_path / "c") as camp:
+        turns = [camp.store.turns_of(row.id) for row in rows]
+    assert all(len(t) == 3 and t[1]["generated_tokens"] == 8 for t in turns)
+    assert not any(group_members(g) for n in cluster.nodes for g in _engine_groups(n))
+
+    ldid = _llama_campaign(tmp_path / "local")
+    assert frank("run", ldid, "-c", str(tmp_path / "local")).returncode == 0
+    with open_campaign(tmp_path / "c") as camp, open_campaign(tmp_path / "local") as lcamp:
+        on_ray, alone = analyze(camp, did), analyze(lcamp, ldid)
+    assert on_ray.verdict is not None and alone.verdict is not None
+    assert (on_ray.word, on_ray.verdict.in_favour, on_ray.verdict.p) == (
+        alone.word,
+        alone.verdict.in_favour,
+        alone.verdict.p,
+    )
+    assert on_ray.word == "confirmed"  # greedy draft tokens: more than one token per step on every block
+
+
+def test_a_node_killed_mid_block_fails_its_block_naming_the_node(cluster: LocalCluster, tmp_path: Path) -> None:
+    c = make_campaign(tmp_path / "c")
+    c.close()
+    did = _registered(c.root, _command_design(c.root, "dies", 3, 4.0, str(tmp_path)))
+    argv = [sys.executable, "-m", "frankenstein", "run", did, "-c", str(c.root), "--ray", cluster.address]
+    p = subprocess.Popen(cluster.command(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        node, groups = _wait_for_engine(cluster, ["b", "c"])
+        for pid in node_pids(node, "raylet"):
+            os.kill(pid, 9)
+        out, err = p.communicate(timeout=180)
+    finally:
+        p.kill()
+    assert p.returncode == 0, err
+    assert _gone(groups) == []  # the arm and its grandchild died with the node's worker
+    rows = _each_slot_once(c.root, did, 3)
+    dead = [row for row in rows if row.status == "failed"]
+    assert dead and {row.block for row in dead} == {dead[0].block} and len(dead) == 2
+    assert all(
+        row.reason and row.reason.startswith(f"node {node.name} (") and "died mid-block" in row.reason for row in dead
+    )
+    assert all(_node(row) == node.name for row in dead)
+    assert all(row.ok for row in rows if row.block != dead[0].block)
+    with open_campaign(c.root) as camp:
+        a = analyze(camp, did)
+    assert a.verdict is not None and a.verdict.n_blocks == 2  # drop_block: the dead node's block is left out
+    assert any(f"node {node.name}" in note for note in a.dropped)
+    cluster.nodes.remove(node)
+    cluster.add_node(node.name + "2")  # the module's later tests keep three hosts
+
+
+def test_kill_9_of_the_driver_leaves_no_engine_and_resume_completes(cluster: LocalCluster, tmp_path: Path) -> None:
+    c = make_campaign(tmp_path / "c")
+    c.close()
+    did = _registered(c.root, _command_design(c.root, "driver", 4, 3.0, str(tmp_path)))
+    argv = [sys.executable, "-m", "frankenstein", "run", did, "-c", str(c.root), "--ray", cluster.address]
+    p = subprocess.Popen(cluster.command(argv), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert p.stdout is not None
+    assert "block" in p.stdout.readline() + p.stdout.readline()  # the header, then a first start recorded
+    _wait_for_engine(cluster, [n.name for n in cluster.nodes])
+    groups = [g for n in cluster.nodes for g in _engine_groups(n) if group_members(g)]
+    p.kill()
+    p.wait()
+    assert _gone(groups) == [], "an engine outlived the driver"
+    before = {(row.block, row.position): row.id for row in _starts(c.root, did)}
+    assert 1 <= len(before) < 8
+    r = _run(cluster, c.root, did, "--resume")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().endswith(f"{8 - len(before)} starts run, {len(before)} already recorded")
+    rows = _each_slot_once(c.root, did, 4)
+    assert all(before[(row.block, row.position)] == row.id for row in rows if (row.block, row.position) in before)
+    assert not any(group_members(g) for n in cluster.nodes for g in _engine_groups(n))

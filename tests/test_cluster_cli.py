@@ -1,0 +1,66 @@
+"""frank run --ray without a cluster: Ray missing, a bad [cluster] table, an agent design; and the
+workload travelling by content (no Ray cluster needed, the real CLI and real files)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from frankenstein.cluster.content import unpack_workload
+from frankenstein.design.registry import register
+from frankenstein.errors import ClusterError
+
+from helpers_campaign import make_campaign, make_workload, write_design
+
+NO_RAY = "import sys; sys.modules['ray'] = None; from frankenstein.cli import main; main()"
+
+
+def _frank_without_ray(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", NO_RAY, *args], capture_output=True, text=True, timeout=120, cwd=None)
+
+
+def test_ray_missing_says_how_to_install_it(tmp_path: Path) -> None:
+    c = make_campaign(tmp_path / "c")
+    make_workload(c.root / "workloads" / "w.jsonl", turns=2)
+    did = register(c, write_design(c.root / "d.toml", blocks=5)).design_id
+    c.close()
+    r = _frank_without_ray("run", did, "-c", str(c.root), "--ray", "auto")
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines() == [
+        "frank: error: frank run --ray needs Ray, which is not installed here: pip install 'frankenstein[ray]'"
+    ]
+    assert "Traceback" not in r.stderr and r.stdout == ""
+    (c.root / "frank.toml").write_text((c.root / "frank.toml").read_text() + '\n[cluster]\nray = "auto"\n')
+    again = _frank_without_ray("run", did, "-c", str(c.root))  # [cluster] ray in frank.toml asks for Ray too
+    assert again.returncode == 1 and "pip install 'frankenstein[ray]'" in again.stderr
+    assert "starts run" not in again.stdout
+
+
+def test_a_bad_cluster_table_names_file_and_field(tmp_path: Path) -> None:
+    c = make_campaign(tmp_path / "c")
+    c.close()
+    toml = c.root / "frank.toml"
+    toml.write_text(toml.read_text() + '\n[cluster]\nray = "auto"\ngpu = 1\n')
+    r = subprocess.run(
+        [sys.executable, "-m", "frankenstein", "run", "x-1", "-c", str(c.root)], capture_output=True, text=True
+    )
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert str(toml) in r.stderr and "cluster.gpu" in r.stderr
+
+
+def test_the_workload_travels_by_content_and_is_checked_on_the_host(tmp_path: Path) -> None:
+    c = make_campaign(tmp_path / "c")
+    make_workload(c.root / "workloads" / "w.jsonl", turns=2)
+    reg = register(c, write_design(c.root / "d.toml", blocks=5))
+    data = (c.root / "workloads" / "w.jsonl").read_bytes()
+    got = unpack_workload(data, reg, tmp_path / "host")
+    assert got is not None and got.hash == reg.frozen.workload_hash and len(got.turns) == 2
+    assert got.path is not None and got.path.parent == tmp_path / "host"
+    tampered = data.replace(b"def parse", b"def parsE")
+    with pytest.raises(ClusterError, match="hashes to .*, registered"):
+        unpack_workload(tampered, reg, tmp_path / "host2")
+    with pytest.raises(ClusterError, match="does not load"):
+        unpack_workload(b"{not json\n", reg, tmp_path / "host3")
