@@ -222,9 +222,10 @@ def plan(reg: Registered, slot: Slot) -> Prefetch | None:
     if nxt is None:
         return None
     label = f"block {nxt.block + 1}, {nxt.arm} (position {nxt.position}, rep {nxt.rep})"
-    spec = reg.design.arms[nxt.arm]
-    if spec.command is not None:
+    if reg.design.arms[nxt.arm].command is not None:
         return Prefetch([], label, "the next start is a command arm: no model files")
+    if reg.design.arms[slot.arm].command is not None:
+        return Prefetch([], label, "this start is a command arm: no ready point to begin at")
     mine = set(files_of(reg.frozen.recipes.get(slot.arm)))
     theirs = files_of(reg.frozen.recipes.get(nxt.arm))
     if not theirs:
