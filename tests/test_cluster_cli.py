@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from frankenstein.campaign import open_campaign
 from frankenstein.cluster.content import unpack_workload
 from frankenstein.design.registry import register
 from frankenstein.errors import ClusterError
@@ -64,3 +65,25 @@ def test_the_workload_travels_by_content_and_is_checked_on_the_host(tmp_path: Pa
         unpack_workload(tampered, reg, tmp_path / "host2")
     with pytest.raises(ClusterError, match="does not load"):
         unpack_workload(b"{not json\n", reg, tmp_path / "host3")
+
+
+def test_a_cluster_that_does_not_answer_is_one_line_and_records_nothing(tmp_path: Path) -> None:
+    from frankenstein.engines.process import free_port
+
+    c = make_campaign(tmp_path / "c")
+    make_workload(c.root / "workloads" / "w.jsonl", turns=2)
+    did = register(c, write_design(c.root / "d.toml", blocks=5)).design_id
+    c.close()
+    address = f"127.0.0.1:{free_port()}"  # nothing listens there
+    r = subprocess.run(
+        [sys.executable, "-m", "frankenstein", "run", did, "-c", str(c.root), "--ray", address],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines() == [
+        f"frank: error: cannot reach the Ray cluster at {address}: Connection refused"
+    ]
+    with open_campaign(c.root) as camp:
+        assert camp.store.starts_of(did) == []

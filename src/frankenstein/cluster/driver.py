@@ -14,6 +14,7 @@ a block.
 from __future__ import annotations
 
 import logging
+import socket
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -124,6 +125,7 @@ def hosts() -> int:
 
 
 def connect(address: str) -> None:
+    reachable(address)
     _cluster_messages_to_stderr()
     try:
         ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False, namespace="frank")
@@ -188,6 +190,17 @@ def dispatch(run: Run, blocks: list[list[Slot]]) -> None:
     finally:
         for gen in run.flights:
             ray.cancel(gen, force=True)
+
+
+def reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Refuse at once a HOST:PORT where nothing listens (Ray itself would retry for minutes)."""
+    host, sep, port = address.rpartition(":")
+    if address == "auto" or not sep or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ClusterError(f"cannot reach the Ray cluster at {address}: {exc.strerror or exc}") from exc
 
 
 def _cluster_messages_to_stderr() -> None:
