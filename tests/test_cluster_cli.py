@@ -87,3 +87,16 @@ def test_a_cluster_that_does_not_answer_is_one_line_and_records_nothing(tmp_path
     ]
     with open_campaign(c.root) as camp:
         assert camp.store.starts_of(did) == []
+
+
+def test_an_engine_starts_without_the_drivers_ray_variables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from frankenstein.engines.process import EngineProcess
+
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")
+    monkeypatch.setenv("RAY_JOB_ID", "01000000")
+    engine = EngineProcess(["sh", "-c", "env"], env={"RAY_OWN": "kept"}, log_path=tmp_path / "env.log", name="env")
+    engine.launch()
+    assert engine.proc is not None and engine.proc.wait(timeout=30) == 0
+    engine.stop()
+    seen = [line.split("=", 1)[0] for line in (tmp_path / "env.log").read_text().splitlines()]
+    assert "PATH" in seen and [k for k in seen if k.startswith("RAY_")] == ["RAY_OWN"]  # the recipe's own env stays
