@@ -73,20 +73,20 @@ def test_design_recipe_names_the_arm_recipe(camp: Path, capsys) -> None:
 
 
 @pytest.mark.parametrize(
-    ("field", "value", "why"),
+    ("field", "value", "named", "why"),
     [
-        ("primary_metric", '"verify_step_mss"', "unknown metric 'verify_step_mss'"),
-        ("secondary", '["tokens_per_step", "no_such_metric"]', "unknown metric 'no_such_metric'"),
+        ("primary_metric", '"verify_step_mss"', "primary_metric", "unknown metric 'verify_step_mss'"),
+        ("secondary", '["tokens_per_step", "no_such_metric"]', "secondary[1]", "unknown metric 'no_such_metric'"),
     ],
 )
-def test_design_metric_names_the_field(camp: Path, capsys, field: str, value: str, why: str) -> None:
+def test_design_metric_names_the_field(camp: Path, capsys, field: str, value: str, named: str, why: str) -> None:
     d = write_design(camp / "m.toml")
     text = "\n".join(
         f"{field} = {value}" if line.startswith(f"{field} =") else line for line in d.read_text().splitlines()
     )
     d.write_text(text + "\n")
     code, _, err = cli(capsys, "register", str(d), "-c", str(camp))
-    assert code == 1 and err.startswith(f"frank: error: {d}: {field}") and why in err and "Traceback" not in err, err
+    assert code == 1 and err.startswith(f"frank: error: {d}: {named}:") and why in err and "Traceback" not in err, err
 
 
 @pytest.mark.parametrize(

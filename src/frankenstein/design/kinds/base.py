@@ -38,7 +38,7 @@ from frankenstein.workload.trace import Turn, Workload
 Progress = Callable[[int, int], None]
 
 STEP_METRICS = ("verify_step_ms", "decode_ms_per_token", "tokens_per_step", "acceptance_rate")
-REQUEST_METRICS = ("ttft_ms", "e2e_ms", "prompt_ms", "prefill_tokens_per_s")
+REQUEST_METRICS = ("ttft_ms", "e2e_ms", "prompt_ms", "prefill_tokens_per_s", "pre_ms", "post_ms")
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,10 @@ class SpeedKind:
 
     def check(self, design: DesignFile, path: Path) -> None:
         known = dict(METRICS)
-        for field, metric in [("primary_metric", design.primary_metric), *(("secondary", s) for s in design.secondary)]:
+        for field, metric in [
+            ("primary_metric", design.primary_metric),
+            *((f"secondary[{i}]", s) for i, s in enumerate(design.secondary)),
+        ]:
             if metric not in known:
                 raise DesignError(
                     f"unknown metric {metric!r} (known: {', '.join(sorted(known))})", path=path, field=field
