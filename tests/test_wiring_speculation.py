@@ -73,7 +73,12 @@ def test_a_metric_only_the_candidate_has_is_reported_per_arm(tmp_path: Path) -> 
     run_design(c, reg.design_id, echo=lambda s: None)
     a = analyze(c, reg.design_id)
     assert a.word == "confirmed"
-    assert a.secondary["acceptance_rate"] == {"blocks": 0, "geomean_ratio": None, "per_arm": {"candidate": 0.25}}
+    assert a.secondary["acceptance_rate"] == {
+        "blocks": 0,
+        "geomean_ratio": None,
+        "per_arm": {"candidate": 0.25},
+        "no_ratio": "only one arm has it",
+    }
     assert a.speculation["candidate"] == {"drafted": 200.0, "accepted": 50.0, "acceptance_rate": 0.25, "starts": 5.0}
     assert a.speculation["served"]["starts"] == 0 and a.speculation["served"]["acceptance_rate"] is None
     text = format_analysis(a)

@@ -65,7 +65,8 @@ def format_analysis(a: Analysis, percentiles: Percentiles | None = None) -> list
             g = s["geomean_ratio"]
             if g is None and s.get("per_arm"):
                 only = ", ".join(f"{arm} {v:.4f}" for arm, v in s["per_arm"].items())
-                lines.append(f"  {m}: only one arm has it, reported per arm (no ratio): {only}")
+                why = s.get("no_ratio", "only one arm has it")
+                lines.append(f"  {m}: {why}, reported per arm (no ratio): {only}")
                 continue
             lines.append(f"  {m}: geometric-mean ratio {'-' if g is None else f'{g:.4f}'} over {s['blocks']} blocks")
     if a.speculation:

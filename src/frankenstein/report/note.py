@@ -353,9 +353,13 @@ def format_secondary(d: DesignReport) -> list[str]:
             cells.append(pct(c / s - 1) if s and c else "—")
         g = summary.get("geomean_ratio")
         only = summary.get("per_arm") if g is None else None
-        cells.append(
-            "only " + ", ".join(f"{arm} {num(v)}" for arm, v in only.items()) if only else pct(g - 1 if g else None)
-        )
+        if only and len(only) == 2:
+            per_arm = ", ".join(f"{arm} {num(v)}" for arm, v in only.items())
+            cells.append(f"no ratio (not above zero): {per_arm}")
+        else:
+            cells.append(
+                "only " + ", ".join(f"{arm} {num(v)}" for arm, v in only.items()) if only else pct(g - 1 if g else None)
+            )
         rows.append(cells)
     lines = (
         ["", "Secondary metrics (reported, not tested):", "", *md_table(header, rows, "l" + "r" * (len(header) - 1))]

@@ -187,13 +187,15 @@ def _curtailed(out: Analysis, served: list[float], candidate: list[float]) -> No
 
 def _secondary(vals: dict[int, dict[str, float]]) -> dict[str, Any]:
     """Geometric-mean ratio over the blocks where both arms have the metric; a metric that only one arm
-    has is reported per arm (its mean over blocks), never as a ratio."""
+    has, or that is not above zero in some block of both arms (``post_ms`` can be), is reported per arm (its
+    mean over blocks) with the reason, never as a ratio."""
     pairs = [(a["served"], a["candidate"]) for a in vals.values() if "served" in a and "candidate" in a]
     pairs = [(s, c) for s, c in pairs if s > 0 and c > 0]
     if not pairs:
         per_arm = {arm: [v[arm] for v in vals.values() if arm in v] for arm in ("served", "candidate")}
         only = {arm: sum(xs) / len(xs) for arm, xs in per_arm.items() if xs}
-        return {"blocks": 0, "geomean_ratio": None, **({"per_arm": only} if only else {})}
+        why = "only one arm has it" if len(only) < 2 else "a ratio needs values above zero in both arms"
+        return {"blocks": 0, "geomean_ratio": None, **({"per_arm": only, "no_ratio": why} if only else {})}
     logs = [math.log(c / s) for s, c in pairs]
     return {"blocks": len(pairs), "geomean_ratio": stats.geomean_ratio(logs)}
 
