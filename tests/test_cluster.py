@@ -20,10 +20,13 @@ from frankenstein.campaign import open_campaign
 from frankenstein.cluster.local import LocalCluster, Node, node_pids
 from frankenstein.design.analysis import analyze
 from frankenstein.engines.process import group_members
+from frankenstein.agent.tasks import task_hash
+from frankenstein.design.kinds.agent import suite_dir
 from frankenstein.store import StartRow
+from frankenstein.workload.trace import load_trace
 
 from conftest import frank
-from helpers_campaign import make_campaign, make_workload
+from helpers_campaign import TOML, make_campaign, make_workload
 
 pytestmark = pytest.mark.ray
 
@@ -288,6 +291,48 @@ def test_a_design_of_llama_server_starts_on_the_cluster(cluster: LocalCluster, t
         alone.verdict.p,
     )
     assert on_ray.word == "confirmed"  # greedy draft tokens: more than one token per step on every block
+
+
+AGENT_DESIGN = """\
+name = "agent"
+kind = "agent"
+blocks = 2
+primary_metric = "passes"
+
+[arms.served]
+recipe = "served"
+
+[arms.candidate]
+recipe = "served"
+parts = ["draft"]
+
+[rule]
+kind = "harm"
+alpha = 0.25
+
+[agent]
+tasks = ["spec-durations"]
+draws = 1
+limits = { turns = 1, output_tokens = 16 }
+"""
+
+
+def test_an_agent_design_runs_with_its_task_folder_sent_by_content(cluster: LocalCluster, tmp_path: Path) -> None:
+    c = make_campaign(tmp_path / "c", TOML.replace('"--seed", "1"]', '"--seed", "1", "--jinja", "--ctx-size", "8192"]'))
+    (c.root / "agent.toml").write_text(AGENT_DESIGN)
+    c.close()
+    did = _registered(c.root, c.root / "agent.toml")
+    r = _run(cluster, c.root, did)
+    assert r.returncode == 0, r.stderr
+    rows = _each_slot_once(c.root, did, 2)
+    assert all(row.ok for row in rows), [row.reason for row in rows]
+    assert {_node(row) for row in rows if row.block == 0} != {_node(row) for row in rows if row.block == 1}
+    with open_campaign(c.root) as camp:
+        episodes = camp.store.episodes_of(did)
+    shipped = task_hash(suite_dir("pkg:suite") / "spec-durations")
+    assert len(episodes) == 4 and {e.task_hash for e in episodes} == {shipped}  # the same task, by content
+    traces = sorted((c.root / "workloads").glob(f"agent-{did}-*.jsonl"))
+    assert len(traces) == 4 and all(load_trace(t).turns for t in traces)  # each start's trace came back
 
 
 def test_a_node_killed_mid_block_fails_its_block_naming_the_node(cluster: LocalCluster, tmp_path: Path) -> None:

@@ -22,11 +22,11 @@ from typing import Any
 
 import ray
 from ray._private import worker as ray_worker
-from ray.exceptions import RayError
+from ray.exceptions import RayError, RayTaskError
 
 from frankenstein.campaign import Campaign
 from frankenstein.cluster import checks
-from frankenstein.cluster.content import workload_bytes
+from frankenstein.cluster.content import suite_bytes, workload_bytes, write_back
 from frankenstein.cluster.failed import failed_start
 from frankenstein.cluster.host import Host
 from frankenstein.cluster.worker import run_block
@@ -47,7 +47,6 @@ from frankenstein.errors import ClusterError
 
 RESOURCE = "frank_host"
 HOW_TO_ADD = f"start each host with `ray start ... --resources '{{\"{RESOURCE}\": 1}}'` (docs/cluster.md)"
-NO_CLUSTER_KINDS = {"agent": "its task folders do not travel to the hosts yet"}
 
 
 @dataclass
@@ -66,6 +65,7 @@ class Run:
     echo: Callable[[str], None]
     gpus: float
     workload: Any  # an ObjectRef of the workload's bytes, or None
+    suite: Any  # an ObjectRef of the agent suite folder (hash, tar bytes), or None
     pins: list[checks.Pin]
     flights: dict[Any, Flight] = field(default_factory=dict)
     ran: int = 0
@@ -78,7 +78,7 @@ class Run:
             retry_exceptions=False,
             name=f"frank {self.reg.design_id} block {slots[0].block + 1}",
         )
-        self.flights[task.remote(self.reg, slots, self.workload, self.pins)] = Flight(slots)
+        self.flights[task.remote(self.reg, slots, self.workload, self.suite, self.pins)] = Flight(slots)
 
     def record(self, slot: Slot, out: StartOutcome, host: Host | None) -> None:
         record_slot(self.campaign, self.reg.design_id, slot, out)
@@ -94,16 +94,17 @@ class Run:
             item = ray.get(next(gen))
         except StopIteration:
             del self.flights[gen]
-            self.lost(flight, "its task ended before every start came back")
+            self.lost(flight, ": its task ended before every start came back")
             return
         except RayError as exc:
             del self.flights[gen]
-            self.lost(flight, f"died mid-block ({type(exc).__name__}: {_first_line(exc)})")
+            self.lost(flight, _why(exc))
             return
         if isinstance(item, Host):
             flight.host = item
             return
-        slot, out = item
+        slot, out, files = item
+        write_back(files, self.campaign.root / "workloads")
         flight.done += 1
         self.record(slot, out, flight.host)
         if flight.done == len(flight.slots):
@@ -116,7 +117,7 @@ class Run:
         where = f"node {flight.host.label}" if flight.host else "the node it was placed on (it never reported)"
         host = flight.host.as_dict() if flight.host else None
         for slot in flight.slots[flight.done :]:
-            self.record(slot, failed_start(self.reg, slot, f"{where} {what}", host), flight.host)
+            self.record(slot, failed_start(self.reg, slot, f"{where}{what}", host), flight.host)
 
 
 def hosts() -> int:
@@ -144,14 +145,9 @@ def run_on_cluster(
 ) -> str:
     """Run every unfinished start of a registered design on the Ray cluster at ``address``."""
     reg = registry.get(campaign, design_id)
-    if reg.design.kind in NO_CLUSTER_KINDS:
-        raise ClusterError(
-            f"{design_id}: {reg.design.kind} designs do not run on a cluster: "
-            f"{NO_CLUSTER_KINDS[reg.design.kind]}; run it without --ray"
-        )
     with run_lock(campaign):
         todo, recorded = unfinished(campaign, reg, resume)
-        data = workload_bytes(reg)
+        data, suite = workload_bytes(reg), suite_bytes(reg)
         pins = checks.pin(reg, campaign.store.starts_of(design_id))
         connect(address)
         try:
@@ -159,7 +155,8 @@ def run_on_cluster(
             if n < 1:
                 raise ClusterError(f"no node of the Ray cluster at {address} offers {RESOURCE}: {HOW_TO_ADD}")
             echo(f"{design_id}: {len(todo)} starts in {len(by_block(todo))} blocks on {n} host(s) of {address}")
-            run = Run(campaign, reg, echo, gpus, ray.put(data) if data is not None else None, pins)
+            put = [ray.put(x) if x is not None else None for x in (data, suite)]
+            run = Run(campaign, reg, echo, gpus, put[0], put[1], pins)
             dispatch(run, by_block(todo))
         finally:
             ray.shutdown()
@@ -215,6 +212,14 @@ def _cluster_messages_to_stderr() -> None:
 
     to_stderr.frank_stderr = True  # type: ignore[attr-defined]
     ray_worker.print_to_stdstream = to_stderr
+
+
+def _why(exc: RayError) -> str:
+    """What became of a block whose task failed: its node died, or our code raised on the host."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(exc, RayTaskError) and isinstance(cause, BaseException):
+        return f": the block's task raised {type(cause).__name__}: {_first_line(cause)}"
+    return f" died mid-block ({type(exc).__name__}: {_first_line(exc)})"
 
 
 def _first_line(exc: BaseException) -> str:

@@ -4,7 +4,7 @@ benchmark and trying ``--ray`` out (docs/cluster.md).
 By default Ray advertises the machine's outward address and its GCS and raylets listen on every
 interface, even with ``--node-ip-address 127.0.0.1`` (Ray turns that into the outward address). So the
 nodes run inside a network namespace of their own that holds nothing but ``lo`` (``unshare --net``, with
-a user namespace so no privilege is needed): there Ray finds no outward address and binds 127.0.0.1, and
+a user namespace when not run as root, so no privilege is needed): there Ray finds no outward address and binds 127.0.0.1, and
 no listener can be reached from outside. Commands that talk to the cluster (``frank run --ray``) run in
 the same namespace (:meth:`LocalCluster.command`).
 
@@ -52,18 +52,20 @@ class LocalCluster:
     def command(self, argv: list[str]) -> list[str]:
         """``argv`` run inside the cluster's network namespace."""
         assert self.holder is not None
-        return ["nsenter", "-t", str(self.holder.pid), "-U", "-n", "--preserve-credentials", *argv]
+        return ["nsenter", "-t", str(self.holder.pid), *_user_ns(["-U", "--preserve-credentials"]), "-n", *argv]
 
     def start(self, names: list[str]) -> LocalCluster:
         self.root.mkdir(parents=True, exist_ok=True)
         self.holder = subprocess.Popen(
-            ["unshare", "--net", "--map-current-user", sys.executable, "-c", HOLDER],
+            ["unshare", "--net", *_user_ns(["--map-current-user"]), sys.executable, "-c", HOLDER],
             stdout=subprocess.PIPE,
             start_new_session=True,
         )
         assert self.holder.stdout is not None
         if self.holder.stdout.readline().strip() != b"up":
-            raise ClusterError("cannot create a network namespace (unshare --net --map-current-user)")
+            raise ClusterError(
+                f"cannot create a network namespace ({' '.join(['unshare', '--net', *_user_ns(['--map-current-user'])])})"
+            )
         self.port = free_port()
         for i, name in enumerate(names):
             self.add_node(name, head=i == 0)
@@ -147,6 +149,12 @@ def node_pids(node: Node, comm: str) -> list[int]:
         if name == comm and rest[0] != "Z" and int(rest[2]) == node.pgid:
             out.append(pid)
     return out
+
+
+def _user_ns(flags: list[str]) -> list[str]:
+    """A user namespace only where we are not root already: inside one, root could not give files to
+    another uid (the agent sandbox's root mode needs that)."""
+    return [] if os.geteuid() == 0 else flags
 
 
 def _pids() -> list[int]:

@@ -21,7 +21,7 @@ import ray
 
 from frankenstein.campaign import init_campaign
 from frankenstein.cluster import checks
-from frankenstein.cluster.content import unpack_workload
+from frankenstein.cluster.content import Folder, listing, new_files, unpack_folder, unpack_workload, with_suite
 from frankenstein.cluster.failed import failed_start
 from frankenstein.cluster.host import Host, this_host
 from frankenstein.design.model import Registered, Slot
@@ -30,7 +30,7 @@ from frankenstein.design.start import StartOutcome
 from frankenstein.engines.process import reap_leftovers
 from frankenstein.errors import ClusterError
 
-Item = Host | tuple[Slot, StartOutcome]
+Item = Host | tuple[Slot, StartOutcome, dict[str, bytes]]
 
 
 def worker_root() -> Path:
@@ -42,33 +42,44 @@ def _refuse(pins: list[checks.Pin], reg: Registered, host: Host, slot: Slot) -> 
     return None if reason is None else failed_start(reg, slot, reason)
 
 
-def block_items(reg: Registered, slots: list[Slot], workload: bytes | None, pins: list[checks.Pin]) -> Iterator[Item]:
-    """This host, then each start of the block as it ends (the body of :func:`run_block`)."""
+def block_items(
+    reg: Registered, slots: list[Slot], workload: bytes | None, suite: Folder | None, pins: list[checks.Pin]
+) -> Iterator[Item]:
+    """This host, then each start of the block as it ends, with the files it wrote into ``workloads/``
+    (the body of :func:`run_block`)."""
     host = this_host()
     yield host
     reap_leftovers()  # groups a worker killed before this one left behind (their pid files name a dead owner)
     campaign = init_campaign(worker_root() / reg.design_id)
     try:
         try:
-            wl = unpack_workload(workload, reg, campaign.root / "workloads")
+            wl = unpack_workload(workload, reg, worker_root() / "sent")
+            here = with_suite(reg, unpack_folder(suite, worker_root() / "suites")) if suite is not None else reg
         except ClusterError as exc:
             for slot in slots:
-                yield _stamped(failed_start(reg, slot, f"host {host.label}: {exc}"), host, pins, slot)
+                yield _stamped(failed_start(reg, slot, f"host {host.label}: {exc}"), host, pins, slot, {})
             return
-        starts = block_starts(campaign, reg, slots, wl, check=partial(_refuse, pins, reg, host))
-        for slot, out in starts:
-            yield _stamped(out, host, pins, slot)
+        written = campaign.root / "workloads"
+        before = listing(written)
+        for slot, out in block_starts(campaign, here, slots, wl, check=partial(_refuse, pins, here, host)):
+            files = new_files(written, before)
+            before = listing(written)
+            yield _stamped(out, host, pins, slot, files)
     finally:
         campaign.close()
 
 
-def _stamped(out: StartOutcome, host: Host, pins: list[checks.Pin], slot: Slot) -> tuple[Slot, StartOutcome]:
+def _stamped(
+    out: StartOutcome, host: Host, pins: list[checks.Pin], slot: Slot, files: dict[str, bytes]
+) -> tuple[Slot, StartOutcome, dict[str, bytes]]:
     out.resources["host"] = host.as_dict()
     out.resources["pins"] = checks.pins_of(pins, slot.arm)
-    return slot, out
+    return slot, out, files
 
 
 @ray.remote(max_retries=0, num_cpus=0)
-def run_block(reg: Registered, slots: list[Slot], workload: bytes | None, pins: list[checks.Pin]) -> Iterator[Item]:
+def run_block(
+    reg: Registered, slots: list[Slot], workload: bytes | None, suite: Folder | None, pins: list[checks.Pin]
+) -> Iterator[Item]:
     """One block on the host Ray placed it on (never retried: a start is never run twice)."""
-    yield from block_items(reg, slots, workload, pins)
+    yield from block_items(reg, slots, workload, suite, pins)
