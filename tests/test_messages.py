@@ -4,30 +4,15 @@
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 
 import pytest
 
 from frankenstein.campaign import open_campaign
-from frankenstein.cli import main
 from helpers_campaign import TOML, make_campaign, make_workload, write_design
+from helpers_cli import cli
 
 KNOWN_PARTS = "(known: draft, threads1)"
-
-
-def cli(capsys, *args: str) -> tuple[int, str, str]:
-    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    finally:
-        for s, h in saved.items():
-            signal.signal(s, h)
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def refused(capsys, expected: str, *args: str) -> None:

@@ -6,34 +6,18 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 from pathlib import Path
 
 import pytest
 
-from frankenstein.cli import main
 from frankenstein.config import NAME_PATTERN
 from frankenstein.design.registry import inside, register
 
 from conftest import frank
 from helpers_campaign import TOML, make_campaign, make_workload, write_design
+from helpers_cli import cli
 
 MESSAGE = "is not a name: a name is 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"
-
-
-def cli(capsys, *args: str) -> tuple[int, str, str]:
-    """The real ``frank`` entry point in this process (one subprocess per name would cost seconds each)."""
-    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    finally:
-        for s, h in saved.items():
-            signal.signal(s, h)
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def tree(root: Path) -> dict[str, tuple[int, int]]:

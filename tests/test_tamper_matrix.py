@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import signal
 import sqlite3
 import sys
 from collections.abc import Callable, Iterator
@@ -18,7 +17,6 @@ import pytest
 
 from frankenstein import chain, ledger
 from frankenstein.campaign import open_campaign
-from frankenstein.cli import main
 from frankenstein.design.registry import register
 from frankenstein.design.runner import run_design
 from frankenstein.errors import DesignError, StoreError
@@ -26,6 +24,7 @@ from frankenstein.store import _link, _record
 
 from helpers_campaign import make_campaign, make_workload, write_design
 from helpers_ledger import CONFIRMED
+from helpers_cli import cli
 
 BENCH = """\
 import json, sys
@@ -121,21 +120,6 @@ def camp(template: Path, tmp_path: Path) -> Path:
     root = tmp_path / "camp"
     shutil.copytree(template, root)
     return root
-
-
-def cli(capsys, *args: str) -> tuple[int, str, str]:
-    """The real ``frank`` entry point in this process (a subprocess per case would cost seconds each)."""
-    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    finally:
-        for s, h in saved.items():
-            signal.signal(s, h)
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 @pytest.fixture
