@@ -19,6 +19,8 @@ import pytest
 from frankenstein.campaign import open_campaign
 from frankenstein.cluster.local import LocalCluster, Node, node_pids
 from frankenstein.design.analysis import analyze
+from frankenstein.design.facts import design_facts
+from frankenstein.design.registry import get
 from frankenstein.engines.process import group_members
 from frankenstein.agent.tasks import task_hash
 from frankenstein.design.kinds.agent import suite_dir
@@ -209,6 +211,26 @@ def test_command_arms_run_on_three_hosts_with_the_local_verdict(cluster: LocalCl
     again = _run(cluster, c.root, did, "--resume")  # nothing left: nothing runs twice
     assert again.returncode == 0 and again.stdout.strip().endswith("0 starts run, 12 already recorded")
     assert len(_starts(c.root, did)) == 12
+
+
+def test_curtailment_stops_sending_blocks_once_the_verdict_is_settled(cluster: LocalCluster, tmp_path: Path) -> None:
+    c = make_campaign(tmp_path / "c")
+    c.close()
+    design = _command_design(c.root, "worse", 6, 0.3)  # the candidate is slower: one block settles "not confirmed"
+    text = design.read_text().replace('"1.5"', '"9.0"').replace("blocks = 6", 'blocks = 6\nstopping = "curtail"')
+    design.write_text(text)
+    did = _registered(c.root, design)
+    r = _run(cluster, c.root, did)
+    assert r.returncode == 0, r.stderr
+    assert "curtailed before block " in r.stdout
+    rows = _starts(c.root, did)
+    blocks = {row.block for row in rows}
+    assert 2 <= len(rows) <= 8 and len(blocks) < 6 and len(rows) == 2 * len(blocks)  # in-flight blocks finished
+    with open_campaign(c.root) as camp:
+        a, facts = analyze(camp, did), design_facts(camp, get(camp, did))
+    assert a.word == "not confirmed" and facts.stopped == "curtailed"
+    again = _run(cluster, c.root, did, "--resume")
+    assert again.returncode == 0 and again.stdout.strip().endswith(f"0 starts run, {len(rows)} already recorded")
 
 
 def test_a_file_that_changed_on_the_host_is_a_failed_start_naming_host_and_file(

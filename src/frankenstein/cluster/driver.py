@@ -6,7 +6,7 @@ than the cluster has hosts. Each start is recorded as soon as its host sends it 
 task fails (its node died, its worker was killed) has its unfinished starts recorded as failed, naming
 the node; the design's failure policy then decides at analysis, as for any failed start. Under
 ``stopping = "curtail"`` the driver checks before submitting each block whether the verdict is settled
-(it only can be once every earlier block is recorded). The run lock and the store's unique key on
+over the blocks recorded so far (:func:`curtails_now`). The run lock and the store's unique key on
 (design, block, position, rep) keep ``--resume`` from running a recorded start twice; Ray never retries
 a block.
 """
@@ -30,12 +30,13 @@ from frankenstein.cluster.content import suite_bytes, workload_bytes, write_back
 from frankenstein.cluster.failed import failed_start
 from frankenstein.cluster.host import Host
 from frankenstein.cluster.worker import run_block
-from frankenstein.design import registry
+from frankenstein.design import registry, rules
+from frankenstein.design.kinds import kind_of
+from frankenstein.design.kinds.base import arm_values, block_values, can_still_change, dropped_blocks
 from frankenstein.design.model import Registered, Slot
 from frankenstein.design.runner import (
     by_block,
     curtailed_line,
-    curtails,
     record_slot,
     run_lock,
     start_line,
@@ -170,7 +171,7 @@ def dispatch(run: Run, blocks: list[list[Slot]]) -> None:
     try:
         while queue or run.flights:
             while queue and not stopped and len(run.flights) < hosts():
-                if curtails(run.campaign, run.reg, queue[0][0].block):
+                if curtails_now(run.campaign, run.reg):
                     run.echo(curtailed_line(queue[0][0].block))
                     stopped = True
                     break
@@ -212,6 +213,20 @@ def _cluster_messages_to_stderr() -> None:
 
     to_stderr.frank_stderr = True  # type: ignore[attr-defined]
     ray_worker.print_to_stdstream = to_stderr
+
+
+def curtails_now(campaign: Campaign, reg: Registered) -> bool:
+    """Curtailment with blocks in flight: whether the verdict can no longer change, over every block
+    recorded so far in any order (blocks are exchangeable; the rule sees only their values) with every
+    block not yet analysed or dropped, those in flight included, still to come. The stop is as sound as a
+    local run's (the verdict it stops on cannot change); which blocks are recorded by then may differ."""
+    if reg.design.stopping != "curtail" or not kind_of(reg.design.kind).can_curtail:
+        return False
+    served, candidate, _ = block_values(campaign, reg)
+    done = sorted(b for b in served if b in candidate)
+    dropped = dropped_blocks(reg, arm_values(campaign, reg, reg.design.primary_metric)[1])
+    remaining = rules.remaining_blocks(reg.design.blocks, len(done), len(dropped))
+    return not can_still_change(reg, [served[b] for b in done], [candidate[b] for b in done], remaining)
 
 
 def _why(exc: RayError) -> str:
