@@ -409,3 +409,37 @@ def test_kill_9_of_the_driver_leaves_no_engine_and_resume_completes(cluster: Loc
     rows = _each_slot_once(c.root, did, 4)
     assert all(before[(row.block, row.position)] == row.id for row in rows if (row.block, row.position) in before)
     assert not any(group_members(g) for n in cluster.nodes for g in _engine_groups(n))
+
+
+def test_blocks_that_need_gpus_the_hosts_lack_are_refused_before_anything_runs(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    c = make_campaign(tmp_path / "c")
+    c.close()
+    did = _registered(c.root, _command_design(c.root, "gpu", 4, 0.0))
+    toml = c.root / "frank.toml"
+    toml.write_text(toml.read_text() + "\n[cluster]\ngpus = 1\n")
+    r = _run(cluster, c.root, did)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "offers frank_host with 1 GPU(s) ([cluster] gpus)" in r.stderr.strip().splitlines()[-1]
+    assert _starts(c.root, did) == []
+
+
+def test_kill_9_of_the_driver_mid_llama_server_start_leaves_no_engine(cluster: LocalCluster, tmp_path: Path) -> None:
+    c = make_campaign(tmp_path / "c")
+    make_workload(c.root / "workloads" / "w.jsonl", turns=6, tokens=48)
+    (c.root / "d.toml").write_text(LLAMA_DESIGN)
+    c.close()
+    did = _registered(c.root, c.root / "d.toml")
+    argv = [sys.executable, "-m", "frankenstein", "run", did, "-c", str(c.root), "--ray", cluster.address]
+    p = subprocess.Popen(cluster.command(argv), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _, groups = _wait_for_engine(cluster, [n.name for n in cluster.nodes])
+    finally:
+        p.kill()
+        p.wait()
+    assert _gone(groups) == [], "a llama-server outlived the driver"
+    r = _run(cluster, c.root, did, "--resume")
+    assert r.returncode == 0, r.stderr
+    rows = _each_slot_once(c.root, did, 2)
+    assert all(row.ok for row in rows)

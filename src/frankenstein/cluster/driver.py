@@ -121,9 +121,17 @@ class Run:
             self.record(slot, failed_start(self.reg, slot, f"{where}{what}", host), flight.host)
 
 
-def hosts() -> int:
-    """How many hosts the cluster offers now (alive nodes' ``frank_host``)."""
-    return int(ray.cluster_resources().get(RESOURCE, 0))
+def hosts(gpus: float = 0.0) -> int:
+    """How many blocks the cluster can hold now: per alive node, its ``frank_host`` count, capped by how
+    many blocks of ``gpus`` GPUs its GPUs fit."""
+    total = 0
+    for node in ray.nodes():
+        have = node.get("Resources", {}) if node.get("Alive") else {}
+        slots = int(have.get(RESOURCE, 0))
+        if gpus > 0:
+            slots = min(slots, int(have.get("GPU", 0) // gpus))
+        total += slots
+    return total
 
 
 def connect(address: str) -> None:
@@ -152,9 +160,10 @@ def run_on_cluster(
         pins = checks.pin(reg, campaign.store.starts_of(design_id))
         connect(address)
         try:
-            n = hosts()
+            n = hosts(gpus)
             if n < 1:
-                raise ClusterError(f"no node of the Ray cluster at {address} offers {RESOURCE}: {HOW_TO_ADD}")
+                need = f"{RESOURCE} with {gpus:g} GPU(s) ([cluster] gpus)" if gpus else RESOURCE
+                raise ClusterError(f"no node of the Ray cluster at {address} offers {need}: {HOW_TO_ADD}")
             echo(f"{design_id}: {len(todo)} starts in {len(by_block(todo))} blocks on {n} host(s) of {address}")
             put = [ray.put(x) if x is not None else None for x in (data, suite)]
             run = Run(campaign, reg, echo, gpus, put[0], put[1], pins)
@@ -170,7 +179,7 @@ def dispatch(run: Run, blocks: list[list[Slot]]) -> None:
     stopped = False
     try:
         while queue or run.flights:
-            while queue and not stopped and len(run.flights) < hosts():
+            while queue and not stopped and len(run.flights) < hosts(run.gpus):
                 if curtails_now(run.campaign, run.reg):
                     run.echo(curtailed_line(queue[0][0].block))
                     stopped = True
