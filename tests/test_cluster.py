@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -443,3 +444,19 @@ def test_kill_9_of_the_driver_mid_llama_server_start_leaves_no_engine(cluster: L
     assert r.returncode == 0, r.stderr
     rows = _each_slot_once(c.root, did, 2)
     assert all(row.ok for row in rows)
+
+
+def test_ctrl_c_of_the_driver_stops_its_blocks_and_resume_completes(cluster: LocalCluster, tmp_path: Path) -> None:
+    c = make_campaign(tmp_path / "c")
+    c.close()
+    did = _registered(c.root, _command_design(c.root, "ctrlc", 4, 3.0, str(tmp_path)))
+    argv = [sys.executable, "-m", "frankenstein", "run", did, "-c", str(c.root), "--ray", cluster.address]
+    p = subprocess.Popen(cluster.command(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _, groups = _wait_for_engine(cluster, [n.name for n in cluster.nodes])
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130 and "Traceback" not in err
+    assert _gone(groups) == [], "an engine outlived the interrupted driver"
+    r = _run(cluster, c.root, did, "--resume")
+    assert r.returncode == 0, r.stderr
+    _each_slot_once(c.root, did, 4)
