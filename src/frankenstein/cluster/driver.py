@@ -55,7 +55,7 @@ class Flight:
     """One block in flight: its slots, how many came back, the host it reported."""
 
     slots: list[Slot]
-    done: int = 0
+    done: set[int] = field(default_factory=set)  # positions recorded
     host: Host | None = None
 
 
@@ -106,18 +106,16 @@ class Run:
             return
         slot, out, files = item
         write_back(files, self.campaign.root / "workloads")
-        flight.done += 1
+        flight.done.add(slot.position)
         self.record(slot, out, flight.host)
-        if flight.done == len(flight.slots):
+        if len(flight.done) == len(flight.slots):
             del self.flights[gen]
 
     def lost(self, flight: Flight, what: str) -> None:
         """Record the block's unfinished starts as failed, naming the node."""
-        if flight.done == len(flight.slots):
-            return
         where = f"node {flight.host.label}" if flight.host else "the node it was placed on (it never reported)"
         host = flight.host.as_dict() if flight.host else None
-        for slot in flight.slots[flight.done :]:
+        for slot in (s for s in flight.slots if s.position not in flight.done):
             self.record(slot, failed_start(self.reg, slot, f"{where}{what}", host), flight.host)
 
 
