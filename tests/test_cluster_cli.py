@@ -100,3 +100,31 @@ def test_an_engine_starts_without_the_drivers_ray_variables(tmp_path: Path, monk
     engine.stop()
     seen = [line.split("=", 1)[0] for line in (tmp_path / "env.log").read_text().splitlines()]
     assert "PATH" in seen and [k for k in seen if k.startswith("RAY_")] == ["RAY_OWN"]  # the recipe's own env stays
+
+
+def test_a_command_arms_group_dies_when_its_guard_is_sigkilled(tmp_path: Path) -> None:
+    """What a Ray worker does when it exits: SIGKILL its direct child, the guard. The watcher the guard
+    forked kills the arm's group (the arm and a grandchild it left running)."""
+    import os
+    import signal
+    import time
+
+    from frankenstein.design import command_guard
+    from frankenstein.engines.process import group_members, wait_group_gone
+
+    argv = [sys.executable, "-I", command_guard.__file__, str(os.getpid()), "--", "sh", "-c", "sleep 300 & sleep 300"]
+    guard = subprocess.Popen(argv, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 20
+        while len(group_members(guard.pid)) < 4 and time.monotonic() < deadline:  # guard, watcher, sh, 2 sleeps
+            time.sleep(0.02)
+        assert len(group_members(guard.pid)) >= 4
+        guard.send_signal(signal.SIGKILL)
+        guard.wait()
+        deadline = time.monotonic() + 10
+        while group_members(guard.pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert group_members(guard.pid) == []
+    finally:
+        os.killpg(guard.pid, signal.SIGKILL) if group_members(guard.pid) else None
+        wait_group_gone(guard.pid)
