@@ -72,6 +72,7 @@ alpha = {alpha}
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[LocalCluster]:
+    pytest.importorskip("ray", reason="Ray is not installed (pip install 'frankenstein[ray]')")
     if shutil.which("unshare") is None or subprocess.run(["unshare", "--net", "--map-current-user", "true"]).returncode:
         pytest.skip("no unprivileged network namespaces here (unshare --net --map-current-user): no loopback cluster")
     root = Path(tempfile.mkdtemp(prefix="fr-", dir="/tmp"))  # short: Ray's socket paths stay under 107 chars
