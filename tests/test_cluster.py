@@ -253,7 +253,7 @@ def test_a_file_that_changed_on_the_host_is_a_failed_start_naming_host_and_file(
     assert second.status == "failed"
     node = _node(second)
     assert second.reason is not None and second.reason.startswith(f"host {node} (")
-    assert f"command file {data} has sha256" in second.reason and "the run pinned" in second.reason
+    assert f"command file {data} has sha256" in second.reason and "the design registered" in second.reason
     assert "[on " in r.stdout  # it ran on the cluster
 
 

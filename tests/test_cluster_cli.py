@@ -128,3 +128,34 @@ def test_a_command_arms_group_dies_when_its_guard_is_sigkilled(tmp_path: Path) -
     finally:
         os.killpg(guard.pid, signal.SIGKILL) if group_members(guard.pid) else None
         wait_group_gone(guard.pid)
+
+
+def test_registration_pins_each_arms_files_and_a_host_copy_changed_since_is_refused(tmp_path: Path) -> None:
+    """The files are pinned when the design is registered (in its hash), not when a run starts: a model
+    file replaced after registration fails the start on the host, naming the host and the file."""
+    from frankenstein.cluster import checks
+    from frankenstein.design.registry import get
+    from frankenstein.measure.machine import binary_sha256
+    from frankenstein.shipped import data_path
+
+    from helpers_campaign import TOML
+
+    model = tmp_path / "model.gguf"
+    model.write_bytes(data_path("tiny-target.gguf").read_bytes())
+    c = make_campaign(tmp_path / "c", toml=TOML.replace('"pkg:tiny-target.gguf"', f'"{model}"'))
+    make_workload(c.root / "workloads" / "w.jsonl", turns=2)
+    reg = register(c, write_design(c.root / "d.toml", blocks=5, candidate_parts='["draft"]'))
+    pinned = {(p["arm"], p["role"]): p for ps in reg.frozen.files.values() for p in ps}
+    assert pinned["candidate", "model"]["sha256"] == binary_sha256(model)
+    assert pinned["candidate", "draft model"]["path"].endswith("tiny-draft.gguf")
+    assert pinned["served", "engine binary"]["sha256"]
+    assert f'"sha256":"{binary_sha256(model)}"' in get(c, reg.design_id).frozen.model_dump_json().replace(" ", "")
+    pins = checks.pin(reg, [])
+    assert checks.check(pins, reg, "candidate", "host-a") is None
+
+    model.write_bytes(model.read_bytes() + b"\0")  # the model replaced after registration
+    assert checks.pin(reg, []) == pins  # the run still checks against what was registered
+    why = checks.check(pins, reg, "candidate", "host-a")
+    assert why is not None and why.startswith(f"host host-a: model {model} has sha256 ")
+    assert "the design registered" in why
+    c.close()

@@ -202,6 +202,9 @@ class FrozenDesign(UserFile):
     workload_path: str | None
     workload_hash: str | None
     direction: Literal["lower", "higher"]
+    # arm -> the files its starts run ({arm, role, path, sha256}, design/pins.py), pinned at registration.
+    # Designs registered before this field have none: a cluster run then pins the driver's files at its start.
+    files: dict[str, list[dict[str, str]]] = Field(default_factory=dict)
 
 
 def load_design(path: str | Path) -> DesignFile:

@@ -23,6 +23,7 @@ from frankenstein.config import ResolvedRecipe
 from frankenstein.design.kinds import kind_of
 from frankenstein.design.kinds.speed import SpeedKind, check_warmup
 from frankenstein.engines import ADAPTERS
+from frankenstein.design.pins import pins_of_arm
 from frankenstein.design.model import ARMS, DesignFile, FrozenDesign, Registered, load_design, resolve_arms
 from frankenstein.errors import ConfigError, DesignError, FrankError, RegistryError, UnknownNameError
 from frankenstein.measure.timings import METRICS
@@ -101,8 +102,14 @@ def check_design(campaign: Campaign, design: DesignFile, path: Path) -> FrozenDe
     if kind.same_arms and not same:
         raise DesignError("an A/A design needs the same recipe in both arms", path=path, field="arms")
     wl_path, wl_hash = _check_workload(campaign, design, path)
+    files = {arm: [p.as_dict() for p in pins_of_arm(arm, recipes[arm], design.arms[arm].command)] for arm in recipes}
     return FrozenDesign(
-        design=design, recipes=recipes, workload_path=wl_path, workload_hash=wl_hash, direction=direction
+        design=design,
+        recipes=recipes,
+        workload_path=wl_path,
+        workload_hash=wl_hash,
+        direction=direction,
+        files=files,
     )
 
 

@@ -1,0 +1,71 @@
+"""The files a start of an arm runs, identified by sha256 when the design is registered.
+
+Per arm: the engine binary (``llama-server`` as the engine would find it, or a recipe command's program), the
+model file and draft model files; for a command arm its program and every argument that is an absolute path to
+a file. Registration stores them in the frozen design (``FrozenDesign.files``, so in the design hash); a host
+of a Ray cluster checks them before each start (:mod:`frankenstein.cluster.checks`).
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from frankenstein.config import ResolvedRecipe, draft_model_args
+from frankenstein.engines.llamacpp import find_llama_server
+from frankenstein.errors import EngineError
+from frankenstein.measure.machine import binary_sha256
+from frankenstein.shipped import expand
+
+BINARY = "engine binary"
+
+
+@dataclass(frozen=True)
+class Pin:
+    arm: str
+    role: str  # engine binary | model | draft model | command program | command file
+    path: str  # the registering host's path (another host resolves the engine binary itself)
+    sha256: str
+
+    def as_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def engine_program(recipe: ResolvedRecipe) -> str | None:
+    """The program a start of ``recipe`` executes on this host, or None where it cannot be found."""
+    try:
+        if recipe.command:
+            return shutil.which(recipe.command[0])
+        if recipe.engine == "llamacpp":
+            return find_llama_server(recipe.binary)
+    except EngineError:
+        return None
+    return None
+
+
+def recipe_files(recipe: ResolvedRecipe) -> list[tuple[str, str | None]]:
+    files: list[tuple[str, str | None]] = [(BINARY, engine_program(recipe))]
+    if recipe.model and Path(recipe.model).is_file():
+        files.append(("model", recipe.model))
+    files += [("draft model", expand(value)) for _, value in draft_model_args(recipe.args) if value]
+    return files
+
+
+def command_files(command: list[str]) -> list[tuple[str, str | None]]:
+    args = [a for a in command[1:] if a.startswith("/") and Path(a).is_file()]
+    return [("command program", shutil.which(command[0])), *(("command file", a) for a in args)]
+
+
+def arm_files(recipe: ResolvedRecipe | None, command: list[str] | None) -> list[tuple[str, str | None]]:
+    """(role, path on this host) of every file a start of the arm runs; None where it is not found."""
+    return recipe_files(recipe) if recipe is not None else command_files(command or [])
+
+
+def pins_of_arm(arm: str, recipe: ResolvedRecipe | None, command: list[str] | None) -> list[Pin]:
+    """The arm's files that exist here, each with its sha256 (cached by path, size and mtime)."""
+    return [
+        Pin(arm, role, path, binary_sha256(path))
+        for role, path in arm_files(recipe, command)
+        if path is not None and Path(path).is_file()
+    ]
