@@ -3,14 +3,14 @@
 The ``frank run`` process is the driver and the only writer of the campaign's store and registry; each
 block is one Ray task on one host (every host offers the custom resource ``frank_host: 1``, a block asks
 for one, so a host runs one block at a time), and its starts run there in registered arm order with the
-local runner's own per-start code (:func:`frankenstein.design.runner.block_starts`).
+local runner's own per-start code (:func:`frankenstein.design.runner.block_starts`); a start that could
+not run (a file mismatch, a node that died) is :func:`frankenstein.design.failed.failed_start`.
 
     need.py      Ray importable, or one line saying how to install it; the address to use (option or frank.toml)
     host.py      which Ray node a block ran on (node id, node name, host name, address)
-    checks.py    the files a start runs (engine binary, model files, a command arm's program and files) pinned
-                 by sha256 on the driver, checked on the worker before each start
+    checks.py    the files a start runs (engine binary, model files, a command arm's program and files), pinned
+                 by sha256 at registration (design/pins.py), checked on the worker before each start
     content.py   the workload travels by content (bytes in Ray's object store, hash checked on the worker)
-    failed.py    the failed outcome of a start that could not run (a file mismatch, a node that died)
     worker.py    the Ray task: one block's starts, streamed back one by one
     driver.py    submit blocks in block order, record each start as it comes back, node deaths, curtailment
 

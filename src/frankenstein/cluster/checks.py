@@ -11,19 +11,17 @@ failed start that names the host and the file.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from frankenstein.design.model import Registered
-from frankenstein.design.pins import BINARY, Pin, engine_program, pins_of_arm
-from frankenstein.measure.machine import binary_sha256
+from frankenstein.design.pins import BINARY, Pin, check_arm, pins_of_arm, registered
 from frankenstein.store import StartRow
 
 __all__ = ["BINARY", "Pin", "check", "pin", "pins_of", "recorded_pins"]
 
 
 def registered_pins(reg: Registered) -> list[Pin]:
-    return [Pin(**{k: str(v) for k, v in p.items()}) for pins in reg.frozen.files.values() for p in pins]
+    return registered(reg.frozen.files)
 
 
 def pin(reg: Registered, recorded: list[StartRow]) -> list[Pin]:
@@ -51,18 +49,8 @@ def recorded_pins(rows: list[StartRow]) -> list[Pin]:
 
 def check(pins: list[Pin], reg: Registered, arm: str, host: str) -> str | None:
     """Why a start of ``arm`` cannot run on this host (a pinned file missing or different), else None."""
-    recipe = reg.frozen.recipes[arm]
     by = "the design registered" if reg.frozen.files else "the run pinned"
-    for p in pins:
-        if p.arm != arm:
-            continue
-        path = (engine_program(recipe) if recipe is not None else None) if p.role == BINARY else p.path
-        if path is None or not Path(path).is_file():
-            return f"host {host}: {p.role} {path or p.path} is missing ({by} sha256 {p.sha256[:12]}…)"
-        got = binary_sha256(path)
-        if got != p.sha256:
-            return f"host {host}: {p.role} {path} has sha256 {got[:12]}…, {by} {p.sha256[:12]}… ({p.path})"
-    return None
+    return check_arm(pins, reg.frozen.recipes[arm], arm, host, by)
 
 
 def pins_of(pins: list[Pin], arm: str) -> list[dict[str, Any]]:

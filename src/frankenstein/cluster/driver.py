@@ -27,7 +27,7 @@ from ray.exceptions import RayError, RayTaskError
 from frankenstein.campaign import Campaign
 from frankenstein.cluster import checks
 from frankenstein.cluster.content import suite_bytes, workload_bytes, write_back
-from frankenstein.cluster.failed import failed_start
+from frankenstein.design.failed import failed_start
 from frankenstein.cluster.host import Host
 from frankenstein.cluster.worker import run_block
 from frankenstein.design import registry, rules

@@ -22,7 +22,7 @@ import ray
 from frankenstein.campaign import init_campaign
 from frankenstein.cluster import checks
 from frankenstein.cluster.content import Folder, listing, new_files, unpack_folder, unpack_workload, with_suite
-from frankenstein.cluster.failed import failed_start
+from frankenstein.design.failed import failed_start
 from frankenstein.cluster.host import Host, this_host
 from frankenstein.design.model import Registered, Slot
 from frankenstein.design.runner import block_starts

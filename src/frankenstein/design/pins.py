@@ -69,3 +69,23 @@ def pins_of_arm(arm: str, recipe: ResolvedRecipe | None, command: list[str] | No
         for role, path in arm_files(recipe, command)
         if path is not None and Path(path).is_file()
     ]
+
+
+def check_arm(pins: list[Pin], recipe: ResolvedRecipe | None, arm: str, host: str, by: str) -> str | None:
+    """Why a start of ``arm`` cannot run on ``host`` (a pinned file missing or different), else None. The
+    engine binary is resolved on this host; ``by`` says who pinned the hashes (``the design registered``)."""
+    for p in pins:
+        if p.arm != arm:
+            continue
+        path = (engine_program(recipe) if recipe is not None else None) if p.role == BINARY else p.path
+        if path is None or not Path(path).is_file():
+            return f"host {host}: {p.role} {path or p.path} is missing ({by} sha256 {p.sha256[:12]}…)"
+        got = binary_sha256(path)
+        if got != p.sha256:
+            return f"host {host}: {p.role} {path} has sha256 {got[:12]}…, {by} {p.sha256[:12]}… ({p.path})"
+    return None
+
+
+def registered(files: dict[str, list[dict[str, str]]]) -> list[Pin]:
+    """The pins a frozen design carries (``FrozenDesign.files``)."""
+    return [Pin(**{k: str(v) for k, v in p.items()}) for pins in files.values() for p in pins]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import socket
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from functools import partial
@@ -18,10 +19,12 @@ from frankenstein.campaign import Campaign
 from frankenstein.design import command as command_arm
 from frankenstein.design import registry
 from frankenstein.design.caches import around_slot
+from frankenstein.design.failed import failed_start
 from frankenstein.design.kinds import kind_of
 from frankenstein.design.kinds.base import Progress
 from frankenstein.design.kinds.base import settled as kind_settled
 from frankenstein.design.model import Registered, Slot
+from frankenstein.design.pins import check_arm, registered
 from frankenstein.design.start import StartOutcome, record_start, watched
 from frankenstein.errors import DesignError, RunLockedError
 from frankenstein.workload.trace import Workload, load_trace
@@ -149,6 +152,21 @@ def by_block(slots: list[Slot]) -> list[list[Slot]]:
     return [groups[b] for b in sorted(groups)]
 
 
+def pinned_files_check(reg: Registered) -> Check | None:
+    """Before each start, the files registration pinned (``frozen.files``) must still hash as registered on
+    this machine, as on a cluster host: a missing or changed model, draft or engine binary is a failed start
+    naming the file. None for a design registered before registration pinned files."""
+    if not reg.frozen.files:
+        return None
+    pins, host = registered(reg.frozen.files), socket.gethostname()
+
+    def check(slot: Slot) -> StartOutcome | None:
+        why = check_arm(pins, reg.frozen.recipes[slot.arm], slot.arm, host, "the design registered")
+        return None if why is None else failed_start(reg, slot, why)
+
+    return check
+
+
 def curtails(campaign: Campaign, reg: Registered, next_block: int) -> bool:
     """Whether a curtailing design stops before ``next_block`` (the kind allows it and the verdict is settled)."""
     kind = kind_of(reg.design.kind)
@@ -172,12 +190,15 @@ def run_design(
     with run_lock(campaign):
         todo, recorded = unfinished(campaign, reg, resume)
         workload = pinned_workload(reg)
+        check = pinned_files_check(reg)
         ran = 0
         for block in by_block(todo):
             if curtails(campaign, reg, block[0].block):
                 echo(curtailed_line(block[0].block))
                 break
-            for slot, out in block_starts(campaign, reg, block, workload, progress_factory=progress_factory):
+            for slot, out in block_starts(
+                campaign, reg, block, workload, progress_factory=progress_factory, check=check
+            ):
                 record_slot(campaign, design_id, slot, out)
                 ran += 1
                 echo(start_line(reg, slot, out))

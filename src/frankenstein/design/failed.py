@@ -1,4 +1,5 @@
-"""The failed outcome of a start that could not run on its host (recorded like any failed start)."""
+"""The failed outcome of a start that was refused before it ran (a pinned file missing or changed, a host
+that died): recorded like any failed start."""
 
 from __future__ import annotations
 
