@@ -86,3 +86,33 @@ def test_unchanged_files_run_and_the_pins_are_in_the_registered_design(tmp_path:
         files = get(camp, did).frozen.files
     assert len(rows) == 8 and all(s.ok for s in rows)
     assert {p["role"] for p in files["candidate"]} == {"command program", "command file"}  # python, bench.py
+
+
+def test_every_file_of_a_model_folder_is_pinned_and_checked(tmp_path: Path) -> None:
+    """A model given as a folder (vLLM's Hugging Face layout) is pinned file by file, the same list the
+    prefetch reads; a weight file swapped inside the folder after registration is named."""
+    from frankenstein.design.pins import check_arm, registered
+    from frankenstein.design.prefetch import files_of
+    from frankenstein.design.registry import register
+
+    from helpers_campaign import TOML, make_workload, write_design
+
+    folder = tmp_path / "hf-model"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    (folder / "sub" / "model.safetensors").write_bytes(b"weights v1")
+    toml = TOML.replace('engine = "llamacpp"\nmodel = "pkg:tiny-target.gguf"', f'engine = "vllm"\nmodel = "{folder}"')
+    c = make_campaign(tmp_path / "c", toml=toml)
+    make_workload(c.root / "workloads" / "w.jsonl", turns=2)
+    reg = register(c, write_design(c.root / "d.toml", blocks=5))
+    c.close()
+    pinned = [p for p in registered(reg.frozen.files) if p.arm == "served" and p.role == "model"]
+    assert sorted(Path(p.path).name for p in pinned) == ["config.json", "model.safetensors"]
+    recipe = reg.frozen.recipes["served"]
+    assert recipe is not None
+    assert [Path(p.path) for p in pinned] == files_of(recipe)  # what is pinned is what the prefetch reads
+    assert check_arm(pinned, recipe, "served", "here", "the design registered") is None
+
+    (folder / "sub" / "model.safetensors").write_bytes(b"weights v2")
+    why = check_arm(pinned, recipe, "served", "here", "the design registered")
+    assert why is not None and f"model {folder.resolve() / 'sub' / 'model.safetensors'} has sha256" in why

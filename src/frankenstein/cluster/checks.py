@@ -20,15 +20,11 @@ from frankenstein.store import StartRow
 __all__ = ["BINARY", "Pin", "check", "pin", "pins_of", "recorded_pins"]
 
 
-def registered_pins(reg: Registered) -> list[Pin]:
-    return registered(reg.frozen.files)
-
-
 def pin(reg: Registered, recorded: list[StartRow]) -> list[Pin]:
     """The pins of every arm: those registration stored; for a design registered without them, those its
     recorded starts carried and the driver's files for the rest."""
     if reg.frozen.files:
-        return registered_pins(reg)
+        return registered(reg.frozen.files)
     kept = {(p.arm, p.role, p.path): p for p in recorded_pins(recorded)}
     pins = list(kept.values())
     for arm in reg.design.arms:
@@ -43,7 +39,7 @@ def recorded_pins(rows: list[StartRow]) -> list[Pin]:
     for row in rows:
         for p in row.resources.get("pins") or []:
             if isinstance(p, dict) and set(p) == {"arm", "role", "path", "sha256"}:
-                out.append(Pin(**{k: str(v) for k, v in p.items()}))
+                out.append(Pin.of(p))
     return out
 
 

@@ -9,6 +9,7 @@ of a Ray cluster checks them before each start (:mod:`frankenstein.cluster.check
 from __future__ import annotations
 
 import shutil
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -31,6 +32,11 @@ class Pin:
     def as_dict(self) -> dict[str, str]:
         return asdict(self)
 
+    @classmethod
+    def of(cls, d: Mapping[str, object]) -> Pin:
+        """A pin from its stored form (``as_dict``)."""
+        return cls(**{k: str(v) for k, v in d.items()})
+
 
 def engine_program(recipe: ResolvedRecipe) -> str | None:
     """The program a start of ``recipe`` executes on this host, or None where it cannot be found."""
@@ -44,12 +50,25 @@ def engine_program(recipe: ResolvedRecipe) -> str | None:
     return None
 
 
+def model_files(recipe: ResolvedRecipe) -> list[tuple[str, Path]]:
+    """(role, resolved path) of the files a start of ``recipe`` loads: its model (the file, or every file of a
+    model folder) and its draft model files. A hub name or a path that is not here names nothing."""
+    out: dict[Path, str] = {}
+    named = [("model", recipe.model), *(("draft model", v) for _, v in draft_model_args(recipe.args) if v)]
+    for role, value in named:
+        path = Path(expand(value)) if value else None
+        if path is None:
+            continue
+        if path.is_file():
+            out.setdefault(path.resolve(), role)
+        elif path.is_dir():
+            for p in sorted(q.resolve() for q in path.rglob("*") if q.is_file()):
+                out.setdefault(p, role)
+    return [(role, path) for path, role in out.items()]
+
+
 def recipe_files(recipe: ResolvedRecipe) -> list[tuple[str, str | None]]:
-    files: list[tuple[str, str | None]] = [(BINARY, engine_program(recipe))]
-    if recipe.model and Path(recipe.model).is_file():
-        files.append(("model", recipe.model))
-    files += [("draft model", expand(value)) for _, value in draft_model_args(recipe.args) if value]
-    return files
+    return [(BINARY, engine_program(recipe)), *((role, str(path)) for role, path in model_files(recipe))]
 
 
 def command_files(command: list[str]) -> list[tuple[str, str | None]]:
@@ -88,4 +107,4 @@ def check_arm(pins: list[Pin], recipe: ResolvedRecipe | None, arm: str, host: st
 
 def registered(files: dict[str, list[dict[str, str]]]) -> list[Pin]:
     """The pins a frozen design carries (``FrozenDesign.files``)."""
-    return [Pin(**{k: str(v) for k, v in p.items()}) for pins in files.values() for p in pins]
+    return [Pin.of(p) for pins in files.values() for p in pins]

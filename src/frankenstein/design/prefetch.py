@@ -37,30 +37,21 @@ from typing import Any
 import numpy as np
 
 from frankenstein.campaign import Campaign
-from frankenstein.config import ResolvedRecipe, draft_model_args
+from frankenstein.config import ResolvedRecipe
 from frankenstein.design import phases
 from frankenstein.design.model import Registered, Slot
-from frankenstein.shipped import expand
+from frankenstein.design.pins import model_files
 
 CHUNK = 4 << 20
 MEMORY_SHARE = 0.5  # at most this share of MemAvailable is read ahead
 
 
 def files_of(recipe: ResolvedRecipe | None) -> list[Path]:
-    """The files a start of ``recipe`` reads at load: its model (file, or every file of a model folder)
-    and its draft model files. A hub name, a user command or a command arm reads nothing we can name."""
+    """The files a start of ``recipe`` reads at load (:func:`frankenstein.design.pins.model_files`: its model
+    file or model folder, and its draft model files). A user command or a command arm reads nothing we can name."""
     if recipe is None or recipe.command:
         return []
-    out: list[Path] = []
-    for value in [recipe.model, *(v for _, v in draft_model_args(recipe.args) if v)]:
-        path = Path(expand(value)) if value else None
-        if path is None:
-            continue
-        if path.is_file():
-            out.append(path.resolve())
-        elif path.is_dir():
-            out += sorted(p.resolve() for p in path.rglob("*") if p.is_file())
-    return list(dict.fromkeys(out))
+    return [path for _, path in model_files(recipe)]
 
 
 def next_slot(reg: Registered, slot: Slot) -> Slot | None:
