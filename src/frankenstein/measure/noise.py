@@ -93,10 +93,18 @@ class LoadSampler:
                 self._queue.append(n)
             self._stop.wait(self.interval_s)
 
+    @property
+    def samples(self) -> int:
+        """How many run-queue samples the window holds so far."""
+        return len(self._queue)
+
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+        n = procs_running()  # the window's end too: a start shorter than one interval still has two samples
+        if n is not None:
+            self._queue.append(n)
         q = self._queue
         self.record = LoadRecord(
             cores=self.cores,
