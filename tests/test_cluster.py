@@ -171,10 +171,18 @@ def test_command_arms_run_on_three_hosts_with_the_local_verdict(cluster: LocalCl
     c = make_campaign(tmp_path / "c")
     c.close()
     did = _registered(c.root, _command_design(c.root, "kernel", 6, 0.5))
-    r = _run(cluster, c.root, did)
+    r = _run(cluster, c.root, did, "--heartbeat", "0.2")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().endswith(f"{did}: 12 starts run, 0 already recorded")
     rows = _each_slot_once(c.root, did, 6)
+    # progress for a log (stderr is a pipe here): each block sent and where it runs, each start recorded, beats
+    lines = [line for line in r.stderr.splitlines() if line.startswith("frank run [")]
+    assert sum("(2 starts) sent to the cluster" in line for line in lines) == 6, r.stderr
+    assert {line.rsplit(" runs on ", 1)[1].split()[0] for line in lines if " runs on " in line} <= {"a", "b", "c"}
+    assert [int(line.split("start ")[1].split("/")[0]) for line in lines if " recorded: " in line] == list(
+        range(1, 13)
+    ), r.stderr
+    assert any("starts recorded; in flight: block " in line and "ETA" in line for line in lines), r.stderr
     assert all(row.ok for row in rows)
     by_block = {b: {_node(row) for row in rows if row.block == b} for b in range(6)}
     assert all(len(nodes) == 1 for nodes in by_block.values()), by_block  # a block stays on one host

@@ -155,6 +155,46 @@ def test_plain_lines_carry_the_turns_done_and_an_eta_from_the_pace_so_far() -> N
     assert text[-1] == "frank run [0:00:20] 2 start(s) in 20 s"
 
 
+def test_starts_run_elsewhere_get_lines_as_they_come_back_and_a_heartbeat() -> None:
+    """``frank run --ray``'s progress (the real cluster run is in test_cluster): lines for blocks sent and
+    starts recorded with the ETA, and a heartbeat carrying the driver's status."""
+    out = io.StringIO()
+    now = [0.0]
+    beat = threading.Event()
+
+    class Spy(io.StringIO):
+        def write(self, s: str) -> int:
+            n = out.write(s)
+            if "ETA 4.0 s" in s and "in flight" in s:
+                beat.set()
+            return n
+
+    def status() -> str:
+        return "1/2 starts recorded; in flight: block 1 on a"
+
+    with RunProgress(2, heartbeat_s=0.05, stream=Spy(), tty=False, clock=lambda: now[0]) as rp:
+        rp.note("block 1 (2 starts) sent to the cluster")
+        with rp.heartbeat(status):
+            now[0] = 4.0
+            rp.recorded("block 1/1 · served [on a]")
+            assert beat.wait(10)
+            now[0] = 8.0
+            rp.recorded("block 1/1 · candidate [on a]")
+    text = out.getvalue().splitlines()
+    assert any(line.endswith("1/2 starts recorded; in flight: block 1 on a; ETA 4.0 s") for line in text), text
+    text = [line for line in text if "in flight" not in line]
+    assert text[0] == "frank run [0:00:00] block 1 (2 starts) sent to the cluster"
+    assert text[1] == "frank run [0:00:04] start 1/2 recorded: block 1/1 · served [on a]; 1 to go, ETA 4.0 s"
+    assert text[-2] == "frank run [0:00:08] start 2/2 recorded: block 1/1 · candidate [on a]"
+    assert text[-1] == "frank run [0:00:08] 2 start(s) in 8.0 s"
+
+    term = io.StringIO()
+    with RunProgress(1, stream=term, tty=True) as rp, rp.heartbeat(status):
+        rp.note("block 1 runs on a")
+        rp.recorded("block 1/1 · served [on a]")
+    assert "block 1 runs on a" in term.getvalue() and rp.finished == 1
+
+
 def test_on_a_terminal_bars_with_eta_and_stdout_left_alone() -> None:
     term = io.StringIO()
     stdout = sys.stdout

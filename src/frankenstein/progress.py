@@ -9,6 +9,9 @@
     RunProgress(total, heartbeat_s=...)   the progress of ``frank run`` (``.slot(label)`` is the runner's
                                           progress_factory) and of ``frank replay`` (one slot)
     heartbeat_seconds(option, env)        the heartbeat interval from the option or the environment
+
+``frank run --ray`` has no start begin locally: its driver calls ``note`` (a block sent, the host it runs
+on), ``recorded`` as each start comes back, and runs inside ``heartbeat(status)`` (blocks in flight).
 """
 
 from __future__ import annotations
@@ -203,6 +206,46 @@ class RunProgress:
             left = self.total - self.finished
             tail = f"; {left} to go, {self.eta()}" if left > 0 else ""
             self._line(f"start {index}/{self.total} ends after {duration(self.clock() - t0)}: {label}{tail}")
+
+    # ------------------------------------------------------------ starts run elsewhere (a Ray cluster)
+
+    def note(self, text: str) -> None:
+        """One line about the run (a block sent to a host, a host that reported), above the bars on a terminal."""
+        if self._bars is not None:
+            self._bars.console.print(f"{self.prefix} {text}", markup=False, highlight=False)
+        else:
+            self._line(text)
+
+    def recorded(self, label: str) -> None:
+        """A start that ran elsewhere came back and was recorded (``frank run --ray``)."""
+        self._end()
+        if self._bars is not None:
+            if self._overall is not None:
+                self._bars.advance(self._overall)
+            return
+        left = self.total - self.finished
+        tail = f"; {left} to go, {self.eta()}" if left > 0 else ""
+        self._line(f"start {self.finished}/{self.total} recorded: {label}{tail}")
+
+    @contextmanager
+    def heartbeat(self, status: Callable[[], str]) -> Iterator[None]:
+        """Off a terminal, a line every ``heartbeat_s`` seconds with ``status()`` and the ETA, while inside."""
+        if self._bars is not None:
+            yield
+            return
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(self.heartbeat_s):
+                self._line(f"{status()}; {self.eta()}")
+
+        beater = threading.Thread(target=beat, name="frank-heartbeat", daemon=True)
+        beater.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            beater.join()
 
     def _line(self, text: str) -> None:
         e = int(self.clock() - self.began)

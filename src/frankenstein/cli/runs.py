@@ -12,6 +12,7 @@ from frankenstein.cli.design import verified_or_warn
 
 if TYPE_CHECKING:
     from frankenstein.campaign import Campaign
+    from frankenstein.progress import RunProgress
 
 
 @app.command()
@@ -172,20 +173,23 @@ def run(
         raise typer.BadParameter(str(exc), param_hint="--heartbeat") from None
     with open_campaign(campaign) as c:
         verified_or_warn(c, "run --resume" if resume else "run", force=force, why=why)
-        if ray_address(ray, c.config) is not None:
-            typer.echo(on_cluster(c, design_id, ray_address(ray, c.config) or "", resume=resume))
-            return
+        address = ray_address(ray, c.config)
         todo, _ = unfinished(c, get(c, design_id), resume)
         with RunProgress(len(todo), heartbeat_s=every) as progress:
-            summary = run_design(c, design_id, resume=resume, echo=typer.echo, progress_factory=progress.slot)
+            if address is not None:
+                summary = on_cluster(c, design_id, address, resume=resume, progress=progress)
+            else:
+                summary = run_design(c, design_id, resume=resume, echo=typer.echo, progress_factory=progress.slot)
     typer.echo(summary)
 
 
-def on_cluster(c: Campaign, design_id: str, address: str, *, resume: bool) -> str:
+def on_cluster(c: Campaign, design_id: str, address: str, *, resume: bool, progress: RunProgress) -> str:
     """``frank run --ray``: Ray is imported only here, after saying how to install it if it is missing."""
     from frankenstein.cluster.need import need_ray
 
     need_ray()
     from frankenstein.cluster.driver import run_on_cluster
 
-    return run_on_cluster(c, design_id, address, resume=resume, echo=typer.echo, gpus=c.config.cluster.gpus)
+    return run_on_cluster(
+        c, design_id, address, resume=resume, echo=typer.echo, gpus=c.config.cluster.gpus, progress=progress
+    )

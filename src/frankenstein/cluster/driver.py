@@ -17,6 +17,7 @@ import logging
 import socket
 from collections import deque
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,12 +40,14 @@ from frankenstein.design.runner import (
     curtailed_line,
     record_slot,
     run_lock,
+    slot_label,
     start_line,
     summary,
     unfinished,
 )
 from frankenstein.design.start import StartOutcome
 from frankenstein.errors import ClusterError
+from frankenstein.progress import RunProgress
 
 RESOURCE = "frank_host"
 HOW_TO_ADD = f"start each host with `ray start ... --resources '{{\"{RESOURCE}\": 1}}'` (docs/cluster.md)"
@@ -68,8 +71,23 @@ class Run:
     workload: Any  # an ObjectRef of the workload's bytes, or None
     suite: Any  # an ObjectRef of the agent suite folder (hash, tar bytes), or None
     pins: list[checks.Pin]
+    progress: RunProgress | None = None
     flights: dict[Any, Flight] = field(default_factory=dict)
     ran: int = 0
+
+    def note(self, text: str) -> None:
+        if self.progress is not None:
+            self.progress.note(text)
+
+    def status(self) -> str:
+        """The heartbeat's line: starts recorded, and each block in flight with its host and count back."""
+        total = self.progress.total if self.progress is not None else 0
+        flying = [
+            f"block {f.slots[0].block + 1} on {f.host.label if f.host else 'a host not yet reported'} "
+            f"({len(f.done)}/{len(f.slots)} back)"
+            for f in self.flights.values()
+        ]
+        return f"{self.ran}/{total} starts recorded; in flight: {', '.join(flying) or 'none'}"
 
     def submit(self, slots: list[Slot]) -> None:
         task = run_block.options(
@@ -80,11 +98,15 @@ class Run:
             name=f"frank {self.reg.design_id} block {slots[0].block + 1}",
         )
         self.flights[task.remote(self.reg, slots, self.workload, self.suite, self.pins)] = Flight(slots)
+        self.note(f"block {slots[0].block + 1} ({len(slots)} starts) sent to the cluster")
 
     def record(self, slot: Slot, out: StartOutcome, host: Host | None) -> None:
         record_slot(self.campaign, self.reg.design_id, slot, out)
         self.ran += 1
-        self.echo(start_line(self.reg, slot, out) + (f" [on {host.label}]" if host else ""))
+        on = f" [on {host.label}]" if host else ""
+        self.echo(start_line(self.reg, slot, out) + on)
+        if self.progress is not None:
+            self.progress.recorded(slot_label(self.reg, slot) + on)
 
     def step(self) -> None:
         """Wait for the next thing any block sends back and record it."""
@@ -103,6 +125,7 @@ class Run:
             return
         if isinstance(item, Host):
             flight.host = item
+            self.note(f"block {flight.slots[0].block + 1} runs on {item.label}")
             return
         slot, out, files = item
         write_back(files, self.campaign.root / "workloads")
@@ -149,8 +172,10 @@ def run_on_cluster(
     resume: bool = False,
     echo: Callable[[str], None] = print,
     gpus: float = 0.0,
+    progress: RunProgress | None = None,
 ) -> str:
-    """Run every unfinished start of a registered design on the Ray cluster at ``address``."""
+    """Run every unfinished start of a registered design on the Ray cluster at ``address``; ``progress``
+    (its total the unfinished starts) gets a line per block sent and start recorded, and a heartbeat."""
     reg = registry.get(campaign, design_id)
     with run_lock(campaign):
         todo, recorded = unfinished(campaign, reg, resume)
@@ -164,8 +189,9 @@ def run_on_cluster(
                 raise ClusterError(f"no node of the Ray cluster at {address} offers {need}: {HOW_TO_ADD}")
             echo(f"{design_id}: {len(todo)} starts in {len(by_block(todo))} blocks on {n} host(s) of {address}")
             put = [ray.put(x) if x is not None else None for x in (data, suite)]
-            run = Run(campaign, reg, echo, gpus, put[0], put[1], pins)
-            dispatch(run, by_block(todo))
+            run = Run(campaign, reg, echo, gpus, put[0], put[1], pins, progress)
+            with progress.heartbeat(run.status) if progress is not None else nullcontext():
+                dispatch(run, by_block(todo))
         finally:
             ray.shutdown()
     return summary(design_id, run.ran, recorded)
