@@ -469,3 +469,52 @@ def test_ctrl_c_of_the_driver_stops_its_blocks_and_resume_completes(cluster: Loc
     r = _run(cluster, c.root, did, "--resume")
     assert r.returncode == 0, r.stderr
     _each_slot_once(c.root, did, 4)
+
+
+def test_when_the_last_host_dies_the_run_stops_saying_so_and_resume_finishes_on_a_new_one(tmp_path: Path) -> None:
+    """A cluster of its own: a head that runs no blocks (the driver's node) and one host. The host's raylet
+    is killed mid-block: that block's starts are failed naming the node, the blocks not sent are not run,
+    and the run ends with one line saying no host is left (exit 1, no traceback). A new host joins and
+    ``--resume`` runs exactly the starts not recorded."""
+    root = Path(tempfile.mkdtemp(prefix="fr-", dir="/tmp"))
+    lc = LocalCluster(root)
+    try:
+        lc.start([])
+        lc.add_node("h", head=True, host=False)
+        only = lc.add_node("w")
+        c = make_campaign(tmp_path / "c")
+        c.close()
+        did = _registered(c.root, _command_design(c.root, "last", 3, 4.0, str(tmp_path)))
+        argv = [sys.executable, "-m", "frankenstein", "run", did, "-c", str(c.root), "--ray", lc.address]
+        p = subprocess.Popen(lc.command(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            _, groups = _wait_for_engine(lc, ["w"])
+            for pid in node_pids(only, "raylet"):
+                os.kill(pid, 9)
+            _, err = p.communicate(timeout=180)
+        finally:
+            p.kill()
+        assert p.returncode == 1 and "Traceback" not in err, err
+        assert (
+            err.strip()
+            .splitlines()[-1]
+            .endswith(
+                "no host of the cluster offers frank_host any more; 4 starts not run (frank run --resume continues "
+                "them): start each host with `ray start ... --resources '{\"frank_host\": 1}'` (docs/cluster.md)"
+            )
+        ), err
+        assert _gone(groups) == []
+        rows = _starts(c.root, did)
+        assert [(r.block, r.status) for r in rows] == [(0, "failed"), (0, "failed")]
+        assert all(r.reason and r.reason.startswith("node w (") and "died mid-block" in r.reason for r in rows)
+
+        lc.nodes.remove(only)
+        lc.add_node("w2")
+        again = _run(lc, c.root, did, "--resume")
+        assert again.returncode == 0, again.stderr
+        assert again.stdout.strip().endswith("4 starts run, 2 already recorded")
+        rows = _each_slot_once(c.root, did, 3)
+        assert {(r.block, _node(r)) for r in rows if r.ok} == {(1, "w2"), (2, "w2")}
+    finally:
+        lc.stop()
+        shutil.rmtree(root, ignore_errors=True)

@@ -8,7 +8,8 @@ the node; the design's failure policy then decides at analysis, as for any faile
 ``stopping = "curtail"`` the driver checks before submitting each block whether the verdict is settled
 over the blocks recorded so far (:func:`curtails_now`). The run lock and the store's unique key on
 (design, block, position, rep) keep ``--resume`` from running a recorded start twice; Ray never retries
-a block.
+a block. When no host is left, the run stops saying how many starts were not run, blocks sent but never
+taken by a host among them (Ray would keep those pending forever).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from frankenstein.errors import ClusterError
 from frankenstein.progress import RunProgress
 
 RESOURCE = "frank_host"
+WAIT_S = 2.0  # how often a driver waiting on its blocks looks whether any host is left
 HOW_TO_ADD = f"start each host with `ray start ... --resources '{{\"{RESOURCE}\": 1}}'` (docs/cluster.md)"
 
 
@@ -108,9 +110,19 @@ class Run:
         if self.progress is not None:
             self.progress.recorded(slot_label(self.reg, slot) + on)
 
-    def step(self) -> None:
-        """Wait for the next thing any block sends back and record it."""
-        ready, _ = ray.wait(list(self.flights), num_returns=1)
+    def step(self) -> int:
+        """Wait for the next thing any block sends back and record it; 0, or how many starts were waiting
+        for a host when none was left. Such blocks would wait forever (Ray keeps a task pending until a node
+        offers its resources): they are cancelled, never run, so ``--resume`` runs them."""
+        ready: list[Any] = []
+        while not ready:
+            ready, _ = ray.wait(list(self.flights), num_returns=1, timeout=WAIT_S)
+            if not ready and hosts(self.gpus) == 0 and all(f.host is None for f in self.flights.values()):
+                waiting = sum(len(f.slots) for f in self.flights.values())
+                for pending in self.flights:
+                    ray.cancel(pending, force=True)
+                self.flights.clear()
+                return waiting
         gen: Any = ready[0]  # an ObjectRefGenerator: ray.wait answers with the one that has an item
         flight = self.flights[gen]
         try:
@@ -118,21 +130,22 @@ class Run:
         except StopIteration:
             del self.flights[gen]
             self.lost(flight, ": its task ended before every start came back")
-            return
+            return 0
         except RayError as exc:
             del self.flights[gen]
             self.lost(flight, _why(exc))
-            return
+            return 0
         if isinstance(item, Host):
             flight.host = item
             self.note(f"block {flight.slots[0].block + 1} runs on {item.label}")
-            return
+            return 0
         slot, out, files = item
         write_back(files, self.campaign.root / "workloads")
         flight.done.add(slot.position)
         self.record(slot, out, flight.host)
         if len(flight.done) == len(flight.slots):
             del self.flights[gen]
+        return 0
 
     def lost(self, flight: Flight, what: str) -> None:
         """Record the block's unfinished starts as failed, naming the node."""
@@ -211,16 +224,21 @@ def dispatch(run: Run, blocks: list[list[Slot]]) -> None:
                 run.submit(queue.popleft())
             if not run.flights:
                 if queue and not stopped:
-                    left = sum(len(b) for b in queue)
-                    raise ClusterError(
-                        f"no host of the cluster offers {RESOURCE} any more; {left} starts not run "
-                        f"(frank run --resume continues them): {HOW_TO_ADD}"
-                    )
+                    raise no_host_left(sum(len(b) for b in queue))
                 return
-            run.step()
+            waiting = run.step()
+            if waiting:
+                raise no_host_left(waiting + (0 if stopped else sum(len(b) for b in queue)))
     finally:
         for gen in run.flights:
             ray.cancel(gen, force=True)
+
+
+def no_host_left(starts: int) -> ClusterError:
+    return ClusterError(
+        f"no host of the cluster offers {RESOURCE} any more; {starts} starts not run "
+        f"(frank run --resume continues them): {HOW_TO_ADD}"
+    )
 
 
 def reachable(address: str, timeout_s: float = 5.0) -> None:

@@ -71,7 +71,8 @@ class LocalCluster:
             self.add_node(name, head=i == 0)
         return self
 
-    def add_node(self, name: str, *, head: bool = False) -> Node:
+    def add_node(self, name: str, *, head: bool = False, host: bool = True) -> Node:
+        """One more ``ray start``; ``host=False`` leaves out ``frank_host`` (a node that runs no blocks)."""
         node = Node(name, 0, self.root / name / "w", self.root / name / "rt")
         where = (
             ["--head", "--port", str(self.port), "--include-dashboard=false"] if head else ["--address", self.address]
@@ -87,7 +88,7 @@ class LocalCluster:
             "--num-cpus",
             "1",
             "--resources",
-            '{"frank_host": 1}',
+            '{"frank_host": 1}' if host else "{}",
             "--object-store-memory",
             str(OBJECT_STORE_BYTES),
             "--temp-dir",
