@@ -159,3 +159,26 @@ def test_registration_pins_each_arms_files_and_a_host_copy_changed_since_is_refu
     assert why is not None and why.startswith(f"host host-a: model {model} has sha256 ")
     assert "the design registered" in why
     c.close()
+
+
+def test_a_block_that_died_before_its_host_reported_is_named_from_rays_error() -> None:
+    """Ray's NodeDiedError names the node's id (this text is what Ray 2.60 said when a test killed a host);
+    the node table, which keeps dead nodes, gives its name."""
+    pytest.importorskip("ray", reason="Ray is not installed (pip install 'frankenstein[ray]')")
+    from frankenstein.cluster.driver import named_node
+
+    node_id = "da458477cc0127edcb285cacee93dab1f95da88ad341934162ad7293"
+    text = (
+        "Task failed because the node it was running on is dead or unavailable. Node IP: 127.0.0.1, "
+        f"node ID: {node_id}. This can happen if the node was preempted, had a hardware failure, or its raylet "
+        "crashed unexpectedly."
+    )
+    nodes = [
+        {"NodeID": "0" * 56, "NodeName": "a", "NodeManagerAddress": "127.0.0.1", "Alive": True},
+        {"NodeID": node_id, "NodeName": "ws-b", "NodeManagerAddress": "10.0.0.2", "Alive": False},
+    ]
+    host = named_node(text, nodes)
+    assert host is not None and (host.label, host.address, host.node_id) == ("ws-b", "10.0.0.2", node_id)
+    unknown = named_node(text, nodes[:1])  # not in the table: its id, shortened, still names it
+    assert unknown is not None and unknown.label == node_id[:12]
+    assert named_node("The worker died unexpectedly while executing this task.", nodes) is None

@@ -15,6 +15,7 @@ taken by a host among them (Ray would keep those pending forever).
 from __future__ import annotations
 
 import logging
+import re
 import socket
 from collections import deque
 from collections.abc import Callable
@@ -133,6 +134,8 @@ class Run:
             return 0
         except RayError as exc:
             del self.flights[gen]
+            if flight.host is None:  # it died before its host reported: Ray's error names the node's id
+                flight.host = named_node(str(exc), ray.nodes())
             self.lost(flight, _why(exc))
             return 0
         if isinstance(item, Host):
@@ -278,6 +281,18 @@ def curtails_now(campaign: Campaign, reg: Registered) -> bool:
     dropped = dropped_blocks(reg, arm_values(campaign, reg, reg.design.primary_metric)[1])
     remaining = rules.remaining_blocks(reg.design.blocks, len(done), len(dropped))
     return not can_still_change(reg, [served[b] for b in done], [candidate[b] for b in done], remaining)
+
+
+def named_node(text: str, nodes: list[dict[str, Any]]) -> Host | None:
+    """The node a Ray error names (``node ID: <hex>``), from the cluster's node table (dead nodes stay in
+    it), when its block died before its host reported; None when the error names none."""
+    found = re.search(r"node ID: ([0-9a-f]{16,})", text)
+    if found is None:
+        return None
+    info = next((n for n in nodes if n.get("NodeID") == found.group(1)), {})
+    address = str(info.get("NodeManagerAddress") or "")
+    name = str(info.get("NodeName") or address or found.group(1)[:12])
+    return Host(node_id=found.group(1), node=name, hostname="", address=address)  # its hostname never came
 
 
 def _why(exc: RayError) -> str:

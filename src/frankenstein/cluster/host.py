@@ -21,7 +21,7 @@ class Host:
 
     @property
     def label(self) -> str:
-        return self.node if self.node == self.hostname else f"{self.node} ({self.hostname})"
+        return self.node if self.node == self.hostname or not self.hostname else f"{self.node} ({self.hostname})"
 
 
 def this_host() -> Host:
