@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -153,3 +154,39 @@ def check_head(links: Sequence[Link], head: list[tuple[int, str]] | None, path: 
         x = links[len(head)]
         return f"chain record {x.seq} ({x.label}): not in {path.name} (appended outside frank, or {path.name} was cut)"
     return None
+
+
+# ---------------------------------------------------------------- a head kept elsewhere
+
+_KEPT = re.compile(r"(?:\b(\d+) (?:records, head )?)?\b([0-9a-f]{64})\b")
+
+
+def parse_kept(text: str) -> tuple[int | None, str] | None:
+    """A head kept outside the campaign, as ``frank verify`` prints it (``… 57 records, head HASH …``) or
+    ``frank.head`` holds it (``57 HASH``), or the bare hash: (seq or None, row_hash) of the last one in
+    ``text``; None when it holds none."""
+    found = list(_KEPT.finditer(text))
+    if not found:
+        return None
+    seq, h = found[-1].groups()
+    return (int(seq) if seq else None, h)
+
+
+def check_kept(links: Sequence[Link], seq: int | None, row_hash: str, source: str) -> tuple[Link | None, str | None]:
+    """The chain record a kept head names, or why the chain does not hold it (records deleted, the chain
+    rewritten, another campaign). The chain may have grown since the head was kept."""
+    short = f"{row_hash[:16]}…"
+    if seq is None:
+        match = next((x for x in links if x.row_hash == row_hash), None)
+        if match is None:
+            return None, f"the kept head {short} ({source}) is not in the chain (rewritten, cut, or another campaign)"
+        return match, None
+    if seq < 1 or seq > len(links):
+        return None, (
+            f"the kept head ({source}) is chain record {seq}, but the chain has {len(links)} records "
+            "(records were deleted, or the campaign was replaced)"
+        )
+    x = links[seq - 1]
+    if x.seq != seq or x.row_hash != row_hash:
+        return None, f"chain record {seq} ({x.label}) is not the kept head {short} ({source}): the chain was rewritten"
+    return x, None

@@ -567,6 +567,19 @@ class Store:
             raise RegistryError(problem)
         return len(links)
 
+    def verify_kept(self, text: str, source: str) -> tuple[Link, int]:
+        """Check a head kept outside the campaign (``frank verify --expect-head``): the chain must still hold
+        that record with that hash. Returns it and the chain's length; raises :class:`RegistryError`
+        naming what is wrong (no head in ``text``, records deleted, the chain rewritten)."""
+        kept = chain.parse_kept(text)
+        if kept is None:
+            raise RegistryError(f"{source}: no chain head in it (expected 'SEQ HASH' as frank verify prints it)")
+        links = self.chain_links()
+        link, problem = chain.check_kept(links, kept[0], kept[1], source)
+        if link is None:
+            raise RegistryError(problem or f"{source}: the kept head is not in the chain")
+        return link, len(links)
+
     def _outside_chain(self, links: list[Link]) -> str | None:
         chained = {(x.kind, x.ref) for x in links}
         for kind, (table, key) in RECORD_TABLES.items():

@@ -115,23 +115,44 @@ def register(
 
 
 @app.command()
-def verify(campaign: Path = typer.Option(Path("."), "--campaign", "-c", help="Campaign folder.")) -> None:
+def verify(
+    campaign: Path = typer.Option(Path("."), "--campaign", "-c", help="Campaign folder."),
+    expect_head: str | None = typer.Option(
+        None,
+        "--expect-head",
+        help="A head kept elsewhere: 'SEQ HASH' (or verify's line, or a file holding it, e.g. a copy of "
+        "frank.head); the chain must still hold that record with that hash.",
+    ),
+) -> None:
     """Check the registry, every stored design and design file, the evidence chain over every start, turn, ledger
-    step and refusal (with its head file, frank.head), the registered slots and every pinned workload.
+    step and refusal (with its head file, frank.head), the registered slots and every pinned workload; with
+    --expect-head, also that the chain still holds the head you kept elsewhere (nothing in the campaign folder,
+    the head file included, can then be rewritten or replaced quietly).
 
-    Example: frank verify -c my-campaign
+    Example: frank verify -c my-campaign --expect-head "57 3f2a…"
     """
     from frankenstein.campaign import open_campaign
     from frankenstein.design.registry import verify as do_verify
 
+    kept, source = expect_head, "--expect-head"
+    if expect_head is not None and Path(expect_head).is_file():
+        source = expect_head
+        try:
+            kept = Path(expect_head).read_text(errors="replace")
+        except OSError as exc:
+            raise typer.BadParameter(f"{expect_head}: {exc.strerror}", param_hint="--expect-head") from None
     with open_campaign(campaign) as c:
         lines = do_verify(c)
         head = c.store.chain_head()
+        matched = c.store.verify_kept(kept, source) if kept is not None else None
     for line in lines:
         typer.echo(line)
     typer.echo(f"registry verified: {len(lines)} designs")
     if head is not None:
         typer.echo(f"evidence chain verified: {head.seq} records, head {head.row_hash} (keep a copy elsewhere)")
+    if matched is not None:
+        link, n = matched
+        typer.echo(f"kept head verified: chain record {link.seq} of {n} is {link.row_hash[:16]}…, as kept")
 
 
 @app.command()
