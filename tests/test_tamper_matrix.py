@@ -338,6 +338,14 @@ def head_file_removed(c: sqlite3.Connection, root: Path) -> str:
     return "frank.head is missing"
 
 
+def head_file_line_garbled(c: sqlite3.Connection, root: Path) -> str:
+    head = root / "frank.head"
+    lines = head.read_text().splitlines()
+    lines[2] = "3 not-a-hash"
+    head.write_text("\n".join(lines) + "\n")
+    return "frank.head line 3 is not 'SEQ HASH' ('3 not-a-hash'): the head file was edited"
+
+
 def ledger_step_edited(c: sqlite3.Connection, root: Path) -> str:
     c.execute("UPDATE ledger SET forced = 1, why = 'later' WHERE seq = 1")
     return "ledger step 1 (adopt draft): changed after it was recorded"
@@ -382,6 +390,7 @@ CASES: list[Callable[[sqlite3.Connection, Path], str]] = [
     design_file_removed,
     last_start_and_its_chain_row_deleted,
     head_file_removed,
+    head_file_line_garbled,
     ledger_step_edited,
     chain_row_edited,
     orphan_turns_inserted,

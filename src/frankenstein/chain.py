@@ -142,6 +142,8 @@ def check_head(links: Sequence[Link], head: list[tuple[int, str]] | None, path: 
             else None
         )
     for i, (seq, h) in enumerate(head):
+        if seq < 0:
+            return f"{path.name} line {i + 1} is not 'SEQ HASH' ({h[:40]!r}): the head file was edited"
         if i >= len(links):
             return (
                 f"{path.name}: chain record {seq} was appended but is not in the store "
