@@ -5,7 +5,6 @@ fresh ones. Attacked here as a gaming script would, with our own hashing code an
 from __future__ import annotations
 
 import sqlite3
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,41 +13,15 @@ from frankenstein import chain
 from frankenstein.campaign import init_campaign, open_campaign
 from frankenstein.design.registry import register
 from frankenstein.design.runner import run_design
-from frankenstein.store import _link, _record
 
 from helpers_campaign import make_campaign
 from helpers_cli import cli
-
-BENCH = """\
-import json, sys
-print(json.dumps({"verify_step_ms": float(sys.argv[1]), "tokens_per_step": 1.0}))
-"""
-
-DESIGN = """\
-name = "{name}"
-kind = "speed"
-blocks = 2
-primary_metric = "verify_step_ms"
-
-[arms.served]
-command = ["{py}", "{bench}", "2.0"]
-
-[arms.candidate]
-command = ["{py}", "{bench}", "1.5"]
-
-[rule]
-kind = "all_blocks_better"
-alpha = 0.5
-"""
+from helpers_tamper import rewrite_chain_from, write_command_design
 
 
 def _design(root: Path, name: str) -> str:
-    bench = root / "bench.py"
-    bench.write_text(BENCH)
-    path = root / f"{name}.toml"
-    path.write_text(DESIGN.format(name=name, py=sys.executable, bench=bench))
     with open_campaign(root) as c:
-        did = register(c, path).design_id
+        did = register(c, write_command_design(root, name, blocks=2, alpha=0.5)).design_id
         run_design(c, did, echo=lambda s: None)
     return did
 
@@ -72,15 +45,7 @@ def _rewrite_everything(root: Path) -> int:
     sid = conn.execute("SELECT id FROM starts WHERE arm = 'candidate' ORDER BY id LIMIT 1").fetchone()[0]
     conn.execute("UPDATE starts SET metrics = json_set(metrics, '$.verify_step_ms', 9.0) WHERE id = ?", (sid,))
     first = int(conn.execute("SELECT seq FROM chain WHERE kind = 'start' AND ref = ?", (sid,)).fetchone()[0])
-    prev = _link(conn.execute("SELECT * FROM chain WHERE seq = ?", (first - 1,)).fetchone()) if first > 1 else None
-    for r in conn.execute("SELECT * FROM chain WHERE seq >= ? ORDER BY seq", (first,)).fetchall():
-        lab, tables = _record(conn, r["kind"], r["ref"])
-        link = chain.make_link(prev, r["kind"], r["ref"], lab, chain.digest(tables))
-        conn.execute(
-            "UPDATE chain SET digest = ?, prev_hash = ?, row_hash = ? WHERE seq = ?",
-            (link.digest, link.prev_hash, link.row_hash, link.seq),
-        )
-        prev = link
+    rewrite_chain_from(conn, first)
     rows = conn.execute("SELECT seq, row_hash FROM chain ORDER BY seq").fetchall()
     conn.commit()
     conn.close()

@@ -105,6 +105,30 @@ def test_binary_sha256(llama_server_bin: str, tmp_path: Path) -> None:
     assert first != binary_sha256(f) == hashlib.sha256(b"two!").hexdigest()
 
 
+def test_binary_sha256_sees_a_same_size_edit_with_the_mtime_put_back(tmp_path: Path) -> None:
+    """The attack on the per-process cache: swap a pinned file's bytes for others of the same length
+    and restore its mtime with os.utime, inside one process (as between two blocks of one frank run)."""
+    f = tmp_path / "kernel.bin"
+    f.write_bytes(b"kernel v1")
+    st = f.stat()
+    first = binary_sha256(f)
+    f.write_bytes(b"kernel v2")  # same size
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert f.stat().st_size == st.st_size and f.stat().st_mtime_ns == st.st_mtime_ns
+    assert binary_sha256(f) == hashlib.sha256(b"kernel v2").hexdigest() != first
+
+
+def test_binary_sha256_sees_a_file_replaced_by_rename(tmp_path: Path) -> None:
+    f, other = tmp_path / "engine", tmp_path / "engine.new"
+    f.write_bytes(b"aaaa")
+    st = f.stat()
+    first = binary_sha256(f)
+    other.write_bytes(b"bbbb")
+    os.utime(other, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.replace(other, f)  # a new inode at the same path, same size and mtime
+    assert binary_sha256(f) == hashlib.sha256(b"bbbb").hexdigest() != first
+
+
 def test_sampler_without_gpu_says_which(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", None)
     monkeypatch.setattr("frankenstein.measure.resources.has_nvidia_device", lambda: False)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import shutil
 import sqlite3
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -20,33 +19,11 @@ from frankenstein.campaign import open_campaign
 from frankenstein.design.registry import register
 from frankenstein.design.runner import run_design
 from frankenstein.errors import DesignError, StoreError
-from frankenstein.store import _link, _record
 
 from helpers_campaign import make_campaign, make_workload, write_design
 from helpers_ledger import CONFIRMED
 from helpers_cli import cli
-
-BENCH = """\
-import json, sys
-print(json.dumps({"verify_step_ms": float(sys.argv[1]), "tokens_per_step": 1.0}))
-"""
-
-KERNEL = """\
-name = "kernel"
-kind = "speed"
-blocks = 5
-primary_metric = "verify_step_ms"
-
-[arms.served]
-command = ["{py}", "{bench}", "2.0"]
-
-[arms.candidate]
-command = ["{py}", "{bench}", "1.5"]
-
-[rule]
-kind = "all_blocks_better"
-alpha = 0.05
-"""
+from helpers_tamper import rewrite_chain_from, write_command_design
 
 
 def store_design(camp, name: str, parts: str) -> str:
@@ -100,10 +77,7 @@ def template(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("tamper") / "camp"
     camp = make_campaign(root)
     make_workload(camp.root / "workloads" / "w.jsonl")
-    bench = camp.root / "bench.py"
-    bench.write_text(BENCH)
-    (camp.root / "kernel.toml").write_text(KERNEL.format(py=sys.executable, bench=bench))
-    kernel = register(camp, camp.root / "kernel.toml")
+    kernel = register(camp, write_command_design(camp.root, "kernel", blocks=5, alpha=0.05))
     run_design(camp, kernel.design_id, echo=lambda s: None)  # kernel-1: 10 starts by the runner
     store_design(camp, "draft", '["draft"]')  # draft-1: 12 starts with turns
     ledger.adopt(camp, "draft", "draft-1")  # ledger step 1
@@ -165,15 +139,7 @@ def whole_chain_rewritten(c: sqlite3.Connection, root: Path) -> str:
     sid = start_of(c, "threads-1")
     c.execute("UPDATE starts SET metrics = json_set(metrics, '$.verify_step_ms', 1.0) WHERE id = ?", (sid,))
     first = int(one(c, "SELECT seq FROM chain WHERE kind = 'start' AND ref = ?", sid)[0])
-    prev = _link(one(c, "SELECT * FROM chain WHERE seq = ?", first - 1)) if first > 1 else None
-    for r in c.execute("SELECT * FROM chain WHERE seq >= ? ORDER BY seq", (first,)).fetchall():
-        lab, tables = _record(c, r["kind"], r["ref"])
-        link = chain.make_link(prev, r["kind"], r["ref"], lab, chain.digest(tables))
-        c.execute(
-            "UPDATE chain SET digest = ?, prev_hash = ?, row_hash = ? WHERE seq = ?",
-            (link.digest, link.prev_hash, link.row_hash, link.seq),
-        )
-        prev = link
+    rewrite_chain_from(c, first)
     return f"chain record {first} ({label(c, sid)}): does not match frank.head (the chain was rewritten)"
 
 

@@ -82,7 +82,7 @@ def arm_files(recipe: ResolvedRecipe | None, command: list[str] | None) -> list[
 
 
 def pins_of_arm(arm: str, recipe: ResolvedRecipe | None, command: list[str] | None) -> list[Pin]:
-    """The arm's files that exist here, each with its sha256 (cached by path, size and mtime)."""
+    """The arm's files that exist here, each with its sha256 (cached per process by path, inode, size, mtime and ctime)."""
     return [
         Pin(arm, role, path, binary_sha256(path))
         for role, path in arm_files(recipe, command)

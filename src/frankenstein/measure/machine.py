@@ -3,7 +3,9 @@
 ``snapshot()`` reads, without starting anything: host name, CPU model, core counts, load average,
 the CPU frequency governor where the kernel exposes it, and per GPU (through NVML) name, UUID, memory,
 SM and memory clocks, temperature, power and the active clock-throttle reasons, with the driver and CUDA
-versions. ``binary_sha256()`` hashes an engine binary (cached by path, size and mtime), because an
+versions. ``binary_sha256()`` hashes an engine binary (cached by path, device, inode, size, mtime and
+ctime; ctime cannot be set back by ``os.utime``, so an edit that keeps the size and restores the mtime is
+still seen), because an
 engine's version string cannot tell a CUDA build from a CPU build.
 
 GPU status is one of three, never confused:
@@ -222,21 +224,34 @@ def cpu_governor() -> str | None:
         return None
 
 
-_SHA_CACHE: dict[tuple[str, int, int], str] = {}
+_SHA_CACHE: dict[tuple[str, int, int, int, int, int], str] = {}
+
+
+def _identity(p: Path) -> tuple[str, int, int, int, int, int]:
+    st = p.stat()
+    return (str(p), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def binary_sha256(path: str | Path) -> str:
-    """sha256 of a file (an engine binary), cached by resolved path, size and mtime."""
+    """sha256 of a file (an engine binary or model), cached per process by its identity.
+
+    The key is the resolved path with the file's device, inode, size, mtime and ctime: a file replaced
+    by a rename has a new inode, and any write (or ``os.utime`` to put the mtime back) moves the ctime.
+    A file that changed while it was hashed is not cached.
+    """
     p = Path(path).resolve()
-    st = p.stat()
-    key = (str(p), st.st_size, st.st_mtime_ns)
-    if key not in _SHA_CACHE:
-        h = hashlib.sha256()
-        with p.open("rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-        _SHA_CACHE[key] = h.hexdigest()
-    return _SHA_CACHE[key]
+    key = _identity(p)
+    cached = _SHA_CACHE.get(key)
+    if cached is not None:
+        return cached
+    h = hashlib.sha256()
+    with p.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    digest = h.hexdigest()
+    if _identity(p) == key:
+        _SHA_CACHE[key] = digest
+    return digest
 
 
 def differences(a: MachineSnapshot, b: MachineSnapshot) -> list[str]:
