@@ -5,12 +5,15 @@ in the note; the cache record and the prefetch of the next start's files beside 
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
 
 from conftest import frank
 from frankenstein.campaign import open_campaign
+from frankenstein.config import ResolvedRecipe
+from frankenstein.design.caches import recipe_key
 from frankenstein.design import phases
 from frankenstein.shipped import data_path
 from helpers_campaign import TOML, make_campaign, make_workload, write_design
@@ -107,11 +110,17 @@ def test_speed_starts_record_every_phase(camp: Path) -> None:
         rec = _check_phases(row, SPEED_PHASES)
         assert rec.phases["replay"] > 0 and rec.phases["warmup"] > 0
         caches = row.resources["caches"]
-        assert caches["policy"] == "warm" and caches["folder"] == f"caches/sp-1/{row.arm}/warm"
+        key = recipe_key(ResolvedRecipe.model_validate(row.recipe))
+        assert caches["policy"] == "warm" and caches["folder"] == f"caches/{key}/{row.arm}/warm"
+        assert rec.write_s is not None and 0 < rec.write_s < 5  # the store's write of this start, per start
     # one run: the starts follow each other, the gap between them is the write and the runner's own work
     gaps = [g for g in phases.gaps([phases.read(r.phases) for r in sorted(rows, key=lambda r: r.id)]) if g is not None]
     assert len(gaps) == 3 and all(0 <= g < 30 for g in gaps)
     doc = json.loads(json.dumps(phases.as_json(phases.summarize(rows))))  # what exports carry
+    assert [s["start_id"] for s in doc["per_start"]] == sorted(r.id for r in rows)
+    for s, row in zip(doc["per_start"], sorted(rows, key=lambda r: r.id)):
+        assert s["phases"] == row.phases["phases"] and s["write_s"] == row.phases["write_s"] and s["arm"] == row.arm
+    assert [s["between_s"] is None for s in doc["per_start"]] == [False, False, False, True]
     assert doc["starts"] == 4 and set(doc["per_arm"]) == {"served", "candidate"} and doc["cache"] == "warm"
     assert doc["per_arm"]["served"]["phases"]["ready"] > 0 and 0 < doc["engine_share"] < 1
 
@@ -174,3 +183,31 @@ def test_the_note_has_a_where_the_time_went_section(camp: Path, tmp_path: Path) 
     said = f"{reads} start(s) read {mib:.1f} MiB" if reads else "none read"
     assert f"- Prefetch of the next start's files: {said}" in section
     assert "- Model files in the page cache when the start launched: all of them for " in section
+
+
+def test_analyze_json_exports_every_starts_phases(camp: Path) -> None:
+    r = frank("analyze", "sp-1", "-c", str(camp), "--json")
+    assert r.returncode == 0, r.stderr
+    per_start = json.loads(r.stdout)["time_spent"]["per_start"]
+    rows = {row.id: row for row in _rows(camp, "sp-1")}
+    assert sorted(s["start_id"] for s in per_start) == sorted(rows) and len(per_start) == 4
+    for s in per_start:
+        stored = rows[s["start_id"]].phases
+        assert s["phases"] == stored["phases"] and s["total_s"] == stored["total_s"]
+        assert s["write_s"] == stored["write_s"] > 0 and s["notes"]["stopped_by"] == "SIGTERM"
+
+
+def test_replay_stores_and_exports_its_starts_phases(camp: Path) -> None:
+    """``frank replay`` records its start as a design's are: phases (write included), caches, machine."""
+    r = frank("replay", "base", str(camp / "workloads" / "w.jsonl"), "-c", str(camp), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    exported = doc["phases"]
+    assert SPEED_PHASES <= set(exported["phases"]) and exported["notes"]["stopped_by"] == "SIGTERM"
+    assert exported["phases"]["ready"] > 0 and exported["phases"]["replay"] > 0 and exported["write_s"] > 0
+    with sqlite3.connect(camp / "frank.db") as db:
+        (text,) = db.execute("SELECT resources FROM starts WHERE id = ?", (doc["start_id"],)).fetchone()
+    stored = json.loads(text)
+    assert stored["phases"]["phases"] == exported["phases"] and stored["phases"]["write_s"] == exported["write_s"]
+    assert stored["caches"]["folder"].endswith("/replay/warm") and stored["caches"]["policy"] == "warm"
+    assert "machine" in stored and "load" in stored

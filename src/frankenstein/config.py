@@ -9,9 +9,16 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import AfterValidator, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_validator,
+    model_serializer,
+)
 
 from frankenstein.errors import ConfigError, UnknownNameError
 from frankenstein.shipped import expand
@@ -38,6 +45,10 @@ def check_name(value: str) -> str:
 
 Name = Annotated[str, AfterValidator(check_name)]
 
+# The name of an environment variable that holds a cache folder (``cache_vars``): frank points it at the
+# arm's own folder inside the campaign, under the design's cache policy (design/caches.py).
+CacheVar = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
+
 
 class Provenance(FrozenUserFile):
     fork: str = ""
@@ -53,6 +64,11 @@ class Part(FrozenUserFile):
     binary: str | None = None
     python: str | None = None
     model: str | None = None
+    cache_vars: list[CacheVar] = Field(
+        default_factory=list,
+        description="environment variables that hold a cache folder of this part (e.g. a kernel cache): "
+        "frank sets each to a folder of the arm's own inside the campaign, warm or cold as the design says",
+    )
     provenance: Provenance = Provenance()
 
 
@@ -66,6 +82,10 @@ class Recipe(FrozenUserFile):
     command: list[str] | None = None
     parts: list[str] = Field(default_factory=list)
     start_timeout_s: float = Field(default=300.0, gt=0, allow_inf_nan=False)
+    cache_vars: list[CacheVar] = Field(
+        default_factory=list,
+        description="environment variables that hold a cache folder of this recipe's engine or command",
+    )
 
 
 class ClusterConfig(FrozenUserFile):
@@ -103,14 +123,23 @@ class ResolvedRecipe(FrozenUserFile):
     command: list[str] | None = None
     parts: list[str] = Field(default_factory=list)
     start_timeout_s: float = 300.0
+    cache_vars: list[str] = Field(default_factory=list)
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """``cache_vars`` is left out when empty, so recipes frozen before it existed keep their
+        canonical text (and a design's hash)."""
+        out: dict[str, Any] = handler(self)
+        if not out.get("cache_vars", True):
+            del out["cache_vars"]
+        return out
 
     def launch_differences(self, other: ResolvedRecipe) -> list[str]:
         """The fields that change what is launched (engine, model, args, env, binary, python, command) and differ."""
-        mine, theirs = self.model_dump(include=set(LAUNCH_FIELDS)), other.model_dump(include=set(LAUNCH_FIELDS))
-        return [k for k in LAUNCH_FIELDS if mine[k] != theirs[k]]
+        return [k for k in LAUNCH_FIELDS if getattr(self, k) != getattr(other, k)]
 
 
-LAUNCH_FIELDS = ("engine", "model", "args", "env", "binary", "python", "command")
+LAUNCH_FIELDS = ("engine", "model", "args", "env", "binary", "python", "command", "cache_vars")
 
 
 def launch_problem(recipe: ResolvedRecipe) -> str | None:
@@ -157,6 +186,16 @@ def load_config(path: str | Path) -> CampaignConfig:
         config = CampaignConfig.model_validate(data)
     except ValidationError as exc:
         raise field_error(path, exc) from exc
+    for table, entries in (("recipes", config.recipes), ("parts", config.parts)):
+        for name, entry in entries.items():
+            both = sorted(set(entry.env) & set(entry.cache_vars))
+            if both:
+                raise ConfigError(
+                    f"{', '.join(both)} is both set in env and named in cache_vars: a named cache variable's folder "
+                    "is frank's to set (inside the campaign); remove it from env",
+                    path=path,
+                    field=f"{table}.{name}.cache_vars",
+                )
     for rname, recipe in config.recipes.items():
         for i, p in enumerate(recipe.parts):
             if p not in config.parts:
@@ -189,6 +228,7 @@ def resolve(
         )
     r = config.recipes[recipe_name]
     args, env = list(r.args), dict(r.env)
+    cache_vars = list(r.cache_vars)
     binary, python, model = r.binary, r.python, r.model
     names = [*r.parts, *extra_parts]
     for i, name in enumerate(names):
@@ -205,6 +245,8 @@ def resolve(
         binary = part.binary or binary
         python = part.python or python
         model = part.model or model
+        cache_vars += [v for v in part.cache_vars if v not in cache_vars]
+    env = {k: v for k, v in env.items() if k not in cache_vars}  # a named cache variable is frank's to set
     args = [expand(a) for a in args]
     model = expand(model)
     if base_dir is not None and model and not Path(model).is_absolute():
@@ -220,4 +262,5 @@ def resolve(
         command=r.command,
         parts=names,
         start_timeout_s=r.start_timeout_s,
+        cache_vars=cache_vars,
     )

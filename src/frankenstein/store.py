@@ -380,7 +380,11 @@ class Store:
         episodes: Sequence[dict[str, Any]] = (),
     ) -> int:
         """Write one start with its turns, artifacts and episodes in one transaction; return its id.
-        A start of a registered design must be a slot its registration created (block, position, rep, arm)."""
+        A start of a registered design must be a slot its registration created (block, position, rep, arm).
+        A start with phases (``resources["phases"]``) gets its ``write_s``: the seconds from this call until
+        its rows (start, turns, artifacts, episodes) are inserted, the wait for the write lock included,
+        measured just before its chain link is computed (the link and the commit are not in it)."""
+        t0 = time.monotonic()
         with self.transaction() as c:
             problem = _slot_problem(c, design_id, block, position, rep, arm) if design_id is not None else None
             if problem:
@@ -434,6 +438,9 @@ class Store:
                         _dumps(e.get("detail", {})),
                     ),
                 )
+            if resources is not None and isinstance(resources.get("phases"), Mapping):  # the caller's dict gets it too
+                resources["phases"] = {**resources["phases"], "write_s": round(time.monotonic() - t0, 4)}
+                c.execute("UPDATE starts SET resources = ? WHERE id = ?", (_dumps(resources), start_id))
             self._chain(c, "start", start_id)
         return start_id
 

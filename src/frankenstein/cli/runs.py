@@ -50,7 +50,9 @@ def replay(
     if as_json and as_csv:
         raise typer.BadParameter("--json or --csv, not both")
     from frankenstein.campaign import open_campaign
-    from frankenstein.design.start import measure_start, record_start
+    from frankenstein.design import phases
+    from frankenstein.design.caches import folder_applied
+    from frankenstein.design.start import measure_start, record_start, watched
     from frankenstein.progress import RunProgress, heartbeat_seconds
     from frankenstein.workload.replay import ReplaySettings
     from frankenstein.workload.trace import load_trace
@@ -68,8 +70,13 @@ def replay(
             from frankenstein.engines.external import external_recipe
 
             r = external_recipe(r, url)
-        with RunProgress(1, heartbeat_s=every, prefix="frank replay") as run, run.slot(f"replay {r.name}") as progress:
-            out = measure_start(r, wl, settings, c.logs, progress)
+        with (
+            RunProgress(1, heartbeat_s=every, prefix="frank replay") as run,
+            run.slot(f"replay {r.name}") as progress,
+            phases.recording(),  # phases, cache folders, machine and load, as a design's start has them
+            folder_applied(c, r, "replay"),
+        ):
+            out = watched(lambda: measure_start(r, wl, settings, c.logs, progress))
         start_id = record_start(c.store, out)
     if as_json or as_csv:
         from frankenstein.report.export import dumps, replay_csv, replay_doc

@@ -1,38 +1,51 @@
-"""Fresh process, warm caches: per-arm cache folders inside the campaign for what engines compile or
-download at start, set through the environment of every process a start launches.
+"""Fresh process, warm caches: per-recipe, per-arm cache folders inside the campaign for what engines
+compile or download at start, set through the environment of every process a start launches.
 
 Every start is a fresh engine process, on purpose; what it compiles (vLLM's torch.compile cache, the
-inductor and Triton kernels) or downloads need not be. Each arm of a design has its own folder,
+inductor and Triton kernels, a kernel cache a part names) or downloads need not be. The folders are
+keyed by the arm's resolved recipe (a hash of what is launched: :func:`recipe_key`) and the arm,
 
-    <campaign>/caches/<design id>/<arm>/warm/            cache = "warm" (the default): kept, reused
-    <campaign>/caches/<design id>/<arm>/cold-b<B>-p<P>-r<R>/   cache = "cold": made empty for the start, removed after
+    <campaign>/caches/<recipe key>/<arm>/warm/                          cache = "warm" (the default): kept, reused
+    <campaign>/caches/<recipe key>/<arm>/cold-<design>-b<B>-p<P>-r<R>/   cache = "cold": empty for the start, removed after
 
-so the first start of an arm pays the compile and later starts of that arm reuse it, and no arm ever
-reads the other arm's caches (arm order stays the only thing randomization has to balance). The
-variables set (:data:`CACHE_VARS`) point into that folder; a variable the recipe's own ``env`` sets
-is left to the recipe (a part that names a cache folder keeps it), and is recorded as such.
+so the first start of an arm pays the compile, later starts of that arm reuse it, and a later design
+that runs the same recipe as the same arm reuses it too; no arm ever reads the other arm's caches (an
+A/A design's two arms launch the same recipe and still get two folders), so arm order stays the only
+thing randomization has to balance. ``frank replay`` uses ``<recipe key>/replay/warm``.
+
+The variables set are :data:`CACHE_VARS` (each into its own sub-folder) plus every variable the
+recipe or one of its parts names in ``cache_vars`` (``frank.toml``; sub-folder ``named/<VAR>``): a
+named variable is frank's to set, under the design's policy. A :data:`CACHE_VARS` variable the
+recipe's ``env`` sets and does not name is left to the recipe (outside the campaign, not emptied under
+``cold``); the record says so (``left_to_recipe``) and so does the summary.
 ``XDG_CACHE_HOME`` moves the default place of everything that caches under ``~/.cache``; the
 Hugging Face hub cache is kept where it was (``HF_HOME`` set to it) so models are not downloaded again.
 
 The start's record says what ran (``resources["caches"]``): policy, folder (relative to the
-campaign), whether it was empty when the start began, its bytes before and after.
+campaign), whether it was empty when the start began, its bytes before and after, the variables set
+and those named by the recipe.
 
-    folder_for(root, design_id, arm, policy, slot) -> Path
-    cache_env(folder, recipe_env) -> (env, left to the recipe)
+    recipe_key(recipe) -> str                   "recipe-<16 hex>" of the launch fields
+    folder_for(root, key, arm, policy, slot, design_id) -> Path
+    cache_env(folder, recipe) -> (env, left to the recipe)
     applied(campaign, reg, slot)      context: the folder made, the env set for launches, the record attached
+    folder_applied(campaign, recipe, arm, policy, cold_name)   the same, for any start (frank replay)
     around_slot(campaign, reg, slot)  what the runner wraps each slot in: caches, then the prefetch
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from frankenstein.campaign import Campaign
+from frankenstein.config import LAUNCH_FIELDS, ResolvedRecipe
 from frankenstein.design import phases, prefetch
 from frankenstein.design.model import Registered, Slot
 from frankenstein.engines.process import launch_env
@@ -47,20 +60,44 @@ CACHE_VARS = {
 POLICIES = ("warm", "cold")
 
 
-def folder_for(root: Path, design_id: str, arm: str, policy: str, slot: Slot) -> Path:
-    base = root / "caches" / design_id / arm
+NAMED = "named"
+"""The sub-folder of the variables a recipe or part names in ``cache_vars``."""
+
+
+def recipe_key(recipe: ResolvedRecipe | None, command: list[str] | None = None) -> str:
+    """``recipe-<16 hex>``: the sha256 of what a start launches (:data:`LAUNCH_FIELDS`; a command arm's
+    command), so the same recipe gets the same folders in every design, and a changed one new ones."""
+    content: dict[str, Any] = (
+        {k: getattr(recipe, k) for k in LAUNCH_FIELDS} if recipe is not None else {"command": command}
+    )
+    text = json.dumps(content, sort_keys=True, separators=(",", ":"))
+    return "recipe-" + hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def folder_for(root: Path, key: str, arm: str, policy: str, slot: Slot | None = None, design_id: str = "") -> Path:
+    base = root / "caches" / key / arm
     if policy == "cold":
-        return base / f"cold-b{slot.block + 1}-p{slot.position}-r{slot.rep}"
+        where = f"b{slot.block + 1}-p{slot.position}-r{slot.rep}" if slot is not None else "start"
+        return base / f"cold-{design_id}-{where}" if design_id else base / f"cold-{where}"
     return base / "warm"
 
 
-def cache_env(folder: Path, recipe_env: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
-    """The variables to set for a launch, and those left to the recipe's own ``env``."""
-    env = {var: str(folder / sub) for var, sub in CACHE_VARS.items() if var not in recipe_env}
+def sub_folders(named: list[str]) -> dict[str, str]:
+    """{variable: sub-folder}: :data:`CACHE_VARS` and the named ones."""
+    return {**CACHE_VARS, **{var: f"{NAMED}/{var}" for var in named}}
+
+
+def cache_env(folder: Path, recipe: ResolvedRecipe | None) -> tuple[dict[str, str], list[str]]:
+    """The variables to set for a launch, and the :data:`CACHE_VARS` ones left to the recipe's own ``env``
+    (set there and not named in ``cache_vars``). A named variable is always set (``resolve`` drops any
+    value ``env`` gave it)."""
+    recipe_env = recipe.env if recipe is not None else {}
+    named = list(recipe.cache_vars) if recipe is not None else []
+    env = {var: str(folder / sub) for var, sub in sub_folders(named).items() if var in named or var not in recipe_env}
     if "XDG_CACHE_HOME" in env and "HF_HOME" not in recipe_env:
         xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
         env["HF_HOME"] = os.environ.get("HF_HOME") or str(Path(xdg) / "huggingface")
-    return env, sorted(var for var in CACHE_VARS if var in recipe_env)
+    return env, sorted(var for var in CACHE_VARS if var in recipe_env and var not in named)
 
 
 def size_of(folder: Path) -> tuple[int, int]:
@@ -78,28 +115,48 @@ def size_of(folder: Path) -> tuple[int, int]:
 
 @contextmanager
 def applied(campaign: Campaign, reg: Registered, slot: Slot) -> Iterator[dict[str, Any]]:
-    """Make the slot's cache folder (an empty one for ``cold``), set the launch environment, attach
-    the record to the start; a cold folder is removed after the start."""
-    policy = reg.design.cache
+    """The slot's cache folders (:func:`folder_applied`) under the design's policy."""
     spec = reg.design.arms[slot.arm]
     recipe = reg.frozen.recipes.get(slot.arm)
-    folder = folder_for(campaign.root, reg.design_id, slot.arm, policy, slot)
+    key = recipe_key(recipe, spec.command)
+    with folder_applied(campaign, recipe, slot.arm, reg.design.cache, key, slot, reg.design_id) as record:
+        record["arm_kind"] = "command" if spec.command is not None else "recipe"
+        yield record
+
+
+@contextmanager
+def folder_applied(
+    campaign: Campaign,
+    recipe: ResolvedRecipe | None,
+    arm: str,
+    policy: str = "warm",
+    key: str | None = None,
+    slot: Slot | None = None,
+    design_id: str = "",
+) -> Iterator[dict[str, Any]]:
+    """Make the start's cache folders (empty ones for ``cold``), set the launch environment, attach
+    the record to the current start's phase recorder; a cold folder is removed after the start."""
+    key = key or recipe_key(recipe)
+    folder = folder_for(campaign.root, key, arm, policy, slot, design_id)
+    named = list(recipe.cache_vars) if recipe is not None else []
     with phases.phase("caches"):
         if policy == "cold" and folder.exists():
             shutil.rmtree(folder)
-        for sub in CACHE_VARS.values():
+        for sub in sub_folders(named).values():
             (folder / sub).mkdir(parents=True, exist_ok=True)
         files, size = size_of(folder)
-    env, left = cache_env(folder, recipe.env if recipe is not None else {})
+    env, left = cache_env(folder, recipe)
     record: dict[str, Any] = {
         "policy": policy,
+        "key": key,
         "folder": str(folder.relative_to(campaign.root)),
         "empty_at_start": files == 0,
         "files_at_start": files,
         "bytes_at_start": size,
         "vars": sorted(env),
+        "named": named,
         "left_to_recipe": left,
-        "arm_kind": "command" if spec.command is not None else "recipe",
+        "arm_kind": "recipe",
     }
 
     def final() -> dict[str, Any]:

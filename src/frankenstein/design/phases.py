@@ -9,9 +9,12 @@ start is being recorded). The record is stored with the start as ``resources["ph
      "phases": {"launch": s, "ready": s, "warmup": s, "replay": s, "scrape": s, "stop": s, "other": s},
      "notes": {...}}
 
-``other`` is the part of the total no phase claimed (the machine snapshot, bookkeeping); the time
-*between* starts (writing a start's record, the runner's checks) is the gap from one start's
-``at + total_s`` to the next one's ``at`` (:func:`gaps`), since a row cannot hold the time of its own write.
+``other`` is the part of the total no phase claimed (the machine snapshot, bookkeeping). The store adds
+``"write_s"`` as it writes the start (:meth:`frankenstein.store.Store.insert_start`): the seconds from
+the call to write it until its rows are inserted, measured before its chain link is computed (the link
+and the commit, a few milliseconds, are not in it); it is outside ``total_s``. The time *between*
+starts (the write, the runner's checks) is the gap from one start's ``at + total_s`` to the next one's
+``at`` (:func:`gaps`).
 
     recording() -> Phases       the current start's recorder (nested calls share the outer one)
     phase(name)                 time one phase of the current start
@@ -20,6 +23,8 @@ start is being recorded). The record is stored with the start as ``resources["ph
     current() -> Phases | None
     read(record) -> StartPhases typed read of a stored record (None for a start recorded before phases)
     gaps(records) -> list       seconds between consecutive starts
+    summarize(rows, cache)      a design's TimeSummary: per arm means, per start phases, caches, prefetch
+    as_json(summary)            the summary for exports (schema: docs/exports.md, "time_spent")
     PHASE_ORDER                 display order of the phase names
 """
 
@@ -59,7 +64,7 @@ PHASE_WORDS = {
     "scrape": "scrape",
     "stop": "stop",
     "other": "other",
-    "write": "write + between starts",
+    "write": "write",
 }
 ENGINE_START = ("launch", "ready", "stop")
 """The phases that are the price of a fresh engine per start (what a plan calls "engine starts")."""
@@ -176,6 +181,7 @@ class StartPhases:
     total_s: float
     phases: dict[str, float]
     notes: dict[str, Any] = field(default_factory=dict)
+    write_s: float | None = None  # writing the start's rows (the store's, outside total_s)
 
     @property
     def engine_start_s(self) -> float:
@@ -189,7 +195,14 @@ def read(record: Any) -> StartPhases | None:
         return None
     try:
         phases = {str(k): float(v) for k, v in dict(record.get("phases") or {}).items()}
-        return StartPhases(float(record["at"]), float(record["total_s"]), phases, dict(record.get("notes") or {}))
+        write = record.get("write_s")
+        return StartPhases(
+            float(record["at"]),
+            float(record["total_s"]),
+            phases,
+            dict(record.get("notes") or {}),
+            None if write is None else float(write),
+        )
     except (KeyError, TypeError, ValueError):
         return None
 
@@ -224,6 +237,18 @@ class ArmTime:
 
 
 @dataclass(frozen=True)
+class StartTime:
+    """One start's stored phases, for exports: its id, arm, block, and the gap to the next start."""
+
+    start_id: int
+    arm: str
+    block: int | None
+    status: str
+    phases: StartPhases
+    between_s: float | None  # to the next start's beginning (None for the last one)
+
+
+@dataclass(frozen=True)
 class TimeSummary:
     """Where a design's wall time went, from its start rows (``StartRow.phases``)."""
 
@@ -239,6 +264,8 @@ class TimeSummary:
     cache_recorded: int  # starts with a cache record
     prefetch: dict[str, Any] = field(default_factory=dict)
     page_cache: tuple[float, ...] = ()  # per start that recorded it: share of its model files cached at launch
+    cache_outside: dict[str, int] = field(default_factory=dict)  # variable left to the recipe's env: starts
+    per_start: tuple[StartTime, ...] = ()
 
     @property
     def wall_s(self) -> float:
@@ -263,8 +290,9 @@ def summarize(rows: Sequence[Any], cache: str = "warm") -> TimeSummary:
             continue
         seen = dict(rec.phases)
         seen["total"] = rec.total_s
+        if rec.write_s is not None:
+            seen["write"] = rec.write_s
         if g is not None and g <= GAP_LIMIT_S:
-            seen["write"] = g
             between_s += g
         elif g is not None:
             resumed += 1
@@ -278,6 +306,10 @@ def summarize(rows: Sequence[Any], cache: str = "warm") -> TimeSummary:
         mean = {k: sum(s.get(k, 0.0) for s in seen_rows) / len(seen_rows) for k in names}
         arms.append(ArmTime(arm, len(seen_rows), mean, sum(s["total"] for s in seen_rows) / len(seen_rows)))
     caches = [r.resources.get("caches") for r in rows if isinstance(r.resources.get("caches"), Mapping)]
+    outside: dict[str, int] = {}
+    for c in caches:
+        for var in c.get("left_to_recipe") or ():
+            outside[str(var)] = outside.get(str(var), 0) + 1
     return TimeSummary(
         arms=tuple(arms),
         starts=sum(1 for r in recs if r is not None),
@@ -294,6 +326,10 @@ def summarize(rows: Sequence[Any], cache: str = "warm") -> TimeSummary:
             float(pc["resident"])
             for r in rows
             if isinstance(pc := r.resources.get("page_cache"), Mapping) and pc.get("resident") is not None
+        ),
+        cache_outside=outside,
+        per_start=tuple(
+            StartTime(r.id, r.arm, r.block, r.status, rec, g) for r, rec, g in zip(rows, recs, gap) if rec is not None
         ),
     )
 
@@ -360,7 +396,10 @@ def sentences(summary: TimeSummary) -> list[str]:
     )
     cache = f"engine caches: {policy}"
     if summary.cache_recorded:
-        cache += f"; {summary.cache_empty} of {summary.cache_recorded} starts began with an empty folder"
+        cache += f"; {summary.cache_empty} of {summary.cache_recorded} starts began with an empty campaign folder"
+    if summary.cache_outside:
+        named = ", ".join(f"{var} ({n} start(s))" for var, n in sorted(summary.cache_outside.items()))
+        cache += f"; left to the recipe's own env, outside the campaign (shared by the arms, not emptied under cold): {named}"
     out.append(cache)
     if summary.page_cache:
         full = sum(1 for x in summary.page_cache if x >= 0.999)
@@ -411,7 +450,28 @@ def as_json(summary: TimeSummary | None) -> dict[str, Any] | None:
         "engine_share": summary.engine_share,
         "cache": summary.cache,
         "cache_empty_at_start": summary.cache_empty,
+        "cache_outside_campaign": dict(summary.cache_outside),
         "per_arm": {a.arm: {"starts": a.starts, "total_s": a.total_s, "phases": dict(a.mean)} for a in summary.arms},
+        "per_start": [start_json(s) for s in summary.per_start],
         "prefetch": dict(summary.prefetch),
         "page_cache_at_launch": list(summary.page_cache),
     }
+
+
+def start_json(s: StartTime) -> dict[str, Any]:
+    """One start's phases for exports (``time_spent.per_start[]``)."""
+    return {
+        "start_id": s.start_id,
+        "arm": s.arm,
+        "block": None if s.block is None else s.block + 1,
+        "status": s.status,
+        **record_json(s.phases),
+        "between_s": None if s.between_s is None else round(s.between_s, 4),
+    }
+
+
+def record_json(p: StartPhases | None) -> dict[str, Any]:
+    """A stored phase record for exports: ``at``, ``total_s``, ``phases``, ``write_s``, ``notes``."""
+    if p is None:
+        return {"at": None, "total_s": None, "phases": {}, "write_s": None, "notes": {}}
+    return {"at": p.at, "total_s": p.total_s, "phases": dict(p.phases), "write_s": p.write_s, "notes": dict(p.notes)}

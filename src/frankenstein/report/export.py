@@ -171,6 +171,7 @@ def replay_doc(start_id: int, out: StartOutcome) -> dict[str, Any]:
             "status": out.status,
             "reason": out.reason,
             "started_at": out.started_at,
+            "phases": phases.record_json(phases.read(out.resources.get("phases"))),
             "metrics": out.metrics,
             "percentiles": rows_percentiles(out.rows),
             "turns": [_turn(r) for r in out.rows],
