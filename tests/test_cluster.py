@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -34,8 +35,17 @@ from helpers_campaign import TOML, make_campaign, make_workload
 pytestmark = pytest.mark.ray
 
 BENCH = """\
-import json, os, subprocess, sys, time
+import json, os, re, subprocess, sys, time
+began = time.time()
 value, sleep = float(sys.argv[1]), float(sys.argv[2])
+# Under cache = "cold" the start's cache folder names its block (cold-...b<B>-p<P>-r<R>): the arm's value then
+# depends on the block, deterministically, so each block's ratio (and the p-value) depends on which value
+# landed in which block. Without it (other designs) the block is 0 and the value is the argument.
+found = re.search(r"cold-(?:.*-)?b(\\d+)-p(\\d+)-r\\d+/", os.environ.get("XDG_CACHE_HOME", ""))
+block, position = (int(found.group(1)), int(found.group(2))) if found else (0, -1)
+FACTORS = {2.0: [1.0, 1.3, 0.9, 1.6, 1.1, 1.25], 1.5: [0.95, 1.2, 1.4, 0.9, 1.0, 1.05]}
+if block:
+    value *= FACTORS.get(value, [1.0] * 6)[(block - 1) % 6]
 if len(sys.argv) > 3:  # a grandchild in the arm's process group, which must not outlive the start
     subprocess.Popen(["sleep", "300"])
     for path in sys.argv[3:]:
@@ -47,9 +57,31 @@ worker = int(open(f"/proc/{os.getppid()}/stat").read().rsplit(")", 1)[1].split()
 worker_env = open(f"/proc/{worker}/environ", "rb").read().split(b"\\0")
 print(json.dumps({
     "verify_step_ms": value, "tokens_per_step": 1.0,
-    "ray_vars": sum(k.startswith("RAY_") for k in os.environ),
+    "ray_vars": sum(k.startswith("RAY_") and k != "RAY_ADDRESS" for k in os.environ),
+    "ray_address_local": float(os.environ.get("RAY_ADDRESS") == "local"),
     "worker_ray_vars": sum(e.startswith(b"RAY_") for e in worker_env),
+    "block": block, "position": position, "began": began, "ended": time.time(),
 }))
+"""
+
+# An engine that starts Ray of its own, as vLLM does: it asks Ray where it would connect (Ray's own address
+# resolution), then really calls ray.init() with no address, reports the cluster it got, and shuts it down.
+PROBE = """\
+import json, sys
+import ray
+from ray._common.utils import get_ray_address_file
+from ray._private import services
+report = sys.argv[1]
+resolved = services.canonicalize_bootstrap_address(None)
+ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+try:
+    got = {"gcs": ray.get_runtime_context().gcs_address, "nodes": sorted(str(n["NodeName"]) for n in ray.nodes())}
+finally:
+    ray.shutdown()
+got.update(resolved=resolved, address_file=get_ray_address_file(None))
+with open(report, "w") as f:
+    json.dump(got, f)
+print(json.dumps({"verify_step_ms": 1.0, "nodes": len(got["nodes"])}))
 """
 
 DESIGN = """\
@@ -57,7 +89,7 @@ name = "{name}"
 kind = "speed"
 blocks = {blocks}
 primary_metric = "verify_step_ms"
-
+{more}
 [arms.served]
 command = {served}
 
@@ -65,16 +97,29 @@ command = {served}
 command = {candidate}
 
 [rule]
-kind = "all_blocks_better"
+kind = "{rule}"
 alpha = {alpha}
 """
 
 
+def _need_namespaces() -> None:
+    """Ray and network namespaces are required here (make test installs Ray; this machine and CI run as
+    root with unshare working): a missing one fails with what to do, never a skip that reads as a pass."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        pytest.fail("Ray is not installed: pip install 'frankenstein[ray]' (make test installs it)")
+    argv = ["unshare", "--net", *([] if os.geteuid() == 0 else ["--map-current-user"]), "true"]
+    if shutil.which("unshare") is None:
+        pytest.fail("unshare (util-linux) is not installed: the loopback test cluster needs network namespaces")
+    got = subprocess.run(argv, capture_output=True, text=True)
+    if got.returncode:
+        pytest.fail(f"cannot create a network namespace ({' '.join(argv)}): {got.stderr.strip()}")
+
+
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[LocalCluster]:
-    pytest.importorskip("ray", reason="Ray is not installed (pip install 'frankenstein[ray]')")
-    if shutil.which("unshare") is None or subprocess.run(["unshare", "--net", "--map-current-user", "true"]).returncode:
-        pytest.skip("no unprivileged network namespaces here (unshare --net --map-current-user): no loopback cluster")
+    _need_namespaces()
     root = Path(tempfile.mkdtemp(prefix="fr-", dir="/tmp"))  # short: Ray's socket paths stay under 107 chars
     lc = LocalCluster(root)
     try:
@@ -88,13 +133,25 @@ def _arm(bench: Path, value: float, sleep: float, *extra: str) -> str:
     return json.dumps([sys.executable, str(bench), str(value), str(sleep), *extra])
 
 
-def _command_design(root: Path, name: str, blocks: int, sleep: float, *extra: str) -> Path:
-    bench = root / "bench.py"
+def _command_design(
+    root: Path,
+    name: str,
+    blocks: int,
+    sleep: float,
+    *extra: str,
+    rule: str = "all_blocks_better",
+    more: str = "",
+    bench: Path | None = None,
+) -> Path:
+    bench = bench or root / "bench.py"
     bench.write_text(BENCH)
     path = root / f"{name}.toml"
     served, candidate = _arm(bench, 2.0, sleep, *extra), _arm(bench, 1.5, sleep, *extra)
     alpha = 0.1 if blocks >= 4 else 0.5  # one block reaches p = 1/2 at most
-    path.write_text(DESIGN.format(name=name, blocks=blocks, served=served, candidate=candidate, alpha=alpha))
+    text = DESIGN.format(
+        name=name, blocks=blocks, served=served, candidate=candidate, alpha=alpha, rule=rule, more=more
+    )
+    path.write_text(text)
     return path
 
 
@@ -155,22 +212,70 @@ def _gone(groups: list[int], timeout_s: float = 30) -> list[int]:
     return left
 
 
-def test_every_ray_listener_is_on_loopback(cluster: LocalCluster) -> None:
-    links = subprocess.run(cluster.command(["ip", "-o", "link"]), capture_output=True, text=True).stdout
+def _listeners(lc: LocalCluster) -> list[tuple[str, str, str]]:
+    """(protocol, local address, users) of every TCP listener and UDP socket inside the namespace."""
+    out = subprocess.run(lc.command(["ss", "-HlntupA", "tcp,udp"]), capture_output=True, text=True, check=True)
+    rows = []
+    for line in out.stdout.splitlines():
+        parts = line.split()
+        rows.append((parts[0], parts[4], " ".join(parts[6:])))
+    return rows
+
+
+LOOPBACK = ("127.0.0.1", "[::ffff:127.0.0.1]", "[::1]")
+
+
+def test_every_ray_listener_is_on_loopback_while_a_run_is_in_progress(cluster: LocalCluster, tmp_path: Path) -> None:
+    """During a run (driver, Ray workers and a command arm alive), every TCP listener and UDP socket in the
+    cluster's namespace is on loopback, the namespace holds only lo, and every process of the cluster (each
+    one that names its Ray temp dir, the driver, the arm) is inside it."""
+    c = make_campaign(tmp_path / "c")
+    c.close()
+    did = _registered(c.root, _command_design(c.root, "listen", 3, 4.0, str(tmp_path)))
+    argv = [sys.executable, "-m", "frankenstein", "run", did, "-c", str(c.root), "--ray", cluster.address]
+    p = subprocess.Popen(cluster.command(argv), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _, groups = _wait_for_engine(cluster, [n.name for n in cluster.nodes])
+        links = subprocess.run(cluster.command(["ip", "-o", "link"]), capture_output=True, text=True).stdout
+        listening = _listeners(cluster)
+        inside = set(cluster.processes())
+        engines_alive = [g for g in groups if group_members(g)]
+        ray_processes = [pid for pid in _all_pids() if str(cluster.root / "ray") in _cmdline(pid)]
+        drivers = [pid for pid in inside if f"run {did} -c" in _cmdline(pid)]
+    finally:
+        p.kill()
+        p.wait()
+    assert engines_alive, "the arm ended before the listeners were read"
+    assert drivers, "the driver was not running in the namespace"
     assert [line.split(":")[1].strip() for line in links.splitlines()] == ["lo"]
-    inside = subprocess.run(cluster.command(["ss", "-ltnpH"]), capture_output=True, text=True, check=True).stdout
-    local = [line.split()[3] for line in inside.splitlines()]
-    assert len(local) >= 7  # a GCS and two raylet ports per node at least
-    assert all(a.rsplit(":", 1)[0] in ("127.0.0.1", "[::ffff:127.0.0.1]", "[::1]") for a in local), local
-    outside = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout
-    ours = cluster.processes()
-    assert ours and not any(f"pid={pid}," in outside for pid in ours)
+    users = " ".join(u for _, _, u in listening)
+    assert {"gcs_server", "raylet"} <= {name for name in ("gcs_server", "raylet") if f'"{name}"' in users}
+    assert any(f"pid={pid}," in users for pid in drivers), listening  # the driver's own sockets are seen too
+    assert len([r for r in listening if r[0] == "tcp"]) >= 7  # a GCS and two raylet ports per node at least
+    assert all(addr.rsplit(":", 1)[0] in LOOPBACK for _, addr, _ in listening), listening
+    assert ray_processes and set(ray_processes) <= inside, set(ray_processes) - inside
+
+
+def _all_pids() -> list[int]:
+    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+KERNEL_MORE = 'cache = "cold"\n'  # the arms' values depend on the block (BENCH), through the cold cache folder
 
 
 def test_command_arms_run_on_three_hosts_with_the_local_verdict(cluster: LocalCluster, tmp_path: Path) -> None:
+    # one design file, registered in both campaigns: the same contents run on the cluster and locally
+    design = _command_design(tmp_path, "kernel", 6, 0.5, rule="permutation", more=KERNEL_MORE)
     c = make_campaign(tmp_path / "c")
     c.close()
-    did = _registered(c.root, _command_design(c.root, "kernel", 6, 0.5))
+    did = _registered(c.root, design)
     r = _run(cluster, c.root, did, "--heartbeat", "0.2")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().endswith(f"{did}: 12 starts run, 0 already recorded")
@@ -189,38 +294,120 @@ def test_command_arms_run_on_three_hosts_with_the_local_verdict(cluster: LocalCl
     assert len(set().union(*by_block.values())) >= 2, by_block  # blocks ran on different hosts
     assert {_node(row) for row in rows} <= {"a", "b", "c"}
     assert all(row.metrics["ray_vars"] == 0 and row.metrics["worker_ray_vars"] > 0 for row in rows)
+    assert all(row.metrics["ray_address_local"] == 1.0 for row in rows)
     assert all(row.resources["host"]["hostname"] and row.resources["machine"]["host"] for row in rows)
     assert all({p["role"] for p in row.resources["pins"]} == {"command program", "command file"} for row in rows)
+    # the values vary by block, and each start ran in its own block's slot
+    assert len({row.metrics["verify_step_ms"] for row in rows if row.arm == "served"}) >= 5
+    assert all((row.metrics["block"], row.metrics["position"]) == (row.block + 1, row.position) for row in rows)
+    with open_campaign(c.root) as camp:
+        schedule = get(camp, did).schedule
+    for b in range(6):  # inside each block, the arms ran one after another in the registered order
+        ordered = sorted((row for row in rows if row.block == b), key=lambda row: row.metrics["began"])
+        assert [row.arm for row in ordered] == list(schedule[b]), (b, schedule[b])
+        assert ordered[0].metrics["ended"] <= ordered[1].metrics["began"]
 
     local = make_campaign(tmp_path / "local")
     local.close()
-    ldid = _registered(local.root, _command_design(local.root, "kernel", 6, 0.0))
+    ldid = _registered(local.root, design)
     assert frank("run", ldid, "-c", str(local.root)).returncode == 0
     with open_campaign(c.root) as camp, open_campaign(local.root) as lcamp:
         on_ray, alone = analyze(camp, did), analyze(lcamp, ldid)
+        assert get(camp, did).frozen.design == get(lcamp, ldid).frozen.design
     assert on_ray.verdict is not None and alone.verdict is not None
     assert (on_ray.word, on_ray.verdict.p, on_ray.verdict.in_favour) == (
         alone.word,
         alone.verdict.p,
         alone.verdict.in_favour,
     )
-    assert [r.ratio_minus_one for r in on_ray.verdict.rows] == [r.ratio_minus_one for r in alone.verdict.rows]
-    assert on_ray.word == "confirmed"
+    ratios = [r.ratio_minus_one for r in on_ray.verdict.rows]
+    assert ratios == [r.ratio_minus_one for r in alone.verdict.rows]
+    assert len({round(x, 6) for x in ratios if x is not None}) == 6  # every block's ratio is its own
+    assert on_ray.word == "confirmed" and 0.02 < on_ray.verdict.p < 0.05  # 2/64: one block is worse
     assert frank("verify", "-c", str(c.root)).returncode == 0
 
     note = frank("report", "-c", str(c.root), "--out", str(tmp_path / "note"))
     assert note.returncode == 0, note.stderr
     text = (tmp_path / "note" / "note.md").read_text()
     names = sorted({_node(row) for row in rows})
+    first = {b: next(row for row in rows if row.block == b) for b in range(6)}
     host_cells = [next(iter(by_block[b])) for b in range(6)]
+    gpus = [", ".join(g["name"] for g in first[b].resources["machine"]["gpus"]) or "no GPU" for b in range(6)]
+    drivers = [first[b].resources["machine"]["driver_version"] or "—" for b in range(6)]
+    program = [[p for p in first[b].resources["pins"] if p["role"] == "command program"][0] for b in range(6)]
+    shas = [p["sha256"][:12] for p in program]
     assert f"| host | {' | '.join(host_cells)} | {len(names)} in all |" in text
+    assert f"| host GPU | {' | '.join(gpus)} | {len(set(gpus))} distinct |" in text
+    assert f"| host driver | {' | '.join(drivers)} | {len(set(drivers))} distinct |" in text
+    assert f"| engine sha256 | {' | '.join(shas)} | 1 distinct |" in text
     assert f"It ran on {len(names)} hosts of a Ray cluster ({', '.join(names)})" in text
+    assert "each block's starts on one host." in text
     lnote = frank("report", "-c", str(local.root), "--out", str(tmp_path / "lnote"))
     assert lnote.returncode == 0 and "Ray cluster" not in (tmp_path / "lnote" / "note.md").read_text()
 
     again = _run(cluster, c.root, did, "--resume")  # nothing left: nothing runs twice
     assert again.returncode == 0 and again.stdout.strip().endswith("0 starts run, 12 already recorded")
     assert len(_starts(c.root, did)) == 12
+
+
+def test_an_engine_that_starts_ray_of_its_own_does_not_join_franks_cluster(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """The address file every plain ``ray start`` writes (``ray_current_cluster`` under Ray's temp dir) is
+    where a bare ``ray.init()`` looks when no RAY_ADDRESS is set. With one that points at frank's cluster
+    where the engine's Ray looks, an engine (a command arm calling ``ray.init()``, as vLLM does) run as a
+    block's start gets a private Ray instance, not frank's cluster; the same probe run without frank's
+    engine environment does join it (so the file is really there and really read). HOME is the test's own:
+    a new local Ray instance writes ``~/.ray/auth_token`` (Ray 2.60), which would turn on token auth for
+    every later ``ray start --head`` of this user on this machine."""
+    raydir = Path(tempfile.mkdtemp(prefix="frt-", dir="/tmp"))  # short: the private instance's sockets live here
+    try:
+        (raydir / "ray").mkdir()
+        written = (cluster.root / "ray" / "ray_current_cluster").read_text()  # what the real `ray start` wrote
+        assert written.strip() == cluster.address
+        (raydir / "ray" / "ray_current_cluster").write_text(written)
+        probe = tmp_path / "probe.py"
+        probe.write_text(PROBE)
+        control = subprocess.run(
+            cluster.command(
+                [
+                    "env",
+                    "-u",
+                    "RAY_ADDRESS",
+                    f"TMPDIR={raydir}",
+                    f"HOME={raydir}",
+                    sys.executable,
+                    str(probe),
+                    str(tmp_path / "control.json"),
+                ]
+            ),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert control.returncode == 0, control.stderr
+        joined = json.loads((tmp_path / "control.json").read_text())
+        assert joined["resolved"] == cluster.address and joined["gcs"] == cluster.address, joined
+        assert {n.name for n in cluster.nodes} <= set(joined["nodes"]), joined
+
+        c = make_campaign(tmp_path / "c")
+        c.close()
+        design = _command_design(c.root, "engine-ray", 1, 0.0)
+        report = tmp_path / "engine.json"
+        served = json.dumps(["env", f"TMPDIR={raydir}", f"HOME={raydir}", sys.executable, str(probe), str(report)])
+        design.write_text(re.sub(r"(\[arms.served\]\ncommand = ).*", lambda m: m.group(1) + served, design.read_text()))
+        did = _registered(c.root, design)
+        r = _run(cluster, c.root, did)
+        assert r.returncode == 0, r.stderr
+        rows = _each_slot_once(c.root, did, 1)
+        assert all(row.ok for row in rows), [row.reason for row in rows]
+        got = json.loads(report.read_text())
+        assert got["address_file"] == str(raydir / "ray" / "ray_current_cluster")  # where this engine's Ray looked
+        assert got["resolved"] is None, got  # Ray's own resolution: start a private instance
+        assert got["gcs"] != cluster.address and not {n.name for n in cluster.nodes} & set(got["nodes"]), got
+        assert len(got["nodes"]) == 1, got
+    finally:
+        shutil.rmtree(raydir, ignore_errors=True)
 
 
 def test_curtailment_stops_sending_blocks_once_the_verdict_is_settled(cluster: LocalCluster, tmp_path: Path) -> None:

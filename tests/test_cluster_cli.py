@@ -89,7 +89,7 @@ def test_a_cluster_that_does_not_answer_is_one_line_and_records_nothing(tmp_path
         assert camp.store.starts_of(did) == []
 
 
-def test_an_engine_starts_without_the_drivers_ray_variables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_engine_starts_without_the_drivers_ray_variables_and_with_a_private_ray(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from frankenstein.engines.process import EngineProcess
 
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")
@@ -99,7 +99,9 @@ def test_an_engine_starts_without_the_drivers_ray_variables(tmp_path: Path, monk
     assert engine.proc is not None and engine.proc.wait(timeout=30) == 0
     engine.stop()
     seen = [line.split("=", 1)[0] for line in (tmp_path / "env.log").read_text().splitlines()]
-    assert "PATH" in seen and [k for k in seen if k.startswith("RAY_")] == ["RAY_OWN"]  # the recipe's own env stays
+    assert "PATH" in seen and sorted(k for k in seen if k.startswith("RAY_")) == ["RAY_ADDRESS", "RAY_OWN"]
+    env = dict(line.split("=", 1) for line in (tmp_path / "env.log").read_text().splitlines() if "=" in line)
+    assert env["RAY_ADDRESS"] == "local" and env["RAY_OWN"] == "kept"  # a private Ray; the recipe's own env stays
 
 
 def test_a_command_arms_group_dies_when_its_guard_is_sigkilled(tmp_path: Path) -> None:

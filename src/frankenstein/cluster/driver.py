@@ -24,8 +24,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import ray
+from ray._private import services as ray_services
 from ray._private import worker as ray_worker
 from ray.exceptions import RayError, RayTaskError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from frankenstein.campaign import Campaign
 from frankenstein.cluster import checks
@@ -50,6 +52,7 @@ from frankenstein.design.runner import (
 from frankenstein.design.start import StartOutcome
 from frankenstein.errors import ClusterError
 from frankenstein.progress import RunProgress
+from frankenstein.store import StartRow
 
 RESOURCE = "frank_host"
 WAIT_S = 2.0  # how often a driver waiting on its blocks looks whether any host is left
@@ -75,6 +78,7 @@ class Run:
     suite: Any  # an ObjectRef of the agent suite folder (hash, tar bytes), or None
     pins: list[checks.Pin]
     progress: RunProgress | None = None
+    recorded_on: dict[int, str] = field(default_factory=dict)  # block -> node its recorded starts ran on
     flights: dict[Any, Flight] = field(default_factory=dict)
     ran: int = 0
 
@@ -93,15 +97,30 @@ class Run:
         return f"{self.ran}/{total} starts recorded; in flight: {', '.join(flying) or 'none'}"
 
     def submit(self, slots: list[Slot]) -> None:
+        block = slots[0].block
+        strategy, where = self.placement(block)
         task = run_block.options(
             resources={RESOURCE: 1},
             num_gpus=self.gpus,
             max_retries=0,  # a block is never run again by Ray: its recorded starts would run twice
             retry_exceptions=False,
-            name=f"frank {self.reg.design_id} block {slots[0].block + 1}",
+            name=f"frank {self.reg.design_id} block {block + 1}",
+            scheduling_strategy=strategy,
         )
         self.flights[task.remote(self.reg, slots, self.workload, self.suite, self.pins)] = Flight(slots)
-        self.note(f"block {slots[0].block + 1} ({len(slots)} starts) sent to the cluster")
+        self.note(f"block {block + 1} ({len(slots)} starts) sent to {where}")
+
+    def placement(self, block: int) -> tuple[Any, str]:
+        """Where a block may run: a resumed block whose recorded starts ran on a host still in the cluster
+        goes back to it (so all its starts share a host); one whose host is gone runs anywhere (the note
+        then says it ran on two hosts); any other block, anywhere."""
+        name = self.recorded_on.get(block)
+        if name is None:
+            return "DEFAULT", "the cluster"
+        node = live_node(name, ray.nodes())
+        if node is None:
+            return "DEFAULT", f"the cluster (its recorded starts ran on {name}, no longer in the cluster)"
+        return NodeAffinitySchedulingStrategy(node, soft=False), f"{name}, where its recorded starts ran"
 
     def record(self, slot: Slot, out: StartOutcome, host: Host | None) -> None:
         record_slot(self.campaign, self.reg.design_id, slot, out)
@@ -171,13 +190,54 @@ def hosts(gpus: float = 0.0) -> int:
     return total
 
 
-def connect(address: str) -> None:
+def connect(address: str) -> str:
+    """Connect to the cluster at ``address`` (``auto`` resolved first); the address connected to."""
+    address = resolve(address)
     reachable(address)
     _cluster_messages_to_stderr()
     try:
         ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False, namespace="frank")
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise ClusterError(f"cannot reach the Ray cluster at {address}: {_first_line(exc)}") from exc
+    return address
+
+
+def resolve(address: str) -> str:
+    """``auto`` as Ray itself resolves it (``RAY_ADDRESS``, else the address file of the last ``ray start``
+    on this machine, else a running GCS), so that the reachability check and the messages name the real
+    address; any other address unchanged."""
+    if address != "auto":
+        return address
+    try:
+        found = ray_services.get_ray_address_from_environment("auto", None)
+    except ConnectionError as exc:
+        raise ClusterError(
+            "--ray auto found no Ray cluster here (no RAY_ADDRESS, no address file of a `ray start` on this "
+            "machine, no running GCS): name the cluster, e.g. --ray HOST:6379"
+        ) from exc
+    if not found or found in ("auto", "local"):
+        raise ClusterError(
+            f"--ray auto resolved to {found!r} (RAY_ADDRESS?), not a cluster: name it, e.g. --ray HOST:6379"
+        )
+    return str(found)
+
+
+def recorded_hosts(rows: list[StartRow]) -> dict[int, str]:
+    """Per block, the node its recorded starts ran on (the first one recorded, for a block already split)."""
+    out: dict[int, str] = {}
+    for row in rows:
+        host = row.resources.get("host")
+        if isinstance(host, dict) and host.get("node"):
+            out.setdefault(row.block, str(host["node"]))
+    return out
+
+
+def live_node(name: str, nodes: list[dict[str, Any]]) -> str | None:
+    """The id of the alive node named ``name`` that offers ``frank_host``, or None."""
+    for node in nodes:
+        if node.get("Alive") and node.get("NodeName") == name and node.get("Resources", {}).get(RESOURCE):
+            return str(node["NodeID"])
+    return None
 
 
 def run_on_cluster(
@@ -196,8 +256,9 @@ def run_on_cluster(
     with run_lock(campaign):
         todo, recorded = unfinished(campaign, reg, resume)
         data, suite = workload_bytes(reg), suite_bytes(reg)
-        pins = checks.pin(reg, campaign.store.starts_of(design_id))
-        connect(address)
+        rows = campaign.store.starts_of(design_id)
+        pins = checks.pin(reg, rows)
+        address = connect(address)
         try:
             n = hosts(gpus)
             if n < 1:
@@ -205,7 +266,7 @@ def run_on_cluster(
                 raise ClusterError(f"no node of the Ray cluster at {address} offers {need}: {HOW_TO_ADD}")
             echo(f"{design_id}: {len(todo)} starts in {len(by_block(todo))} blocks on {n} host(s) of {address}")
             put = [ray.put(x) if x is not None else None for x in (data, suite)]
-            run = Run(campaign, reg, echo, gpus, put[0], put[1], pins, progress)
+            run = Run(campaign, reg, echo, gpus, put[0], put[1], pins, progress, recorded_hosts(rows))
             with progress.heartbeat(run.status) if progress is not None else nullcontext():
                 dispatch(run, by_block(todo))
         finally:
@@ -247,8 +308,8 @@ def no_host_left(starts: int) -> ClusterError:
 def reachable(address: str, timeout_s: float = 5.0) -> None:
     """Refuse at once a HOST:PORT where nothing listens (Ray itself would retry for minutes)."""
     host, sep, port = address.rpartition(":")
-    if address == "auto" or not sep or not port.isdigit():
-        return
+    if not sep or not port.isdigit():
+        return  # not HOST:PORT (a ray:// client address): Ray's own connect says what is wrong
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
     except OSError as exc:

@@ -23,6 +23,8 @@ from frankenstein.design.model import Registered
 from frankenstein.design.start import load_warnings, machine_cells, machine_differences, machine_of, start_label
 from frankenstein.store import StartRow
 
+HostCells = tuple[int, str, str, str, str]  # block, Ray node, GPU, driver, engine binary sha256 (12 hex)
+
 
 @dataclass(frozen=True)
 class GpuArm:
@@ -80,7 +82,7 @@ class DesignFacts:
     machine_flags: tuple[str, ...] = ()  # starts whose machine differs from the rest
     load_warnings: tuple[str, ...] = ()  # starts run while the machine was busier than its cores
     not_fresh: tuple[str, ...] = ()  # arms whose ok starts talked to a server already running (engine external)
-    hosts: tuple[tuple[int, str], ...] = ()  # (block, Ray node) of each start a cluster ran (frank run --ray)
+    hosts: tuple[HostCells, ...] = ()  # per start a cluster ran (frank run --ray): block, node, GPU, driver, engine
 
 
 def _gpu_entries(data: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, str | None]:
@@ -165,14 +167,29 @@ def design_facts(campaign: Campaign, reg: Registered) -> DesignFacts:
     )
 
 
-def cluster_hosts(rows: list[StartRow]) -> tuple[tuple[int, str], ...]:
-    """(block, node name) of every start a Ray cluster ran (its ``resources["host"]``); empty for a local run."""
+def cluster_hosts(rows: list[StartRow]) -> tuple[HostCells, ...]:
+    """(block, node name, GPU, driver, engine binary sha256) of every start a Ray cluster ran (its
+    ``resources["host"]``); empty for a local run."""
     out = []
     for r in rows:
         host = r.resources.get("host")
         if isinstance(host, dict) and host.get("node"):
-            out.append((r.block, str(host["node"])))
+            snap = machine_of(r)
+            gpu = ", ".join(g.name for g in snap.gpus) if snap and snap.gpus else "no GPU" if snap else "not recorded"
+            driver = (snap.driver_version if snap else None) or "—"
+            out.append((r.block, str(host["node"]), gpu, driver, _engine_sha(r)))
     return tuple(out)
+
+
+def _engine_sha(row: StartRow) -> str:
+    """The engine binary's sha256 (12 hex), or the pinned program's the host checked (a command arm)."""
+    binary = row.resources.get("engine_binary")
+    if isinstance(binary, dict) and binary.get("sha256"):
+        return str(binary["sha256"])[:12]
+    for pin in row.resources.get("pins") or []:
+        if isinstance(pin, dict) and pin.get("role") in ("engine binary", "command program") and pin.get("sha256"):
+            return str(pin["sha256"])[:12]
+    return "—"
 
 
 def fresh_start_lines(f: DesignFacts) -> list[str]:

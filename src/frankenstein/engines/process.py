@@ -78,9 +78,14 @@ def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
 
 def engine_env(environ: dict[str, str] | None = None) -> dict[str, str]:
     """The environment an engine (or a command arm) starts with: frank's, less every ``RAY_*`` variable,
-    so an engine that starts Ray of its own (vLLM) never joins the cluster frank's blocks run on."""
+    plus ``RAY_ADDRESS=local``, so an engine that starts Ray of its own (vLLM) never joins the cluster
+    frank's blocks run on. Stripping alone is not enough: ``ray.init()`` with no address (or ``"auto"``)
+    then reads the address file every plain ``ray start`` writes (``ray_current_cluster`` under Ray's temp
+    dir) and joins that cluster. ``RAY_ADDRESS`` wins over the file, and ``local`` means "start a private
+    instance" (Ray 2.60: ``services.canonicalize_bootstrap_address`` returns None for it, and ``ray.init``
+    starts a new head). A recipe's own ``env`` can still name a cluster on purpose."""
     source = os.environ if environ is None else environ
-    return {k: v for k, v in source.items() if not k.startswith("RAY_")}
+    return {**{k: v for k, v in source.items() if not k.startswith("RAY_")}, "RAY_ADDRESS": "local"}
 
 
 def _child_setup(parent_pid: int) -> Callable[[], None]:
