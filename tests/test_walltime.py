@@ -1,6 +1,8 @@
 """``frank plan --timing-from``: the wall time of a llama.cpp design estimated from the phases of a
-3-block pilot, checked against the real run of that design (4 blocks) on the real llama-server; the
-error is printed and bounded. Bad input to the option is one message, no traceback."""
+3-block pilot, checked against the real run of that design (4 blocks) on the real llama-server, once
+through the library (``wall_time`` against ``run_design``) and once through the real CLI end to end
+(``frank plan`` prints the estimate, ``frank run`` is timed around its process); the errors are printed
+and bounded. Bad input to the option is one message, no traceback."""
 
 from __future__ import annotations
 
@@ -20,6 +22,9 @@ from helpers_campaign import make_campaign, make_workload, write_design
 pytestmark = pytest.mark.engine
 
 MAX_ERROR = 0.5  # a shared two-core machine: starts of a second vary by tens of percent
+CLI_MAX_ERROR = 0.5
+"""The CLI's estimate against ``frank run``'s process wall time: the same noise, plus the process's own
+start (Python, imports, opening the campaign), which the estimate from stored phases does not contain."""
 
 
 def _design(root: Path, name: str, blocks: int) -> Path:
@@ -76,3 +81,31 @@ def test_frank_plan_prints_the_wall_time_and_the_curtailed_expectation(camp: Pat
 def test_bad_timing_options_are_one_message(camp: Path, args: list[str], message: str) -> None:
     r = frank("plan", "--sd", "0.05", "--effect", "0.1", "--direction", "lower", "-c", str(camp), *args)
     assert r.returncode != 0 and message in r.stderr and "Traceback" not in r.stderr
+
+
+def seconds_of(text: str) -> float:
+    """The seconds of ``phases.duration``'s words: '3 h 20 min', '4 min 10 s', '12.3 s'."""
+    units = {"h": 3600.0, "min": 60.0, "s": 1.0}
+    words = text.split()
+    return sum(float(n) * units[u] for n, u in zip(words[::2], words[1::2]))
+
+
+def test_frank_plans_estimate_against_frank_run_timed_around_the_cli(camp: Path) -> None:
+    r = frank(
+        "plan", "--sd", "0.05", "--effect", "0.1", "--direction", "lower", "--rule", "sign",
+        "--timing-from", "pilot-1", "-c", str(camp), "--blocks", "4",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    line = next(x for x in r.stdout.splitlines() if x.startswith("  sign: 4 blocks × 2 arms: about "))
+    estimate = seconds_of(line.split("about ", 1)[1].split(",")[0])
+    assert frank("register", str(_design(camp, "cli", 4)), "-c", str(camp)).returncode == 0
+    t0 = time.monotonic()
+    r = frank("run", "cli-1", "-c", str(camp))
+    actual = time.monotonic() - t0
+    assert r.returncode == 0, r.stderr
+    with open_campaign(camp) as c:
+        rows = c.store.starts_of("cli-1")
+    assert len(rows) == 8 and all(row.ok for row in rows)
+    error = (estimate - actual) / actual
+    print(f"\nfrank plan: {line.strip()}\nfrank run cli-1: {actual:.2f} s (process wall time); error {error:+.1%}")
+    assert abs(error) < CLI_MAX_ERROR, (estimate, actual)
