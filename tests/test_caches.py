@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from conftest import frank
+from frankenstein.campaign import Campaign
 from frankenstein.config import ResolvedRecipe
 from frankenstein.design.caches import CACHE_VARS, cache_env, folder_for, recipe_key
 from frankenstein.design.analysis import analyze
@@ -51,7 +52,7 @@ alpha = 0.5
 """
 
 
-def _run(tmp_path: Path, cache: str) -> tuple[object, list[dict], dict[str, Path]]:
+def _run(tmp_path: Path, cache: str) -> tuple[Campaign, list[dict], dict[str, Path]]:
     c = make_campaign(tmp_path / "c")
     arm = c.root / "arm.py"
     arm.write_text(ARM.replace("VARS", repr(sorted(CACHE_VARS))))
@@ -80,12 +81,12 @@ def test_warm_reuses_the_arms_own_folder_only(tmp_path: Path) -> None:
         for k, s in enumerate(mine):  # the k-th start finds the markers of its arm's k earlier starts, per variable
             assert len(s["seen"]) == k * len(CACHE_VARS)
             assert all(name.startswith(arm + "-") for name in s["seen"]), s["seen"]  # never the other arm's
-    rows = c.store.starts_of("warm-1")  # type: ignore[attr-defined]
+    rows = c.store.starts_of("warm-1")
     empty = {(r.arm, r.resources["caches"]["empty_at_start"]) for r in rows}
     assert sum(r.resources["caches"]["empty_at_start"] for r in rows) == 2 and len(empty) == 4
     assert all(r.resources["caches"]["policy"] == "warm" for r in rows)
     assert all(r.phases["phases"]["command"] > 0 for r in rows)  # command arms: their run and the total
-    text = "\n".join(time_lines(analyze(c, "warm-1").time_spent))  # type: ignore[arg-type]
+    text = "\n".join(time_lines(analyze(c, "warm-1").time_spent))
     assert "engine caches: warm (each arm's own cache folders, kept across its starts); 2 of 6 starts began" in text
 
 
@@ -96,9 +97,9 @@ def test_cold_gives_every_start_an_empty_folder_of_its_own(tmp_path: Path) -> No
     folders = [s["env"]["XDG_CACHE_HOME"] for s in seen]
     assert len(set(folders)) == 6 and all(Path(f).parent.parent in base.values() for f in folders)
     assert not any(Path(f).exists() for f in folders)  # removed after each start
-    rows = c.store.starts_of("cold-1")  # type: ignore[attr-defined]
+    rows = c.store.starts_of("cold-1")
     assert all(r.resources["caches"]["empty_at_start"] and r.resources["caches"]["policy"] == "cold" for r in rows)
-    text = "\n".join(time_lines(analyze(c, "cold-1").time_spent))  # type: ignore[arg-type]
+    text = "\n".join(time_lines(analyze(c, "cold-1").time_spent))
     assert (
         "engine caches: cold (an empty cache folder for every start); 6 of 6 starts began with an empty campaign folder"
         in text
@@ -138,7 +139,9 @@ cache_vars = ["KERNEL_CACHE"]
 """
 
 
-def _named_run(tmp_path: Path, llama_server_bin: str, policy: str, designs: int = 1) -> tuple[object, list[list[str]]]:
+def _named_run(
+    tmp_path: Path, llama_server_bin: str, policy: str, designs: int = 1
+) -> tuple[Campaign, list[list[str]]]:
     log = tmp_path / "engine.log"
     wrapper = tmp_path / "llama-wrapper"
     wrapper.write_text(WRAPPER.format(log=log, server=llama_server_bin))
@@ -168,14 +171,14 @@ def test_a_cache_folder_a_part_names_is_the_arms_own_under_warm(tmp_path: Path, 
         mine = [s for s in seen if Path(s[0]) == folder]
         assert [len(s[1].split()) for s in mine] == [0, 1, 2, 3]  # the k-th start finds its arm's k markers
         assert folder.parts[-3:] == ("warm", "named", "KERNEL_CACHE"), folder
-    rows = [r for d in ("warm0-1", "warm1-1") for r in c.store.starts_of(d)]  # type: ignore[attr-defined]
+    rows = [r for d in ("warm0-1", "warm1-1") for r in c.store.starts_of(d)]
     for r in rows:
         caches = r.resources["caches"]
         assert caches["named"] == ["KERNEL_CACHE"] and "KERNEL_CACHE" in caches["vars"]
         assert caches["folder"].startswith(f"caches/{recipe_key(ResolvedRecipe.model_validate(r.recipe))}/{r.arm}/")
-    text = "\n".join(time_lines(analyze(c, "warm0-1").time_spent))  # type: ignore[arg-type]
+    text = "\n".join(time_lines(analyze(c, "warm0-1").time_spent))
     assert "2 of 4 starts began with an empty campaign folder" in text
-    text = "\n".join(time_lines(analyze(c, "warm1-1").time_spent))  # type: ignore[arg-type]
+    text = "\n".join(time_lines(analyze(c, "warm1-1").time_spent))
     assert "0 of 4 starts began with an empty campaign folder" in text  # the first design's compile reused
 
 
@@ -185,7 +188,7 @@ def test_cold_empties_a_named_cache_folder_and_says_what_it_left_outside(tmp_pat
     assert all(s[1] == "" for s in seen)  # each empty when its engine launched
     assert not any(Path(s[0]).exists() for s in seen)  # and removed after
     assert {s[2] for s in seen} == {str(tmp_path / "shared")}  # VLLM_CACHE_ROOT: the recipe's own
-    text = "\n".join(time_lines(analyze(c, "cold0-1").time_spent))  # type: ignore[arg-type]
+    text = "\n".join(time_lines(analyze(c, "cold0-1").time_spent))
     assert "4 of 4 starts began with an empty campaign folder" in text
     assert (
         "left to the recipe's own env, outside the campaign (shared by the arms, not emptied under cold): "

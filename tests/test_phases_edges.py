@@ -96,7 +96,7 @@ def test_llama_server_grace_is_a_margin_over_its_measured_clean_stops(
             try:
                 start_engine(engine)
                 body = json.dumps({"prompt": "def f(x):", "n_predict": 8}).encode()
-                url = f"http://127.0.0.1:{engine.port}/completion"  # type: ignore[attr-defined]
+                url = f"http://127.0.0.1:{engine.port}/completion"
                 with urllib.request.urlopen(urllib.request.Request(url, data=body), timeout=60) as r:
                     assert r.status == 200
             finally:
