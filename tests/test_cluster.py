@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -554,29 +556,72 @@ def test_an_agent_design_runs_with_its_task_folder_sent_by_content(cluster: Loca
     assert len(traces) == 4 and all(load_trace(t).turns for t in traces)  # each start's trace came back
 
 
+RECORDED = re.compile(r"^block (\d+)/\d+ · (\w+): ok .*\[on (\S+)")
+
+
+class Lines:
+    """The run's stdout read line by line in a thread, so a test can wait for a line with a deadline."""
+
+    def __init__(self, p: subprocess.Popen[str]) -> None:
+        assert p.stdout is not None
+        self.queue: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        stream = p.stdout
+        threading.Thread(target=lambda: [self.queue.put(line) for line in stream], daemon=True).start()
+
+    def until(self, found: Callable[[list[str]], object], timeout_s: float = 90) -> object:
+        deadline = time.monotonic() + timeout_s
+        while (got := found(self.seen)) is None or got is False:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"not seen within {timeout_s} s: {self.seen}")
+            try:
+                self.seen.append(self.queue.get(timeout=left))
+            except queue.Empty:
+                continue
+        return got
+
+
+def _recorded(lines: list[str], nodes: list[str]) -> list[tuple[int, str]]:
+    """(0-based block, node) of each start recorded ok on one of ``nodes``, in the order printed."""
+    out = []
+    for line in lines:
+        m = RECORDED.match(line)
+        if m and m.group(3) in nodes:
+            out.append((int(m.group(1)) - 1, m.group(3)))
+    return out
+
+
 def test_a_node_killed_mid_block_fails_its_block_naming_the_node(cluster: LocalCluster, tmp_path: Path) -> None:
+    """The raylet is killed after the block's first start is recorded (seen on the run's output), while its
+    second runs: the recorded start stays ok, the unfinished one is failed naming the node, drop_block."""
     c = make_campaign(tmp_path / "c")
     c.close()
     did = _registered(c.root, _command_design(c.root, "dies", 3, 4.0, str(tmp_path)))
     argv = [sys.executable, "-m", "frankenstein", "run", did, "-c", str(c.root), "--ray", cluster.address]
-    p = subprocess.Popen(cluster.command(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with open(tmp_path / "err.log", "w") as err_file:
+        p = subprocess.Popen(cluster.command(argv), stdout=subprocess.PIPE, stderr=err_file, text=True)
     try:
-        node, groups = _wait_for_engine(cluster, ["b", "c"])
+        lines = Lines(p)
+        others = [n.name for n in cluster.nodes[1:]]  # not the head, which holds the GCS
+        block, name = lines.until(lambda seen: (_recorded(seen, others) or [None])[0])  # type: ignore[misc]
+        node, groups = _wait_for_engine(cluster, [name])  # the block's second start, now running
+        assert len(_recorded(lines.seen, [name])) == 1  # and not yet recorded
         for pid in node_pids(node, "raylet"):
             os.kill(pid, 9)
-        out, err = p.communicate(timeout=180)
+        p.wait(timeout=180)
     finally:
         p.kill()
+    err = (tmp_path / "err.log").read_text()
     assert p.returncode == 0, err
-    assert _gone(groups) == []  # the arm and its grandchild died with the node's worker
+    assert _gone(groups) == []  # the block's second start was running; it died with the node's worker
     rows = _each_slot_once(c.root, did, 3)
-    dead = [row for row in rows if row.status == "failed"]
-    assert dead and {row.block for row in dead} == {dead[0].block} and len(dead) == 2
-    assert all(
-        row.reason and row.reason.startswith(f"node {node.name} (") and "died mid-block" in row.reason for row in dead
-    )
-    assert all(_node(row) == node.name for row in dead)
-    assert all(row.ok for row in rows if row.block != dead[0].block)
+    mine = sorted((row for row in rows if row.block == block), key=lambda row: row.position)
+    assert [row.status for row in mine] == ["ok", "failed"], [(row.status, row.reason) for row in mine]
+    dead = mine[1]
+    assert dead.reason and dead.reason.startswith(f"node {node.name} (") and "died mid-block" in dead.reason
+    assert _node(dead) == node.name == _node(mine[0])
+    assert all(row.ok for row in rows if row.block != block)
     with open_campaign(c.root) as camp:
         a = analyze(camp, did)
     assert a.verdict is not None and a.verdict.n_blocks == 2  # drop_block: the dead node's block is left out
@@ -585,27 +630,88 @@ def test_a_node_killed_mid_block_fails_its_block_naming_the_node(cluster: LocalC
     cluster.add_node(node.name + "2")  # the module's later tests keep three hosts
 
 
-def test_kill_9_of_the_driver_leaves_no_engine_and_resume_completes(cluster: LocalCluster, tmp_path: Path) -> None:
+ALIVE = """\
+import ray, sys
+ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
+print(" ".join(sorted(n["NodeName"] for n in ray.nodes() if n["Alive"])))
+ray.shutdown()
+"""
+
+
+def _wait_dead(lc: LocalCluster, name: str, timeout_s: float = 90) -> None:
+    """Until the cluster's node table marks ``name`` dead."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = subprocess.run(
+            lc.command([sys.executable, "-c", ALIVE, lc.address]), capture_output=True, text=True, timeout=60
+        )
+        if got.returncode == 0 and name not in got.stdout.split():
+            return
+    raise AssertionError(f"node {name} still alive after {timeout_s} s")
+
+
+def test_kill_9_of_the_driver_leaves_no_engine_and_resume_keeps_blocks_on_their_hosts(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """kill -9 of the driver once blocks have a recorded start on two hosts: no engine is left; one of those
+    hosts then leaves the cluster. --resume sends each interrupted block whose host is still there back to
+    it (all its starts on one host), runs the other elsewhere, and the note names that block as run on two
+    hosts."""
     c = make_campaign(tmp_path / "c")
     c.close()
     did = _registered(c.root, _command_design(c.root, "driver", 4, 3.0, str(tmp_path)))
     argv = [sys.executable, "-m", "frankenstein", "run", did, "-c", str(c.root), "--ray", cluster.address]
     p = subprocess.Popen(cluster.command(argv), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    assert p.stdout is not None
-    assert "block" in p.stdout.readline() + p.stdout.readline()  # the header, then a first start recorded
-    _wait_for_engine(cluster, [n.name for n in cluster.nodes])
-    groups = [g for n in cluster.nodes for g in _engine_groups(n) if group_members(g)]
-    p.kill()
-    p.wait()
-    assert _gone(groups) == [], "an engine outlived the driver"
-    before = {(row.block, row.position): row.id for row in _starts(c.root, did)}
-    assert 1 <= len(before) < 8
+    head, names = cluster.nodes[0].name, [n.name for n in cluster.nodes]
+    try:
+        lines = Lines(p)
+
+        def two_hosts(seen: list[str]) -> bool:
+            on = {node for _, node in _recorded(seen, names)}
+            return len(on) >= 2 and bool(on - {head})
+
+        lines.until(two_hosts)
+        groups = [g for n in cluster.nodes for g in _engine_groups(n) if group_members(g)]
+    finally:
+        p.kill()
+        p.wait()
+    assert groups and _gone(groups) == [], "an engine outlived the driver"
+    rows = _starts(c.root, did)
+    before = {(row.block, row.position): row.id for row in rows}
+    assert 2 <= len(before) < 8
+    partial = {row.block: _node(row) for row in rows if sum(r.block == row.block for r in rows) == 1}
+    victim_block = next(b for b, node in partial.items() if node != head)
+    victim = cluster.node(partial[victim_block])
+    stays = {b: node for b, node in partial.items() if b != victim_block}
+    for pid in node_pids(victim, "raylet"):
+        os.kill(pid, 9)
+    cluster.nodes.remove(victim)
+    cluster.add_node(victim.name + "2")  # the module's later tests keep three hosts
+    _wait_dead(cluster, victim.name)
+
     r = _run(cluster, c.root, did, "--resume")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().endswith(f"{8 - len(before)} starts run, {len(before)} already recorded")
     rows = _each_slot_once(c.root, did, 4)
     assert all(before[(row.block, row.position)] == row.id for row in rows if (row.block, row.position) in before)
+    assert all(row.ok for row in rows)
+    nodes = {b: [_node(row) for row in sorted(rows, key=lambda r: r.position) if row.block == b] for b in range(4)}
+    for b, node in stays.items():  # back on the host its recorded start ran on
+        assert set(nodes[b]) == {node}, (b, nodes[b])
+        assert f"block {b + 1} (1 starts) sent to {node}, where its recorded starts ran" in r.stderr, r.stderr
+    assert nodes[victim_block][0] == victim.name and nodes[victim_block][1] != victim.name
+    assert (
+        f"block {victim_block + 1} (1 starts) sent to the cluster (its recorded starts ran on {victim.name}" in r.stderr
+    )
+    assert all(len(set(nodes[b])) == 1 for b in range(4) if b != victim_block)
     assert not any(group_members(g) for n in cluster.nodes for g in _engine_groups(n))
+
+    note = frank("report", "-c", str(c.root), "--out", str(tmp_path / "note"))
+    assert note.returncode == 0, note.stderr
+    text = (tmp_path / "note" / "note.md").read_text()
+    both = ", ".join(nodes[victim_block])
+    assert f"block {victim_block + 1} on 2 hosts ({both})" in text, text
+    assert "host differences do not cancel within those blocks" in text
 
 
 def test_blocks_that_need_gpus_the_hosts_lack_are_refused_before_anything_runs(
