@@ -714,6 +714,34 @@ def test_kill_9_of_the_driver_leaves_no_engine_and_resume_keeps_blocks_on_their_
     assert "host differences do not cancel within those blocks" in text
 
 
+def test_ray_auto_finds_the_cluster_as_ray_does(cluster: LocalCluster, tmp_path: Path) -> None:
+    """``[cluster] ray = "auto"`` in frank.toml and ``--ray auto``: the address as Ray resolves it (here
+    RAY_ADDRESS set for the frank process), named in the header, and the blocks run on the cluster."""
+    c = make_campaign(tmp_path / "c")
+    c.close()
+    did = _registered(c.root, _command_design(c.root, "auto", 1, 0.0))
+    toml = c.root / "frank.toml"
+    toml.write_text(toml.read_text() + '\n[cluster]\nray = "auto"\n')
+    argv = [
+        "env",
+        f"RAY_ADDRESS={cluster.address}",
+        sys.executable,
+        "-m",
+        "frankenstein",
+        "run",
+        did,
+        "-c",
+        str(c.root),
+    ]
+    r = subprocess.run(cluster.command(argv), capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr
+    assert f"2 starts in 1 blocks on 3 host(s) of {cluster.address}" in r.stdout, r.stdout
+    rows = _each_slot_once(c.root, did, 1)
+    assert all(row.ok for row in rows) and {_node(row) for row in rows} <= {n.name for n in cluster.nodes}
+    again = subprocess.run(cluster.command([*argv, "--ray", "auto", "--resume"]), capture_output=True, text=True)
+    assert again.returncode == 0 and again.stdout.strip().endswith("0 starts run, 2 already recorded"), again.stderr
+
+
 def test_blocks_that_need_gpus_the_hosts_lack_are_refused_before_anything_runs(
     cluster: LocalCluster, tmp_path: Path
 ) -> None:

@@ -3,6 +3,7 @@ workload travelling by content (no Ray cluster needed, the real CLI and real fil
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -89,7 +90,35 @@ def test_a_cluster_that_does_not_answer_is_one_line_and_records_nothing(tmp_path
         assert camp.store.starts_of(did) == []
 
 
-def test_an_engine_starts_without_the_drivers_ray_variables_and_with_a_private_ray(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ray_auto_is_resolved_and_checked_like_an_address(tmp_path: Path) -> None:
+    """--ray auto resolves as Ray does (RAY_ADDRESS first) and the result is checked at once: nothing
+    listening there is one line naming the address, and nothing is recorded."""
+    pytest.importorskip("ray", reason="Ray is not installed (pip install 'frankenstein[ray]')")
+    from frankenstein.engines.process import free_port
+
+    c = make_campaign(tmp_path / "c")
+    make_workload(c.root / "workloads" / "w.jsonl", turns=2)
+    did = register(c, write_design(c.root / "d.toml", blocks=5)).design_id
+    c.close()
+    address = f"127.0.0.1:{free_port()}"  # nothing listens there
+    r = subprocess.run(
+        [sys.executable, "-m", "frankenstein", "run", did, "-c", str(c.root), "--ray", "auto"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "RAY_ADDRESS": address},
+    )
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines() == [
+        f"frank: error: cannot reach the Ray cluster at {address}: Connection refused"
+    ]
+    with open_campaign(c.root) as camp:
+        assert camp.store.starts_of(did) == []
+
+
+def test_an_engine_starts_without_the_drivers_ray_variables_and_with_a_private_ray(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from frankenstein.engines.process import EngineProcess
 
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")
