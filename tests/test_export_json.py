@@ -58,7 +58,9 @@ def check(doc: dict[str, Any], name: str) -> None:
 def mask(x: Any, root: Path, timings: bool = False, key: str = "") -> Any:
     """The documented masking: hashes, timestamps, the campaign folder; timings too for replay exports."""
     if isinstance(x, dict):
-        return {k: "<phases>" if k in ("time_spent", "phases") and v else mask(v, root, timings, k) for k, v in x.items()}
+        return {
+            k: "<phases>" if k in ("time_spent", "phases") and v else mask(v, root, timings, k) for k, v in x.items()
+        }
     if isinstance(x, list):
         return [mask(v, root, timings, key) for v in x]
     if timings and isinstance(x, int | float) and not isinstance(x, bool) and TIMING.search(key):
