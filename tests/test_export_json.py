@@ -5,8 +5,8 @@ Volatile values are masked before comparing (``mask``, as docs/exports.md descri
 workload hashes become "<hash>", stored timestamps "<time>", the campaign folder "<campaign>",
 ``time_spent`` (design/phases.py's own export, checked by the schema and its owner's tests) "<phases>", and in
 replay exports every timing (keys ending ``_ms``, ``_ms_per_token`` or ``_per_s``, and the percentiles
-p50/p90/p99) "<ms>" and the
-engine version "<version>". Regenerate after an intended change with
+p50/p90/p99) "<ms>", a list of timings (``chunk_gaps_ms``) "<ms list>", the count of pooled gaps (``itl_ms``
+``n``, which varies when events coalesce) "<n>", and the engine version "<version>". Regenerate after an intended change with
 ``FRANK_UPDATE_GOLDEN=1 .venv/bin/pytest -q tests/test_export_json.py``.
 """
 
@@ -58,9 +58,14 @@ def check(doc: dict[str, Any], name: str) -> None:
 def mask(x: Any, root: Path, timings: bool = False, key: str = "") -> Any:
     """The documented masking: hashes, timestamps, the campaign folder; timings too for replay exports."""
     if isinstance(x, dict):
-        return {
+        out = {
             k: "<phases>" if k in ("time_spent", "phases") and v else mask(v, root, timings, k) for k, v in x.items()
         }
+        if timings and key == "itl_ms" and "n" in out:
+            out["n"] = "<n>"
+        return out
+    if timings and isinstance(x, list) and TIMING.search(key):
+        return "<ms list>"
     if isinstance(x, list):
         return [mask(v, root, timings, key) for v in x]
     if timings and isinstance(x, int | float) and not isinstance(x, bool) and TIMING.search(key):
@@ -92,6 +97,9 @@ def _turns(arm: str, b: int) -> list[dict[str, Any]]:
             "generated_tokens": 16,
             "decode_ms": base * 3,
             "prompt_ms": 5.0,
+            "pre_ms": base + i + b - 5.0,
+            "post_ms": base + 2 * i - (base + i + b) - 2.0 * (arm == "served"),  # negative for some turns
+            "chunk_gaps_ms": [base / 8 + i, base / 8, base / 4 + b],
         }
         for i in range(4)
     ]
@@ -141,7 +149,14 @@ def test_analyze_json_matches_golden_and_schema(camp, capsys: pytest.CaptureFixt
     golden(json.dumps(mask(doc, c.root), indent=2, sort_keys=True) + "\n", GOLDEN / "analyze.json", UPDATE)
     # the text output prints the same percentiles, as secondary numbers
     rc, text, _ = run(["analyze", reg.design_id, "-c", str(c.root)], capsys)
-    assert "latency percentiles per arm over measured turns, ms (reported, not tested; linear interpolation):" in text
+    assert (
+        "latency percentiles per arm over measured turns, ms (reported, not tested; linear interpolation; "
+        "n: turns, pooled chunk gaps for itl_ms; post_ms can be negative):" in text
+    )
+    for metric in ("pre_ms", "post_ms"):
+        s = doc["percentiles"]["served"][metric]
+        p50 = re.escape(f"{s['p50']:.4g}")
+        assert re.search(rf"served\s+{metric}\s+18\s+{p50}\s", text), text
     served_ttft = doc["percentiles"]["served"]["ttft_ms"]
     assert re.search(rf"served\s+ttft_ms\s+18\s+{served_ttft['p50']:.4g}\s", text)
 
@@ -185,10 +200,15 @@ def test_note_json_has_every_table_of_the_note(camp, tmp_path: Path) -> None:
     assert len(doc["tables"]) == sum(1 for line in md if re.fullmatch(r"\| (---:?)( \| ---:?)* \|", line)) >= 4
     by_caption = {t["caption"]: t for t in doc["tables"]}
     lat = by_caption[
-        "Latency percentiles per arm over measured turns, ms (reported, not tested; linear interpolation):"
+        "Latency percentiles per arm over measured turns, ms (reported, not tested; linear interpolation; "
+        "n: turns, pooled chunk gaps for itl_ms; post_ms can be negative):"
     ]
     assert (lat["design_id"], lat["design_hash"]) == (reg.design_id, reg.design_hash)
-    assert lat["header"] == ["arm", "metric", "turns", "p50", "p90", "p99"]
+    assert lat["header"] == ["arm", "metric", "n", "p50", "p90", "p99"]
+    metrics = [row[1] for row in lat["rows"] if row[0] == "served"]
+    assert metrics == ["ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "pre_ms", "post_ms"]
+    itl = next(row for row in lat["rows"] if row[:2] == ["served", "itl_ms"])
+    assert itl[2] == "54"  # 6 ok starts x 3 measured turns x 3 gaps: pooled gaps, not turns
     credits = next(t for t in doc["tables"] if t["section"] == "Credits")
     assert credits["design_id"] is None and credits["rows"][0][0] == "`threads1`"
     golden(json.dumps(mask(doc, c.root), indent=2, sort_keys=True) + "\n", GOLDEN / "note.json", UPDATE)
@@ -249,7 +269,10 @@ def _drifts() -> list[tuple[str, str, Any]]:
         return go
 
     return [
-        ("analysis", "version bumped without a new schema", set_(["version"], 2)),
+        ("analysis", "version bumped without a new schema", set_(["version"], 3)),
+        ("analysis", "the version before the percentiles changed", set_(["version"], 1)),
+        ("analysis", "a pre_ms percentile as text", set_(["percentiles", "served", "pre_ms", "p50"], "30 ms")),
+        ("note", "the version before the percentiles changed", set_(["version"], 1)),
         ("analysis", "a key renamed", rename(["dropped"], "dropped_blocks")),
         ("analysis", "a key added", set_(["extra"], 1)),
         ("analysis", "p as a float instead of a fraction", set_(["p", "exact"], 0.03125)),
@@ -287,13 +310,17 @@ def test_a_drifted_replay_export_fails_the_schema() -> None:
     out.metrics = {"ttft_ms": 41.0, "turns": 3.0}
     doc = replay_doc(7, out)
     check(doc, "replay")
-    assert doc["turns"][0]["warmup"] is True and doc["percentiles"]["itl_ms"]["n"] == 3
+    assert doc["turns"][0]["warmup"] is True and doc["percentiles"]["tpot_ms"]["n"] == 3
+    assert doc["percentiles"]["itl_ms"]["n"] == 9 and doc["turns"][1]["metrics"]["chunk_gaps_ms"] == [6.0, 5.0, 10.0]
     for drift in (
         lambda d: d["turns"][0].update(warmup=1),  # the stored 0/1, not a boolean
         lambda d: d["metrics"].update(ttft_ms="41 ms"),
         lambda d: d["turns"][1].pop("error"),
         lambda d: d.update(status="done"),
-        lambda d: d["percentiles"].update(tpot_ms=d["percentiles"]["itl_ms"]),
+        lambda d: d["percentiles"].update(tbt_ms=d["percentiles"]["itl_ms"]),
+        lambda d: d["turns"][1]["metrics"].update(chunk_gaps_ms="6.0,5.0"),
+        lambda d: d["turns"][1]["metrics"].update(chunk_gaps_ms=[-1.0]),
+        lambda d: d.update(version=1),
     ):
         bad = copy.deepcopy(doc)
         drift(bad)
@@ -328,6 +355,8 @@ def test_replay_json_and_csv_match_golden_and_schema(
     assert [r["warmup"] for r in rows] == ["1", "0", "0"] and {r["start_id"] for r in rows} == {"2"}
     assert {r["start.generated_tokens"] for r in rows} == {"16.0"} and all(float(r["e2e_ms"]) > 0 for r in rows)
     assert all(r["generated_tokens"] == "8" for r in rows)
+    gaps = [json.loads(r["chunk_gaps_ms"]) for r in rows]  # one cell of JSON text per turn
+    assert all(0 < len(g) <= 7 and all(isinstance(x, float) and x >= 0 for x in g) for g in gaps), gaps
 
     rc, _, err = run(["replay", "base", str(w), "-c", str(c.root), "--csv", "--json"], capsys)
     assert rc == 2 and "--json or --csv, not both" in err

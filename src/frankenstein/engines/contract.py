@@ -29,7 +29,11 @@ from frankenstein.workload.trace import Turn
 
 @dataclass
 class Reply:
-    """One finished request: the response JSON (the last event's, for streams), server and client times."""
+    """One finished request: the response JSON (the last event's, for streams), server and client times.
+
+    ``chunk_gaps_ms``: for a stream, the ms between successive content-bearing events after the first
+    (n events, n − 1 gaps; events that arrive in one read get near-zero gaps; see
+    :mod:`frankenstein.engines.stream`); ``None`` when the request was not streamed."""
 
     body: dict[str, Any]
     text: str
@@ -39,6 +43,7 @@ class Reply:
     ttft_ms: float | None
     e2e_ms: float
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    chunk_gaps_ms: list[float] | None = None
 
 
 @runtime_checkable

@@ -1,9 +1,20 @@
-"""One request, streamed or not, with client-side TTFT and end-to-end time.
+"""One request, streamed or not, with client-side TTFT, the gaps between streamed chunks, and end-to-end time.
 
-Memory stays bounded for long streams: only text, token ids and tool-call deltas are kept, never
-the raw chunks. The server's own numbers (``timings``, ``usage``, ``meta_info``) come from the last
+Memory stays bounded for long streams: only text, token ids, tool-call deltas and one float per
+content-bearing event are kept, never the raw chunks. The server's own numbers (``timings``, ``usage``, ``meta_info``) come from the last
 event that carries them and are read by the adapter's ``step_timing``. Transport failures
 (``OSError``, including a timeout, and ``http.client.HTTPException``) are left to the caller.
+
+Chunk gaps (``Reply.chunk_gaps_ms``): every content-bearing event (text, token ids or a tool-call
+delta) after the first is timestamped with ``perf_counter`` as the parser yields it, and the gap to
+the previous content-bearing event is kept in ms — what vLLM bench keeps as a request's ``itl`` list
+(``backend_request_func.py`` / ``endpoint_request_func.py``: ``output.itl.append(timestamp -
+most_recent_timestamp)``) and AIPerf calls ``inter_chunk_latency``. The timestamp is taken when the
+event is parsed, not when its bytes left the server: several events that arrive in one read get
+near-zero gaps (as in vLLM bench, whose stamps are also taken as the client reads), and the gap
+before them carries their wait. A stream of n content events has n − 1 gaps; the gaps sum to the time
+from the first content event to the last, i.e. e2e − TTFT less the read of the stream's tail (the
+usage/timings event and ``[DONE]``). A non-streamed request has none (``None``).
 """
 
 from __future__ import annotations
@@ -60,6 +71,8 @@ class _Collected:
         self.finish: str | None = None
         self.last: dict[str, Any] = {}
         self.ttft: float | None = None
+        self.gaps: list[float] = []  # ms between successive content-bearing events
+        self.last_content: float | None = None  # perf_counter of the previous content-bearing event
 
 
 def stream_request(
@@ -106,6 +119,7 @@ def stream_request(
         ttft_ms=got.ttft,
         e2e_ms=e2e,
         tool_calls=got.calls,
+        chunk_gaps_ms=got.gaps if streamed else None,
     )
 
 
@@ -123,11 +137,21 @@ def _read_stream(r: Any, got: _Collected, t0: float, timeout_s: float, kind: str
             if "error" in event:
                 raise EngineRequestError(f"{kind} stream error: {event['error']}", turn_id=turn_id)
             t, i, c, f = _delta(event)
-            if (t or i or c) and got.ttft is None:
-                got.ttft = (time.perf_counter() - t0) * 1000.0
+            if t or i or c:
+                _stamp(got, t0)
             got.text.append(t)
             got.ids.extend(i)
             _merge_calls(got.calls, c)
             got.finish = f or got.finish
             if any(k in event for k in SERVER_KEYS):
                 got.last = {**got.last, **{k: v for k, v in event.items() if k in (*SERVER_KEYS, "id", "model")}}
+
+
+def _stamp(got: _Collected, t0: float) -> None:
+    """Time one content-bearing event: the first sets TTFT, every later one adds its gap (module docstring)."""
+    now = time.perf_counter()
+    if got.last_content is None:
+        got.ttft = (now - t0) * 1000.0
+    else:
+        got.gaps.append((now - got.last_content) * 1000.0)
+    got.last_content = now

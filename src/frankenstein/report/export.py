@@ -1,6 +1,6 @@
 """Machine-readable exports: ``frank analyze --json``, ``frank replay --json/--csv`` and the note's
 ``note.json``. Each JSON document names its schema and version (``"schema": "frank.analysis"``,
-``"version": 1``); the JSON Schema files ship in ``frankenstein/data/schemas/`` and docs/exports.md
+``"version": 2``; :data:`VERSIONS`); the JSON Schema files ship in ``frankenstein/data/schemas/`` and docs/exports.md
 describes every field. Numbers are plain JSON numbers (non-finite ones become null); exact p values are
 fractions as text ("1/64") beside their decimal.
 
@@ -31,7 +31,10 @@ from frankenstein.design.start import StartOutcome
 from frankenstein.report.collect import NoteData
 from frankenstein.report.markdown import Table
 
-VERSION = 1
+# Version 2 of analysis, replay and note: the latency percentiles gained tpot_ms (the old per-turn mean,
+# formerly itl_ms), pre_ms and post_ms, and itl_ms became the pooled chunk gaps; replay turns carry
+# chunk_gaps_ms. The verdict document did not change.
+VERSIONS = {"analysis": 2, "verdict": 1, "replay": 2, "note": 2}
 SCHEMAS = {
     "analysis": "analysis.schema.json",
     "verdict": "verdict.schema.json",
@@ -86,7 +89,7 @@ def verdict_doc(v: Verdict, source: str) -> dict[str, Any]:
     return jsonable(
         {
             "schema": "frank.verdict",
-            "version": VERSION,
+            "version": VERSIONS["verdict"],
             "source": source,
             "word": v.word,
             "reason": v.reason,
@@ -105,7 +108,7 @@ def analysis_doc(a: Analysis, percentiles: Percentiles | None = None, not_fresh:
     return jsonable(
         {
             "schema": "frank.analysis",
-            "version": VERSION,
+            "version": VERSIONS["analysis"],
             "design": {
                 "id": reg.design_id,
                 "hash": reg.design_hash,
@@ -163,7 +166,7 @@ def replay_doc(start_id: int, out: StartOutcome) -> dict[str, Any]:
     return jsonable(
         {
             "schema": "frank.replay",
-            "version": VERSION,
+            "version": VERSIONS["replay"],
             "start_id": start_id,
             "recipe": {"name": out.recipe.name, "engine": out.recipe.engine, "parts": list(out.recipe.parts)},
             "engine": out.engine,
@@ -181,7 +184,8 @@ def replay_doc(start_id: int, out: StartOutcome) -> dict[str, Any]:
 
 def replay_csv(start_id: int, out: StartOutcome) -> str:
     """One row per turn: start id, status, the turn's keys and metrics, then the start's metrics as
-    ``start.<name>`` columns (the same on every row). Missing values are empty cells."""
+    ``start.<name>`` columns (the same on every row). Missing values are empty cells; a list (a turn's
+    ``chunk_gaps_ms``) is one cell of JSON text."""
     turn_keys = sorted({k for r in out.rows for k in r if k not in TURN_KEYS})
     start_keys = sorted(out.metrics)
     buf = io.StringIO()
@@ -190,8 +194,14 @@ def replay_csv(start_id: int, out: StartOutcome) -> str:
     for r in out.rows:
         cells = [start_id, out.status, r["idx"], r["turn_id"], int(bool(r["warmup"])), r.get("error")]
         cells += [r.get(k) for k in turn_keys] + [out.metrics.get(k) for k in start_keys]
-        w.writerow(["" if c is None else c for c in cells])
+        w.writerow([_cell(c) for c in cells])
     return buf.getvalue()
+
+
+def _cell(c: Any) -> Any:
+    if c is None:
+        return ""
+    return json.dumps(c, separators=(",", ":")) if isinstance(c, list) else c
 
 
 # ---------------------------------------------------------------- note.json
@@ -269,7 +279,7 @@ def note_doc(data: NoteData, tables: Sequence[Table], lines: Sequence[str]) -> d
     return jsonable(
         {
             "schema": "frank.note",
-            "version": VERSION,
+            "version": VERSIONS["note"],
             "campaign": data.campaign,
             "served_recipe": {"base": data.base, "parts": data.served},
             "since": data.since,

@@ -377,7 +377,8 @@ def format_secondary(d: DesignReport) -> list[str]:
 
 
 def format_percentiles(d: DesignReport) -> list[str]:
-    """p50/p90/p99 of TTFT, inter-token latency and end-to-end time per arm: secondary, not tested."""
+    """n and p50/p90/p99 per arm of TTFT, TPOT, ITL (pooled chunk gaps), end-to-end time, pre_ms and post_ms
+    (:mod:`frankenstein.design.percentiles`): secondary, not tested."""
     if not d.percentiles:
         return []
     rows = percentile_rows(d.percentiles)

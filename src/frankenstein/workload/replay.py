@@ -5,7 +5,9 @@ Every arm receives byte-identical requests: the recorded body with the same over
 turn's request already holds it), never from the live engine. The output length is forced to the
 recorded length (``max_tokens``/``n_predict`` + ``ignore_eos``) at temperature 0 with a fixed seed
 unless the settings say otherwise. Time comes from the server; client TTFT and end-to-end are kept
-beside it.
+beside it, and for a stream the gaps between its content-bearing events (``chunk_gaps_ms``, a list
+of ms rounded to 1 µs, :mod:`frankenstein.engines.stream`), from which the pooled inter-token latency
+percentiles are computed (:mod:`frankenstein.design.percentiles`).
 
 Nothing hangs: each request has a bound derived from its turn, ``prefill_timeout_s +
 timeout_per_token_s × recorded output length`` (:func:`request_timeout`), or the design's fixed
@@ -133,6 +135,8 @@ def _row(idx: int, turn: Turn, warmup: bool, reply: Reply | None, error: str | N
         row.update(reply.timing.as_dict())
         row.update({"ttft_ms": reply.ttft_ms, "e2e_ms": reply.e2e_ms})
         row.update(outside_ms(reply.timing, reply.ttft_ms, reply.e2e_ms))
+        if reply.chunk_gaps_ms is not None:
+            row["chunk_gaps_ms"] = [round(g, 3) for g in reply.chunk_gaps_ms]  # 1 µs
     return row
 
 

@@ -39,6 +39,13 @@ Progress = Callable[[int, int], None]
 
 STEP_METRICS = ("verify_step_ms", "decode_ms_per_token", "tokens_per_step", "acceptance_rate")
 REQUEST_METRICS = ("ttft_ms", "e2e_ms", "prompt_ms", "prefill_tokens_per_s", "pre_ms", "post_ms")
+# Metrics that can be zero or negative by their definition (measure/timings.py), so a ratio of them means
+# nothing: ``post_ms`` = client e2e − TTFT − server decode ms is often slightly negative with llama.cpp,
+# whose decode clock starts before the first token reaches the client. ``pre_ms`` = client TTFT − server
+# prompt ms is not here: the client's wait for the first token contains the server's prompt time plus
+# templating, tokenization and transport, so it is positive unless an engine's clocks disagree; a block
+# where it is not positive makes the ratio verdict invalid (rules.evaluate), it does not crash.
+SIGNED_METRICS = ("post_ms",)
 
 
 @dataclass(frozen=True)
@@ -232,6 +239,8 @@ def can_still_change(reg: Registered, served: list[float], candidate: list[float
     """Whether ``remaining`` more blocks could change the verdict of the registered block rule."""
     rule = reg.design.rule
     if isinstance(rule, FidelityRule):
+        return True
+    if any(not v > 0 for v in (*served, *candidate)):  # no ratio: the verdict is invalid, nothing to curtail
         return True
     g = rules.gains(stats.log_ratios(served, candidate), reg.frozen.direction)
     return rules.can_change(rule, g, remaining)

@@ -23,6 +23,7 @@ from frankenstein.design import rules, stats
 from frankenstein.design.kinds.base import (
     Analysis,
     Description,
+    SIGNED_METRICS,
     Progress,
     arm_values,
     block_values,
@@ -48,6 +49,7 @@ class SpeedKind:
     uses_workload = True
     same_arms = False
     can_curtail = True
+    data: DataKind = "ratio"  # what the block rule tests: per-block log ratios of the primary metric
 
     def check(self, design: DesignFile, path: Path) -> None:
         known = dict(METRICS)
@@ -59,7 +61,8 @@ class SpeedKind:
                 raise DesignError(
                     f"unknown metric {metric!r} (known: {', '.join(sorted(known))})", path=path, field=field
                 )
-        check_block_rule(design, path)
+        check_block_rule(design, path, self.data)
+        check_signed_primary(design, path, self.data)
 
     def check_recipes(self, design: DesignFile, recipes: dict[str, ResolvedRecipe | None], path: Path) -> None:
         check_primary_metric(design, recipes, path)
@@ -108,6 +111,23 @@ def check_warmup(design: DesignFile, turns: list[Turn], path: Path) -> None:
             path=path,
             field="replay.warmup_turns",
         )
+
+
+def check_signed_primary(design: DesignFile, path: Path, data: DataKind) -> None:
+    """Refuse a primary metric that can be zero or negative (``SIGNED_METRICS``) under a rule that tests
+    ratios: the geometric-mean ratio and the log ratio per block of such a metric mean nothing. A kind
+    whose rule tests differences (``data = "difference"``) may register it."""
+    m = design.primary_metric
+    if m not in SIGNED_METRICS or data != "ratio":
+        return
+    raise DesignError(
+        f"{m!r} can be zero or negative (client e2e − TTFT − server decode time; with llama.cpp it often is), "
+        f"and a {design.kind} design's rule {design.rule.kind!r} tests per-block ratios of its primary metric "
+        "(log ratio, geometric mean), which mean nothing for such a metric; test a metric that is "
+        f"positive (e.g. pre_ms or e2e_ms) and list {m} under secondary (reported per arm, with its percentiles)",
+        path=path,
+        field="primary_metric",
+    )
 
 
 def check_block_rule(design: DesignFile, path: Path, data: DataKind = "ratio") -> None:
