@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 
 from frankenstein.campaign import open_campaign
+from frankenstein.design.analysis import analyze
+from frankenstein.design.kinds.base import settled
 from frankenstein.design.percentiles import arm_percentiles, percentile, rows_percentiles, turn_gaps, turn_values
 from frankenstein.design.registry import get, register
 
@@ -192,3 +194,28 @@ def test_post_ms_as_secondary_and_pre_ms_as_primary_register(camp: Path, capsys)
             "verify_step_ms",
             "pre_ms",
         ]
+
+
+def test_a_pre_ms_block_that_is_not_positive_makes_the_verdict_invalid_not_a_crash(camp: Path) -> None:
+    """pre_ms may be registered, and is positive unless an engine's clocks disagree; where they do, the ratio
+    rule says invalid for that block, and curtailment (which needs log ratios) does not stop the run."""
+    d = _design(camp, "pre_ms")
+    d.write_text(d.read_text().replace("blocks = 5", 'blocks = 6\nstopping = "curtail"'))
+    with open_campaign(camp) as c:
+        reg = register(c, d)
+        for b in range(3):
+            for pos, arm in enumerate(reg.schedule[b]):
+                value = -0.25 if (b, arm) == (1, "candidate") else 20.0 if arm == "served" else 10.0
+                c.store.insert_start(
+                    design_id=reg.design_id,
+                    block=b,
+                    position=pos,
+                    arm=arm,
+                    status="ok",
+                    started_at="2025-01-01T00:00:00Z",
+                    metrics={"pre_ms": value},
+                )
+        a = analyze(c, reg.design_id)
+        assert a.verdict is not None and a.verdict.word == "invalid"
+        assert a.verdict.reason == "block 2: a ratio needs positive finite values (served 20, candidate -0.25)"
+        assert not settled(c, reg, 3)  # the run goes on: no ratio, nothing to curtail on
