@@ -8,6 +8,7 @@ primary metric registers, runs and analyzes, its facts saying the starts were no
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -38,6 +39,16 @@ engine = "llamacpp"
 model = "pkg:tiny-target.gguf"
 args = {BASE_ARGS!r}
 start_timeout_s = 120
+
+[parts.ngram]
+args = ["--spec-type", "ngram-simple"]
+env = {{ LLAMA_ARG_THREADS = "1" }}
+
+[recipes.drafted]
+engine = "llamacpp"
+model = "pkg:tiny-target.gguf"
+args = {BASE_ARGS!r}
+parts = ["ngram"]
 
 [recipes.running]
 engine = "external"
@@ -102,6 +113,27 @@ def test_replay_url_against_a_server_started_outside_frank(camp: Path, server: s
         assert t["pre_ms"] > 0  # the client's TTFT includes the server's prompt time and more
     # frank never stopped it: the server still answers
     assert httpx.get(server + "/health", timeout=5, trust_env=False).status_code == 200
+
+
+def test_url_replay_records_no_part_it_did_not_apply(camp: Path, server: str) -> None:
+    """A careless user points a recipe with a part at a server frank did not start: the part cannot have
+    been applied, so the start must not claim it; --part with --url is refused before anything runs."""
+    with open_campaign(camp) as c:
+        before = c.store.query("SELECT COUNT(*) AS n FROM starts")[0]["n"]
+    r = frank("replay", "base", WORKLOAD, "-c", str(camp), "--url", server, "--part", "ngram")
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert "--part" in r.stderr and "did not start" in r.stderr
+    with open_campaign(camp) as c:
+        assert c.store.query("SELECT COUNT(*) AS n FROM starts")[0]["n"] == before  # nothing ran
+    r = frank("replay", "drafted", WORKLOAD, "-c", str(camp), "--url", server, "--max-turns", "2")
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert "part ngram" in r.stderr and "env LLAMA_ARG_THREADS" in r.stderr and "recorded without them" in r.stderr
+    start_id = int(r.stdout.split()[1].rstrip(":"))
+    with open_campaign(camp) as c:
+        row = c.store.query("SELECT * FROM starts WHERE id = ?", (start_id,))[0]
+    recipe = json.loads(row["recipe"]) if isinstance(row["recipe"], str) else row["recipe"]
+    assert recipe["name"] == "drafted" and recipe["engine"] == "external"
+    assert recipe["parts"] == [] and recipe["env"] == {} and recipe["args"] == ["--url", server]
 
 
 def test_bad_and_dead_urls_say_what_is_wrong(camp: Path) -> None:

@@ -49,6 +49,11 @@ def replay(
     """
     if as_json and as_csv:
         raise typer.BadParameter("--json or --csv, not both")
+    if url is not None and part:
+        raise typer.BadParameter(
+            "parts cannot be applied to a server frank did not start (--url); start it with them yourself or drop --part",
+            param_hint="--part",
+        )
     from frankenstein.campaign import open_campaign
     from frankenstein.design import phases
     from frankenstein.design.caches import folder_applied
@@ -67,8 +72,15 @@ def replay(
         name = c.config.served if recipe == "served" else recipe
         r = c.recipe(name, part)
         if url is not None:
-            from frankenstein.engines.external import external_recipe
+            from frankenstein.engines.external import external_recipe, unapplied
 
+            dropped = unapplied(r)
+            if dropped:
+                typer.echo(
+                    f"frank replay: recipe {r.name!r} is not launched with --url, so its {', '.join(dropped)} "
+                    "are not applied to the server and the start is recorded without them",
+                    err=True,
+                )
             r = external_recipe(r, url)
         with (
             RunProgress(1, heartbeat_s=every, prefix="frank replay") as run,

@@ -55,10 +55,34 @@ def recipe_url(recipe: ResolvedRecipe) -> str:
 
 
 def external_recipe(recipe: ResolvedRecipe, url: str) -> ResolvedRecipe:
-    """``recipe`` pointed at a running server (``frank replay --url``): same name, model and parts, engine
-    ``external``; nothing of the recipe's launch is used."""
+    """``recipe`` pointed at a running server (``frank replay --url``): same name and model, engine
+    ``external``. Nothing of the recipe's launch is used, so nothing of it is recorded either: parts, env,
+    binary, python and cache variables are dropped (frank cannot apply a part to a server it did not start,
+    and a start must not claim one it did not apply; :func:`unapplied` names what was dropped)."""
     parse_url(url, "--url")
-    return recipe.model_copy(update={"engine": KIND, "args": ["--url", url.strip().rstrip("/")], "command": None})
+    return recipe.model_copy(
+        update={
+            "engine": KIND,
+            "args": ["--url", url.strip().rstrip("/")],
+            "command": None,
+            "parts": [],
+            "env": {},
+            "binary": None,
+            "python": None,
+            "cache_vars": [],
+        }
+    )
+
+
+def unapplied(recipe: ResolvedRecipe) -> list[str]:
+    """What of ``recipe``'s launch a server frank did not start cannot have been given: its parts, env keys,
+    binary, python and command (the words for a message; empty when there is nothing)."""
+    out = [f"part {p}" for p in recipe.parts]
+    out += [f"env {k}" for k in recipe.env]
+    out += [f"{k} {getattr(recipe, k)}" for k in ("binary", "python") if getattr(recipe, k)]
+    if recipe.command:
+        out.append("command")
+    return out
 
 
 class ExternalEngine(ProcessEngine):
