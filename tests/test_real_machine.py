@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from frankenstein.engines.llamacpp import binary_version
 from frankenstein.measure import machine
 from frankenstein.measure.machine import MachineSnapshot, binary_sha256, differences, snapshot
 from frankenstein.measure.resources import ResourceSampler, not_sampled
@@ -127,6 +128,54 @@ def test_binary_sha256_sees_a_file_replaced_by_rename(tmp_path: Path) -> None:
     os.utime(other, ns=(st.st_atime_ns, st.st_mtime_ns))
     os.replace(other, f)  # a new inode at the same path, same size and mtime
     assert binary_sha256(f) == hashlib.sha256(b"bbbb").hexdigest() != first
+
+
+VERSIONED = """#!/bin/sh
+echo asked >> {calls}
+echo "version: {version}" >&2
+"""
+
+
+def _versioned(path: Path, calls: Path, version: str) -> None:
+    """A real executable that answers ``--version`` like llama-server and counts how often it was asked."""
+    path.write_text(VERSIONED.format(calls=calls, version=version))  # in place: same path, same inode
+    path.chmod(0o755)
+
+
+def test_binary_version_is_asked_once_per_binary(tmp_path: Path) -> None:
+    server, calls = tmp_path / "llama-server", tmp_path / "calls"
+    _versioned(server, calls, "7001 (aaaaaaa)")
+    assert [binary_version(str(server)) for _ in range(3)] == ["7001 (aaaaaaa)"] * 3
+    assert calls.read_text().splitlines() == ["asked"]  # the later starts were served from the cache
+
+
+def test_binary_version_of_a_binary_replaced_in_place_is_its_new_one(tmp_path: Path) -> None:
+    """The attack on the version cache: new bytes of the same length at the same path (same inode), the mtime
+    put back, inside one process (as a rebuilt llama-server between two blocks of one frank run)."""
+    server, calls = tmp_path / "llama-server", tmp_path / "calls"
+    _versioned(server, calls, "7001 (aaaaaaa)")
+    st = server.stat()
+    assert binary_version(str(server)) == "7001 (aaaaaaa)"
+    _versioned(server, calls, "7002 (bbbbbbb)")
+    os.utime(server, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert (server.stat().st_ino, server.stat().st_size, server.stat().st_mtime_ns) == (
+        st.st_ino,
+        st.st_size,
+        st.st_mtime_ns,
+    )
+    assert binary_version(str(server)) == "7002 (bbbbbbb)"
+    other = tmp_path / "llama-server.new"  # and by a rename: a new inode at the same path
+    _versioned(other, calls, "7003 (ccccccc)")
+    os.replace(other, server)
+    assert binary_version(str(server)) == "7003 (ccccccc)"
+    assert binary_version(str(server)) == "7003 (ccccccc)"
+    assert calls.read_text().splitlines() == ["asked"] * 3
+
+
+def test_binary_version_of_the_real_llama_server(llama_server_bin: str) -> None:
+    first = binary_version(llama_server_bin)
+    assert "(" in first and first != "unknown"  # its own --version line, e.g. "7000 (0a1b2c3)"
+    assert binary_version(llama_server_bin) == first
 
 
 def test_sampler_without_gpu_says_which(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -193,6 +193,7 @@ def _recipe(**kw: object) -> ResolvedRecipe:
 
 def test_recipe_checks_name_the_field(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("FRANK_VLLM_PYTHON", raising=False)
+    monkeypatch.chdir(tmp_path)  # no ./.venv-vllm here (the adapter's last fallback)
     assert isinstance(adapter_for(_recipe(), tmp_path), VllmEngine)
     with pytest.raises(ConfigError, match=r"^recipes\.v\.args: --port is chosen by Frankenstein; remove it$"):
         VllmEngine(_recipe(args=["--port", "8000"]), tmp_path).check_recipe()

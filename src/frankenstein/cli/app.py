@@ -14,37 +14,69 @@ app = typer.Typer(
 
 
 def version_lines() -> list[str]:
-    """frank's, Python's and the engines' versions, found without starting an engine: ``llama-server --version``
-    where a binary is found, vLLM's version read from its installed source (``$FRANK_VLLM_PYTHON``, else this
-    interpreter), never imported."""
-    import importlib.util
+    """frank's, Python's and the engines' versions, found without starting or importing an engine:
+    ``llama-server --version`` where a binary is found; vLLM's and SGLang's versions read as text from their
+    installed source, in the interpreter each adapter would launch (vLLM: ``$FRANK_VLLM_PYTHON``, else
+    ``./.venv-vllm``; SGLang: ``$FRANK_SGLANG_PYTHON``), else this one."""
     import platform
     import sys
 
     from frankenstein import __version__
+
+    return [
+        f"frank {__version__}",
+        f"Python {platform.python_version()} ({sys.executable})",
+        _llama_server_line(),
+        _vllm_line(),
+        _sglang_line(),
+    ]
+
+
+def _llama_server_line() -> str:
     from frankenstein.engines.llamacpp import binary_version, find_llama_server
-    from frankenstein.engines.vllm import PYTHON_ENV, find_vllm_python, package_dir, package_features
     from frankenstein.errors import EngineError
 
-    lines = [f"frank {__version__}", f"Python {platform.python_version()} ({sys.executable})"]
     try:
         server = find_llama_server()
-        lines.append(f"llama-server {binary_version(server)} ({server})")
     except EngineError as exc:
-        lines.append(f"llama-server: {exc}")
-    try:
-        python = find_vllm_python()
-        lines.append(f"vLLM {package_features(package_dir(python))['version']} ({python}, from {PYTHON_ENV})")
-    except EngineError as exc:
-        spec = importlib.util.find_spec("vllm")
-        if spec is not None and spec.submodule_search_locations:
-            from pathlib import Path
+        return f"llama-server: {exc}"
+    return f"llama-server {binary_version(server)} ({server})"
 
-            pkg = Path(list(spec.submodule_search_locations)[0])
-            lines.append(f"vLLM {package_features(pkg)['version']} ({sys.executable})")
-        else:
-            lines.append(f"vLLM: {str(exc).split(';')[0]}")
-    return lines
+
+def _vllm_line() -> str:
+    from frankenstein.engines.vllm import package_dir, source_version, vllm_python_and_source
+    from frankenstein.errors import EngineError
+
+    try:
+        python, source = vllm_python_and_source()
+        return f"vLLM {source_version(package_dir(python))} ({python}, from {source})"
+    except EngineError as exc:
+        return _in_this_python("vllm", "vLLM") or f"vLLM: {str(exc).split(';')[0]}"
+
+
+def _sglang_line() -> str:
+    from frankenstein.engines.sglang import PYTHON_ENV, find_sglang_python, installed_version
+    from frankenstein.errors import EngineError
+
+    try:
+        python = find_sglang_python()
+        return f"SGLang {installed_version(python)} ({python}, from {PYTHON_ENV})"
+    except EngineError as exc:
+        return _in_this_python("sglang", "SGLang") or f"SGLang: not installed ({str(exc).split(';')[0]})"
+
+
+def _in_this_python(package: str, name: str) -> str | None:
+    """``NAME VERSION (this interpreter)`` where ``package`` is installed beside frank, else None."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    from frankenstein.engines.vllm import source_version
+
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return f"{name} {source_version(Path(list(spec.submodule_search_locations)[0]))} ({sys.executable})"
 
 
 def _print_version(value: bool) -> None:

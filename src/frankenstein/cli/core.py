@@ -6,7 +6,6 @@ from pathlib import Path
 
 import typer
 
-from frankenstein.campaign import CONFIG_NAME, init_campaign, open_campaign
 from frankenstein.cli.app import app
 from frankenstein.errors import FrankError
 
@@ -20,6 +19,8 @@ def init(directory: Path = typer.Argument(..., help="Campaign folder to create."
 
     Example: frank init my-campaign
     """
+    from frankenstein.campaign import CONFIG_NAME, init_campaign
+
     if directory.exists() and not directory.is_dir():
         raise FrankError(f"{directory}: exists and is not a folder; refusing to overwrite it")
     if (directory / CONFIG_NAME).is_dir():
@@ -58,6 +59,7 @@ def engine_check(
 
     Example: frank engine check base --part draft -c my-campaign
     """
+    from frankenstein.campaign import open_campaign
     from frankenstein.engines.check import check_recipe
 
     with open_campaign(campaign) as c:

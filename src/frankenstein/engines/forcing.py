@@ -10,9 +10,10 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is imported when arrays are built (Collector.arrays), not by every engine import
+    import numpy as np
 
 from frankenstein.errors import EngineRequestError
 
@@ -90,6 +91,8 @@ class Collector:
         self.rows.append((turn, pos, token, ids, lps, error))
 
     def arrays(self) -> dict[str, np.ndarray]:
+        import numpy as np
+
         p = len(self.rows)
         width = max([self.width, *(len(r[3]) for r in self.rows)]) if self.rows else self.width
         ids = np.full((p, width), -1, np.int32)

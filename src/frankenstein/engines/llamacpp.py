@@ -31,6 +31,7 @@ from typing import Any
 from frankenstein.engines.base import ProcessEngine
 from frankenstein.engines.forcing import Collector, ForcedResult, ForcedTurn, sources_of
 from frankenstein.errors import BinaryNotFoundError, ConfigError, EngineRequestError, FidelityError
+from frankenstein.measure.machine import binary_sha256
 from frankenstein.measure.timings import StepTiming, target_steps
 from frankenstein.workload.trace import CHAT, Turn
 
@@ -73,7 +74,32 @@ def sibling_tool(name: str, server: str | None = None) -> str | None:
     return str(cand) if cand.is_file() else shutil.which(name)
 
 
+_VERSION_CACHE: dict[tuple[str, str], str] = {}
+
+
 def binary_version(binary: str) -> str:
+    """``BINARY --version``'s version line, cached per process by the binary's resolved path and sha256
+    (:func:`binary_sha256`, itself cached by the file's device, inode, size, mtime and ctime, and computed for
+    every start's record anyway): each start of a design asked again (about 28 ms); a binary replaced in place
+    or by a rename has another sha256, so it is asked anew. "unknown" is not cached."""
+    key = _version_key(binary)
+    cached = _VERSION_CACHE.get(key) if key else None
+    if cached is not None:
+        return cached
+    version = _ask_version(binary)
+    if key and version != "unknown" and _version_key(binary) == key:  # not a binary swapped while it was asked
+        _VERSION_CACHE[key] = version
+    return version
+
+
+def _version_key(binary: str) -> tuple[str, str] | None:
+    try:
+        return str(Path(binary).resolve()), binary_sha256(binary)
+    except OSError:
+        return None
+
+
+def _ask_version(binary: str) -> str:
     try:
         out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):

@@ -41,7 +41,7 @@ from frankenstein.engines.forcing import ForcedResult, ForcedTurn, forced_per_tu
 from frankenstein.engines.http import Answer, TransportError, fetch_url
 from frankenstein.engines.prometheus import counter
 from frankenstein.engines.scraped import ScrapedRequests
-from frankenstein.engines.vllm import speculative_config
+from frankenstein.engines.vllm import package_dir, source_version, speculative_config
 from frankenstein.errors import BinaryNotFoundError, ConfigError, EngineError, FidelityError
 from frankenstein.measure.timings import StepTiming
 from frankenstein.workload.trace import CHAT, Turn
@@ -65,6 +65,12 @@ def find_sglang_python(explicit: str | None = None) -> str:
                 return str(Path(candidate).absolute())
             raise BinaryNotFoundError(f"SGLang python not found at {candidate} (from {source}); {HOW_TO_INSTALL}")
     raise BinaryNotFoundError(f"no Python interpreter with SGLang is configured; {HOW_TO_INSTALL}")
+
+
+def installed_version(python: str) -> str:
+    """SGLang's version for ``python``, read from its installed ``version.py`` (not imported: importing sglang
+    takes seconds); :class:`BinaryNotFoundError` where ``python`` cannot run or has no ``sglang``."""
+    return source_version(package_dir(python, "sglang", HOW_TO_INSTALL))
 
 
 # ---------------------------------------------------------------- step timing (pure)

