@@ -32,6 +32,73 @@ def llama_server_bin() -> str:
     return find_llama_server()
 
 
+def _cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    return {f for line in text.splitlines() if line.startswith("flags") for f in line.split(":", 1)[1].split()}
+
+
+CPU_WORKAROUNDS: list[str] = []
+"""What the session had to change on this machine, printed at the end of the run (never silent)."""
+
+
+@pytest.fixture(scope="session")
+def real_model_cpu_args(llama_server_bin: str) -> list[str]:
+    """``["--no-repack"]`` where this machine's CPU advertises AMX tiles but traps them (seen in Firecracker VMs:
+    a ``-march=native`` llama.cpp build repacks Q4_1 weights for AMX and dies with SIGILL at load), else ``[]``.
+    Probed once per session with the real model and the real binary; the workaround is printed in the
+    terminal summary, and a model that fails to load for any other reason still fails its tests."""
+    if "amx_tile" not in _cpu_flags():
+        return []
+    model = Path(
+        os.environ.get("FRANK_REAL_MODEL")
+        or Path.home() / ".cache" / "frankenstein" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    )
+    if not model.is_file():
+        return []  # the tests that need it fail, naming `make real-model`
+    from frankenstein.engines.process import free_port
+
+    cmd = [
+        llama_server_bin,
+        "-m",
+        str(model),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(free_port()),
+        "-t",
+        "1",
+        "-c",
+        "256",
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        # the load either traps within seconds or reaches "model loaded"
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if "model loaded" in line or "listening on" in line:
+                return []
+        code = proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+        proc.wait(timeout=30)
+    if code == -4:  # SIGILL
+        CPU_WORKAROUNDS.append(
+            "llama-server died with SIGILL loading the real model (AMX tiles advertised but trapped on this CPU): "
+            "real-model tests run with --no-repack"
+        )
+        return ["--no-repack"]
+    return []
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for line in CPU_WORKAROUNDS:
+        terminalreporter.write_line(f"machine workaround: {line}")
+
+
 @pytest.fixture
 def tiny_recipe(llama_server_bin: str) -> ResolvedRecipe:
     return ResolvedRecipe(

@@ -173,3 +173,23 @@ def test_usage_error_exits_2(tmp_path: Path) -> None:
     r = frank("engine", "check", "--requests", "many")
     assert r.returncode == 2
     assert "Invalid value for '--requests'" in r.stderr
+
+
+def test_engine_killed_by_sigill_says_what_that_usually_means(tmp_path: Path) -> None:
+    """An engine binary that dies by SIGILL at load (a -march=native llama.cpp build running AMX tiles on a VM
+    that traps them, seen on these machines): the start error names the signal and the usual remedies, not a
+    bare negative code. The stand-in is a real executable (named as a test double for a crashing build) that
+    answers --version like llama-server and then kills itself with SIGILL."""
+    fake = tmp_path / "llama-server"
+    fake.write_text(
+        '#!/bin/sh\nfor a in "$@"; do [ "$a" = --version ] && { echo "version: 1 (sigill)" >&2; exit 0; }; done\n'
+        "kill -ILL $$\n"
+    )
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    c = make_campaign(tmp_path / "c")
+    r = _check(c.root, env={**os.environ, "FRANK_LLAMA_SERVER": str(fake)})
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    first = r.stderr.splitlines()[0]
+    assert first.startswith("frank: error: llama-server was killed by SIGILL: the binary ran a CPU instruction"), first
+    assert "--no-repack" in first and "GGML_NATIVE=OFF" in first and "during start (log: " in first
+    assert pids_of(str(tmp_path)) == []

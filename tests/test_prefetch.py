@@ -98,7 +98,9 @@ def test_the_prefetch_brings_the_files_into_the_page_cache(tmp_path: Path) -> No
 
 
 @pytest.mark.real
-def test_a_prefetched_model_launches_without_cold_reads(llama_server_bin: str, tmp_path: Path) -> None:
+def test_a_prefetched_model_launches_without_cold_reads(
+    llama_server_bin: str, tmp_path: Path, real_model_cpu_args: list[str]
+) -> None:
     """The real model (SmolLM2-135M Q4_1, 98 MB) on llama-server, alternating: evicted from the page cache
     (the cold disk reads a start pays when the other arm's start did not read its files) vs prefetched.
     Prints launch → ready of each; asserts what each start launched with (mincore)."""
@@ -108,7 +110,11 @@ def test_a_prefetched_model_launches_without_cold_reads(llama_server_bin: str, t
     if not model.is_file():
         pytest.fail(f"{model}: the real model is missing; run `make real-model`")
     recipe = ResolvedRecipe(
-        name="real", engine="llamacpp", model=str(model), args=["--ctx-size", "512", "--threads", "1"], env={}
+        name="real",
+        engine="llamacpp",
+        model=str(model),
+        args=["--ctx-size", "512", "--threads", "1", *real_model_cpu_args],
+        env={},
     )
     ready: dict[str, list[float]] = {"evicted": [], "prefetched": []}
     for _ in range(3):

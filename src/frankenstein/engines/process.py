@@ -76,6 +76,24 @@ def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
     return False
 
 
+SIGNAL_HINTS = {
+    signal.SIGILL: "the binary ran a CPU instruction this machine does not execute (e.g. AMX tiles that a "
+    "-march=native llama.cpp build uses and a VM traps: try llama.cpp's --no-repack, or a build with GGML_NATIVE=OFF)",
+}
+
+
+def exit_words(code: int) -> str:
+    """``exited with code N``, or for a signal its name and, where one is known, what it usually means."""
+    if code >= 0:
+        return f"exited with code {code}"
+    try:
+        sig = signal.Signals(-code)
+    except ValueError:
+        return f"was killed by signal {-code}"
+    hint = SIGNAL_HINTS.get(sig)
+    return f"was killed by {sig.name}" + (f": {hint}" if hint else "")
+
+
 def engine_env(environ: dict[str, str] | None = None) -> dict[str, str]:
     """The environment an engine (or a command arm) starts with: frank's, less every ``RAY_*`` variable,
     plus ``RAY_ADDRESS=local``, so an engine that starts Ray of its own (vLLM) never joins the cluster
@@ -188,7 +206,7 @@ class EngineProcess:
             code = self.exited()
             if code is not None:
                 raise EngineStartError(
-                    f"{self.name} exited with code {code} during start (log: {self.log_path})",
+                    f"{self.name} {exit_words(code)} during start (log: {self.log_path})",
                     log_tail=log_tail(self.log_path),
                 )
             self.ready_polls += 1
