@@ -101,6 +101,11 @@ def test_replay_url_against_a_server_started_outside_frank(camp: Path, server: s
     assert "start 1: ok" in r.stdout
     pre = next(line for line in r.stdout.splitlines() if line.strip().startswith("pre_ms"))
     assert pre.split()[1] != "-"  # printed per start, from the server's prompt time and the client's TTFT
+    # the peer-shaped percentile table of the start's measured turns (3: the first of 4 is a warm-up)
+    table = {tuple(ln.split()[:3]) for ln in r.stdout.splitlines() if ln.startswith("  base ")}
+    for metric in ("ttft_ms", "tpot_ms", "e2e_ms", "pre_ms", "post_ms"):
+        assert ("base", metric, "3") in table, r.stdout
+    assert any(m == "itl_ms" and int(n) >= 3 for _, m, n in table), r.stdout  # one per chunk gap
     with open_campaign(camp) as c:
         row = c.store.query("SELECT * FROM starts WHERE id = 1")[0]
         assert row["engine"] == "external" and "not started by frank" in row["engine_version"]

@@ -110,6 +110,16 @@ def replay(
     ):
         v = out.metrics.get(key)
         typer.echo(f"  {key:<20} {'-' if v is None else f'{v:.4f}'}")
+    from frankenstein.design.percentiles import PERCENTILE_CAPTION, PERCENTILE_HEADER, percentile_rows
+    from frankenstein.design.percentiles import rows_percentiles
+    from frankenstein.design.table import render_table
+
+    per = rows_percentiles(out.rows)
+    if per:
+        table = render_table(PERCENTILE_HEADER, percentile_rows({r.name: per}), "llrrrr")
+        typer.echo(f"{PERCENTILE_CAPTION}:")
+        for line in table:
+            typer.echo(f"  {line}")
     if out.status != "ok":
         raise typer.Exit(1)
 
