@@ -6,16 +6,19 @@ alternating frank, AIPerf, and a bare stdlib client (the reference: one ``http.c
 read to the end, nothing parsed) for ``--rounds`` rounds, the order rotated each round (A B C, B C A, C A B). Per request:
 
 - server time = prompt eval ms + eval ms from llama-server's own log lines (the same source for every tool);
-- client overhead = the tool's client end-to-end time − server time (frank: its replay row's ``e2e_ms``; AIPerf:
-  ``request_latency`` in its ``profile_export.jsonl``; bare: wall time around the request);
+- client overhead = the tool's client end-to-end time − server time (frank: ``e2e_ms`` of each turn in
+  ``frank replay base TURNS --url URL --warmup 0 --json``, the real CLI in its own process against the running
+  server; AIPerf: ``request_latency`` in its ``profile_export.jsonl``; bare: wall time around the request);
 - server-time inflation = the tool's median server time / the bare client's, same turns, same server.
 
 Every tool opens one connection per request (frank's client sends ``Connection: close``; AIPerf runs with
 ``--connection-reuse-strategy never``: with its default pooled connections llama-server closed an idle one
 under it and two requests of twenty failed with ``ServerDisconnectedError``).
 
-AIPerf runs in its own venv (`python3.12 -m venv /tmp/aiperf-venv && /tmp/aiperf-venv/bin/pip install
-'aiperf==0.13.*'`), with the shipped tiny tokenizer and `--use-server-token-count` (no network).
+AIPerf runs in its own venv, which this script does not make (`python3.12 -m venv /tmp/aiperf-venv &&
+/tmp/aiperf-venv/bin/pip install 'aiperf==0.13.*'`), with the shipped tiny tokenizer and
+`--use-server-token-count` (no network). The results record the versions measured: AIPerf's (its
+distribution's metadata, read by the venv's own interpreter), frank's and llama-server's.
 
 Run: .venv/bin/python benchmarks/aiperf_side_by_side.py [--rounds 4] [--turns 20] [--aiperf /tmp/aiperf-venv/bin/aiperf]
 """
@@ -29,16 +32,19 @@ import os
 import re
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
+from frankenstein import __version__
 from frankenstein.config import ResolvedRecipe
 from frankenstein.engines import start_engine
+from frankenstein.engines.llamacpp import binary_version, find_llama_server
 from frankenstein.shipped import data_path
 from frankenstein.workload.export import export_workload, write_export
-from frankenstein.workload.replay import ReplaySettings, recorded_length, replay, replay_body
-from frankenstein.workload.trace import load_trace, workload_from_turns
+from frankenstein.workload.replay import ReplaySettings, recorded_length, replay_body
+from frankenstein.workload.trace import Workload, load_trace, workload_from_turns, write_trace
 
 TIMING = re.compile(r"prompt eval time =\s*([\d.]+) ms.*\n.*?\beval time =\s*([\d.]+) ms")
 SETTINGS = ReplaySettings(warmup_turns=0, stream=True)
@@ -62,13 +68,28 @@ def settled_times(log: Path, start: int, expected: int) -> list[float]:
     return server
 
 
-def run_frank(eng, wl) -> tuple[list[float], list[int]]:
-    res = replay(eng, wl, SETTINGS)
-    assert not res.invalid, res.invalid
-    return [r["e2e_ms"] for r in res.rows], [r["generated_tokens"] for r in res.rows]
+def run_frank(camp: Path, turns: Path, port: int) -> tuple[list[float], list[int]]:
+    """`frank replay --url` through the real CLI, in its own process, against the running server."""
+    cmd = [sys.executable, "-m", "frankenstein", "replay", "base", str(turns), "-c", str(camp)]
+    cmd += ["--url", f"http://127.0.0.1:{port}", "--warmup", "0", "--json"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        raise SystemExit(f"frank replay failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+    doc = json.loads(r.stdout)
+    rows = [t for t in doc["turns"] if not t["warmup"]]
+    assert not [t for t in rows if t["error"]], [t["error"] for t in rows if t["error"]]
+    return [t["metrics"]["e2e_ms"] for t in rows], [t["metrics"]["generated_tokens"] for t in rows]
 
 
-def run_bare(port: int, wl) -> list[float]:
+def aiperf_version(aiperf: str) -> str:
+    """AIPerf's version as its venv's interpreter reads its distribution metadata (next to the console script)."""
+    python = Path(aiperf).with_name("python")
+    probe = "import importlib.metadata as m; print(m.version('aiperf'))"
+    r = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, timeout=60)
+    return r.stdout.strip() if r.returncode == 0 else f"unknown ({r.stderr.strip()[-200:]})"
+
+
+def run_bare(port: int, wl: Workload) -> list[float]:
     out = []
     for t in wl.turns:
         body = replay_body(t, SETTINGS)
@@ -128,6 +149,10 @@ def main() -> None:
         tok.mkdir()
         (tok / "tokenizer.json").write_bytes(data_path("tiny-tokenizer.json").read_bytes())
         (tok / "tokenizer_config.json").write_text('{"tokenizer_class": "PreTrainedTokenizerFast"}')
+        turns = tmp / "turns.jsonl"
+        write_trace(turns, wl.turns)
+        camp = tmp / "camp"
+        subprocess.run([sys.executable, "-m", "frankenstein", "init", str(camp)], check=True, capture_output=True)
         per: dict[str, dict[str, list[list[float]]]] = {
             k: {"client": [], "server": []} for k in ("frank", "aiperf", "bare")
         }
@@ -142,7 +167,7 @@ def main() -> None:
                     start = log.stat().st_size
                     t0 = time.perf_counter()
                     if tool == "frank":
-                        client, lengths = run_frank(eng, wl)
+                        client, lengths = run_frank(camp, turns, eng.port)
                     elif tool == "bare":
                         client, lengths = run_bare(eng.port, wl), recorded
                     else:
@@ -155,6 +180,12 @@ def main() -> None:
                     per[tool]["client"].append(client)
                     per[tool]["server"].append(server)
     out = summarize(per, walls, len(wl.turns), args.rounds)
+    server = find_llama_server()
+    out["versions"] = {
+        "aiperf": aiperf_version(args.aiperf),
+        "frank": __version__,
+        "llama-server": binary_version(server),
+    }
     out["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     out["cores"] = os.cpu_count()
     print(json.dumps(out, indent=2))

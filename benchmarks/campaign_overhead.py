@@ -8,17 +8,22 @@ where its time went; the engine's life and the measurement are launch, ready, wa
 (plus cache folders). Everything else is frank's:
 
 - ``other`` inside starts (machine snapshot, NVML/load sampling around the start, bookkeeping);
-- the gaps between starts (a start's record written through the evidence chain, the runner's checks);
+- the gaps between starts: the store's ``write_s`` (a start's rows written, before its chain link) and the
+  rest of the gap (the link and commit, the runner's checks, the next start's set-up);
 - outside any start: interpreter start, imports, campaign open, registry verification, the run lock;
-  the imports are timed again in a fresh interpreter (``imports_s``).
+  the imports of what `frank run` loads are timed again in a fresh interpreter (``imports_s``).
 
-Run: .venv/bin/python benchmarks/campaign_overhead.py [--blocks 6] [--turns 8]
+overhead = (wall − the engine phases and replays of every start) / wall, for each of ``--repeat`` runs (a
+fresh campaign each), in one invocation.
+
+Run: .venv/bin/python benchmarks/campaign_overhead.py [--blocks 6] [--turns 8] [--repeat 1]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -65,72 +70,81 @@ def frank(*args: str) -> tuple[float, subprocess.CompletedProcess[str]]:
 
 
 IMPORTS = (
-    "import time; t = time.perf_counter(); import scipy.stats; a = time.perf_counter() - t; "
-    "t = time.perf_counter(); import frankenstein.cli, frankenstein.design.runner; b = time.perf_counter() - t; "
-    "print(a, b)"
+    "import time; t = time.perf_counter(); import frankenstein.cli, frankenstein.cli.runs, "
+    "frankenstein.design.runner; print(time.perf_counter() - t)"
 )
 
 
-def import_times() -> tuple[float, float]:
-    """Seconds to import scipy.stats (design/stats.py imports it at module level) and then the rest of what
-    `frank run` imports, in a fresh interpreter."""
+def import_time() -> float:
+    """Seconds to import what `frank run` loads (the CLI, its run command, the runner), in a fresh interpreter."""
     r = subprocess.run([sys.executable, "-c", IMPORTS], capture_output=True, text=True, timeout=120, check=True)
-    a, b = r.stdout.split()
-    return float(a), float(b)
+    return float(r.stdout.split()[-1])
+
+
+def one_run(blocks: int, turns: int) -> dict[str, object]:
+    """A fresh campaign, one design of ``blocks`` blocks, registered and run by the real CLI; its numbers."""
+    with tempfile.TemporaryDirectory() as d:
+        camp = Path(d) / "camp"
+        frank("init", str(camp))
+        write_trace(camp / "workloads" / "w.jsonl", load_trace(data_path("demo-workload.jsonl")).turns[:turns])
+        (camp / "d.toml").write_text(DESIGN.format(blocks=blocks))
+        _, reg = frank("register", str(camp / "d.toml"), "-c", str(camp))
+        design_id = reg.stdout.split()[1]
+        t0, _ = frank("run", design_id, "-c", str(camp))
+        t1 = time.time()
+        with open_campaign(camp) as c:
+            rows = c.store.starts_of(design_id)
+            records = [read(s.resources.get("phases")) for s in rows]
+            statuses = [s.status for s in rows]
+    starts = sorted((r for r in records if r is not None), key=lambda r: r.at)
+    assert len(starts) == len(records) == 2 * blocks and set(statuses) == {"ok"}, statuses
+    wall = t1 - t0
+    engine = sum(sum(r.phases.get(p, 0.0) for p in ENGINE_PHASES) for r in starts)
+    inside_other = sum(r.total_s - sum(r.phases.get(p, 0.0) for p in ENGINE_PHASES) for r in starts)
+    between = sum(g for g in gaps(starts) if g is not None)
+    write = sum(r.write_s or 0.0 for r in starts[:-1])  # the last start's write falls after it, not in a gap
+    before = starts[0].at - t0
+    after = t1 - (starts[-1].at + starts[-1].total_s)
+    overhead = wall - engine
+    return {
+        "design": design_id,
+        "starts": len(starts),
+        "wall_s": round(wall, 3),
+        "engine_and_replay_s": round(engine, 3),
+        "overhead_s": round(overhead, 3),
+        "overhead_share": round(overhead / wall, 4),
+        "overhead_parts_s": {
+            "before_first_start": round(before, 3),
+            "inside_starts_other": round(inside_other, 3),
+            "between_starts": round(between, 3),
+            "of_which_write": round(write, 3),
+            "after_last_start": round(after, 3),
+        },
+        "per_start_overhead_ms": round(1000 * (inside_other + between) / len(starts), 1),
+        "phases_s": {
+            p: round(sum(r.phases.get(p, 0.0) for r in starts), 3)
+            for p in sorted({k for r in starts for k in r.phases})
+        },
+    }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--blocks", type=int, default=6)
     ap.add_argument("--turns", type=int, default=8)
+    ap.add_argument("--repeat", type=int, default=1, help="runs, each on a fresh campaign")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as d:
-        camp = Path(d) / "camp"
-        frank("init", str(camp))
-        write_trace(camp / "workloads" / "w.jsonl", load_trace(data_path("demo-workload.jsonl")).turns[: args.turns])
-        (camp / "d.toml").write_text(DESIGN.format(blocks=args.blocks))
-        _, reg = frank("register", str(camp / "d.toml"), "-c", str(camp))
-        design_id = reg.stdout.split()[1]
-        t0, _ = frank("run", design_id, "-c", str(camp))
-        t1 = time.time()
-        with open_campaign(camp) as c:
-            records = [read(s.resources.get("phases")) for s in c.store.starts_of(design_id)]
-            statuses = [s.status for s in c.store.starts_of(design_id)]
-    starts = sorted((r for r in records if r is not None), key=lambda r: r.at)
-    assert len(starts) == len(records) == 2 * args.blocks and set(statuses) == {"ok"}, statuses
-    wall = t1 - t0
-    engine = sum(sum(r.phases.get(p, 0.0) for p in ENGINE_PHASES) for r in starts)
-    inside_other = sum(r.total_s - sum(r.phases.get(p, 0.0) for p in ENGINE_PHASES) for r in starts)
-    between = sum(g for g in gaps(starts) if g is not None)
-    before = starts[0].at - t0
-    after = t1 - (starts[-1].at + starts[-1].total_s)
-    overhead = wall - engine
-    scipy_s, rest_s = import_times()
-    print(
-        json.dumps(
-            {
-                "design": design_id,
-                "starts": len(starts),
-                "wall_s": round(wall, 3),
-                "engine_and_replay_s": round(engine, 3),
-                "overhead_s": round(overhead, 3),
-                "overhead_share": round(overhead / wall, 4),
-                "overhead_parts_s": {
-                    "before_first_start": round(before, 3),
-                    "inside_starts_other": round(inside_other, 3),
-                    "between_starts": round(between, 3),
-                    "after_last_start": round(after, 3),
-                },
-                "per_start_overhead_ms": round(1000 * (inside_other + between) / len(starts), 1),
-                "imports_s": {"scipy.stats": round(scipy_s, 3), "rest of frank run": round(rest_s, 3)},
-                "phases_s": {
-                    p: round(sum(r.phases.get(p, 0.0) for r in starts), 3)
-                    for p in sorted({k for r in starts for k in r.phases})
-                },
-            },
-            indent=2,
-        )
-    )
+    runs = [one_run(args.blocks, args.turns) for _ in range(args.repeat)]
+    out = {
+        "blocks": args.blocks,
+        "turns": args.turns,
+        "runs": runs,
+        "overhead_share": [r["overhead_share"] for r in runs],
+        "imports_s": round(import_time(), 3),
+        "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
+        "cores": os.cpu_count(),
+    }
+    print(json.dumps(out, indent=2))
 
 
 if __name__ == "__main__":
