@@ -24,6 +24,7 @@ from frankenstein.design import phases
 from frankenstein.engines import adapter_for
 from frankenstein.errors import EngineError
 from frankenstein.engines.llamacpp import find_llama_server
+from frankenstein.engines.process import inherited_settings
 from frankenstein.measure.machine import MachineSnapshot, binary_sha256, differences, snapshot
 from frankenstein.measure.noise import LoadRecord, LoadSampler, judge_load
 from frankenstein.measure.resources import ResourceSampler, not_sampled
@@ -176,6 +177,8 @@ def watched(run: Callable[[], StartOutcome]) -> StartOutcome:
         binary = engine_binary(out)
         if binary:
             out.resources["engine_binary"] = binary
+        if out.recipe.engine != "external":  # launched by frank: it inherited frank's environment
+            out.resources["engine_env"] = inherited_settings(out.recipe.env)
         if load.record is not None:
             out.resources["load"] = load.record.model_dump(mode="json")
         if out.engine == "command":
@@ -287,7 +290,14 @@ def machine_cells(snap: MachineSnapshot | None, row: StartRow) -> dict[str, str]
         "GPU": gpus,
         "driver / CUDA": f"{snap.driver_version or '-'} / {snap.cuda_version or '-'}",
         "engine": f"{row.engine or '-'} {row.engine_version or ''}".strip() + _sha(row),
+        **({"engine env": env} if (env := inherited_words(row)) else {}),
     }
+
+
+def inherited_words(row: StartRow) -> str:
+    """The engine settings the start inherited from frank's environment, ``K=V, ...`` (empty if none)."""
+    env = row.resources.get("engine_env")
+    return ", ".join(f"{k}={v}" for k, v in sorted(env.items())) if isinstance(env, dict) else ""
 
 
 def _sha(row: StartRow) -> str:
@@ -316,5 +326,8 @@ def machine_differences(rows: list[StartRow]) -> list[str]:
             was, now = machine_cells(ref_snap, ref)["engine"], machine_cells(snap, row)["engine"]
             if was != now:
                 diffs.append(f"engine: {was} → {now}")
+            env_was, env_now = inherited_words(ref), inherited_words(row)
+            if env_was != env_now:
+                diffs.append(f"engine env inherited: {env_was or 'none'} → {env_now or 'none'}")
             out.append(f"{start_label(row)} ran on a different machine: " + "; ".join(diffs or ["see the table"]))
     return out

@@ -106,6 +106,47 @@ def engine_env(environ: dict[str, str] | None = None) -> dict[str, str]:
     return {**{k: v for k, v in source.items() if not k.startswith("RAY_")}, "RAY_ADDRESS": "local"}
 
 
+# Variables an engine (or the libraries under it) reads as settings: inherited from frank's shell, they change
+# what runs without being in the recipe (llama.cpp reads a LLAMA_ARG_* for every flag), so each start records
+# those it inherited (:func:`inherited_settings`).
+SETTING_PREFIXES = (
+    "LLAMA_",
+    "GGML_",
+    "VLLM_",
+    "SGLANG_",
+    "SGL_",
+    "CUDA_",
+    "NCCL_",
+    "NVIDIA_",
+    "HIP_",
+    "ROCR_",
+    "OMP_",
+    "MKL_",
+    "OPENBLAS_",
+    "KMP_",
+    "TORCH",
+    "PYTORCH_",
+    "TRITON_",
+    "HF_",
+    "TRANSFORMERS_",
+    "TOKENIZERS_",
+)
+SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
+REDACTED = "<redacted>"
+
+
+def inherited_settings(recipe_env: Mapping[str, str], environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The engine-setting variables a launch inherits from frank's environment (:data:`SETTING_PREFIXES`),
+    less those the recipe sets itself (its own win and are in the recipe); values of names that look like
+    credentials are ``<redacted>`` (a record never keeps one), so only their presence is recorded."""
+    source = os.environ if environ is None else environ
+    return {
+        k: REDACTED if any(w in k.upper() for w in SECRET_WORDS) else v
+        for k, v in sorted(source.items())
+        if k.startswith(SETTING_PREFIXES) and k not in recipe_env
+    }
+
+
 def _child_setup(parent_pid: int) -> Callable[[], None]:
     def setup() -> None:
         try:

@@ -207,6 +207,7 @@ def format_design(d: DesignReport, base: str, plots: dict[str, str]) -> list[str
 
 
 MACHINE_COLUMNS = ("host", "CPU", "governor", "GPU", "driver / CUDA", "engine")
+ENV_COLUMN = "engine env"  # only when some start inherited engine settings from frank's environment
 
 
 def format_machines(d: DesignReport) -> list[str]:
@@ -218,11 +219,14 @@ def format_machines(d: DesignReport) -> list[str]:
         return ["", "### Machine", "", *tail] if tail else []
     if all(cells.get("host") == "not recorded" for _, cells in d.facts.machines):
         return ["", "### Machine", "", f"- Not recorded for any of the {len(d.facts.machines)} starts.", *tail]
+    columns: tuple[str, ...] = MACHINE_COLUMNS
+    if any(cells.get(ENV_COLUMN) for _, cells in d.facts.machines):  # engine settings inherited from the shell
+        columns = (*MACHINE_COLUMNS, ENV_COLUMN)
     groups: dict[tuple[str, ...], list[str]] = {}
     for label, cells in d.facts.machines:
-        groups.setdefault(tuple(cells.get(c, "—") for c in MACHINE_COLUMNS), []).append(label)
+        groups.setdefault(tuple(cells.get(c, "none" if c == ENV_COLUMN else "—") for c in columns), []).append(label)
     rows = [[*key, str(len(labels))] for key, labels in groups.items()]
-    lines = ["", "### Machine", "", *md_table([*MACHINE_COLUMNS, "starts"], rows, "llllll" + "r")]
+    lines = ["", "### Machine", "", *md_table([*columns, "starts"], rows, "l" * len(columns) + "r")]
     lines += [f"- Differs: {flag}" for flag in d.facts.machine_flags]
     return lines + tail
 
