@@ -2,13 +2,16 @@
 tagged with the ledger step served, and ``frank report`` sets them side by side per step, labelled as
 observational (different occasions, not a controlled comparison), never as a verdict.
 
-The real CLI serves real traffic (token counts, generations, a bad request, an engine error) through
-the tiny llama-server before and after a ``threads1`` adoption, then writes the note."""
+The real CLI serves real traffic (token counts, generations, a bad request the front refuses, a
+chat with an image the real llama-server fails with a 500) through the tiny llama-server before and
+after a ``threads1`` adoption, then writes the note; ``frank serve --upstream URL --campaign DIR``
+keeps observations of an engine it did not start, tagged with the campaign's served step."""
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 from pathlib import Path
 
@@ -18,7 +21,11 @@ from conftest import frank
 from test_serve import start_cli, wait_listening
 
 from frankenstein import ledger
+from frankenstein.campaign import open_campaign
+from frankenstein.config import ResolvedRecipe
+from frankenstein.engines import start_engine
 from frankenstein.engines.process import free_port
+from frankenstein.shipped import data_path
 from frankenstein.regioncache.observe import ServedLog, route_of
 
 from helpers_campaign import make_campaign, make_workload
@@ -27,7 +34,8 @@ from helpers_ledger import CONFIRMED, stored_design
 
 def serve_traffic(camp: Path, cwd: Path, counts: int, chats: int) -> None:
     """``frank serve`` on the campaign: ``counts`` /count, ``chats`` chat completions, one 400 from the
-    front, one engine 5xx-free error (a chat the engine refuses), then SIGTERM."""
+    front (a count of a number), one engine error (a chat with an image: the tiny model has no
+    projector and llama-server answers 500, relayed by the front), then SIGTERM."""
     proc = start_cli("-c", str(camp), "--listen", f"127.0.0.1:{free_port()}", cwd=cwd)
     try:
         url, _ = wait_listening(proc)
@@ -38,6 +46,10 @@ def serve_traffic(camp: Path, cwd: Path, counts: int, chats: int) -> None:
                 chat = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
                 assert c.post("/v1/chat/completions", json=chat).status_code == 200
             assert c.post("/count", json={"content": 7}).status_code == 400  # a careless client
+            image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+            failed = c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": [image]}]})
+            assert failed.status_code == 500, failed.text  # llama-server's own answer, relayed
+            assert "image input is not supported" in failed.json()["error"]["message"]
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
@@ -70,7 +82,8 @@ def test_serve_across_an_adopt_step_gives_an_observational_section(tmp_path: Pat
     # route | before: requests, median ms, error status, engine errors | after: the same
     count, chat = rows["count"], rows["chat"]
     assert (count[0], count[2], count[3]) == ("6", "1", "0") and (count[4], count[6], count[7]) == ("4", "1", "0")
-    assert (chat[0], chat[3], chat[4], chat[7]) == ("2", "0", "1", "0")
+    # chat: 2 + 1 with an image before, 1 + 1 after; the image one is an error status and an engine error
+    assert (chat[0], chat[2], chat[3]) == ("3", "1", "1") and (chat[4], chat[6], chat[7]) == ("2", "1", "1")
     for median_ms in (count[1], count[5], chat[1], chat[5]):
         assert re.fullmatch(r"[0-9.]+(e[+-]?[0-9]+)?", median_ms) and float(median_ms) > 0
     for word in ("confirmed", "faster", "slower", "improv"):
@@ -99,3 +112,52 @@ def test_engine_errors_and_routes_are_kept(tmp_path: Path) -> None:
         "other",
     ]
     camp.close()
+
+
+@pytest.mark.engine
+def test_upstream_with_a_campaign_keeps_observations_of_its_served_step(
+    tmp_path: Path, tiny_recipe: ResolvedRecipe
+) -> None:
+    """An engine started outside frank, fronted with ``--upstream`` and ``--campaign``: its traffic is
+    kept, tagged with the campaign's last ledger step; an engine serving another model file is refused
+    (its traffic would be filed under a step it does not serve)."""
+    camp = make_campaign(tmp_path / "c")
+    make_workload(camp.root / "workloads" / "w.jsonl")
+    reg = stored_design(camp, name="b256", served=CONFIRMED[0], candidate=CONFIRMED[1], parts='["threads1"]')
+    step = ledger.adopt(camp, "threads1", reg.design_id)
+    camp.close()
+    with start_engine(tiny_recipe, tmp_path / "logs") as eng:
+        proc = start_cli(
+            "--upstream", eng.base_url, "-c", str(camp.root), "--listen", f"127.0.0.1:{free_port()}", cwd=tmp_path
+        )
+        try:
+            url, engine = wait_listening(proc)
+            assert engine == eng.base_url and proc.stdout is not None
+            assert proc.stdout.readline().startswith("region cache: on (")
+            assert proc.stdout.readline() == (
+                f"frank serve: observations kept in {camp.root}, tagged with ledger step {step.seq} "
+                "(the --upstream engine serves it)\n"
+            )
+            with httpx.Client(base_url=url, trust_env=False, timeout=120) as c:
+                for i in range(3):
+                    assert c.post("/count", json={"content": "x" * (i + 1)}).status_code == 200
+        finally:
+            os.killpg(proc.pid, signal.SIGTERM)
+            _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, err
+    with open_campaign(camp.root) as reopened:
+        got = [(r.step, r.route, r.status) for r in reopened.store.served_requests()]
+    assert got == [(step.seq, "count", 200)] * 3
+
+    other = tmp_path / "elsewhere" / "tiny-target.gguf"  # the same bytes, another model file
+    other.parent.mkdir()
+    shutil.copy(data_path("tiny-target.gguf"), other)
+    elsewhere = tiny_recipe.model_copy(update={"model": str(other)})
+    with start_engine(elsewhere, tmp_path / "logs2") as eng:
+        r = frank("serve", "--upstream", eng.base_url, "-c", str(camp.root), "--listen", f"127.0.0.1:{free_port()}")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.stderr.strip() == (
+        f"frank: error: --campaign: the engine at --upstream serves {other}, not the served recipe's model "
+        f"{data_path('tiny-target.gguf')}; its traffic cannot be observed under this campaign's ledger step "
+        "(leave out --campaign)"
+    )

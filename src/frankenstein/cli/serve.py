@@ -11,7 +11,13 @@ from frankenstein.cli.app import app, check_listen
 
 @app.command()
 def serve(
-    campaign: Path = typer.Option(Path("."), "--campaign", "-c", help="Campaign whose served recipe to start."),
+    campaign: Path | None = typer.Option(
+        None,
+        "--campaign",
+        "-c",
+        help="Campaign whose served recipe to start (default: the current folder). With --upstream: the campaign "
+        "whose served step that engine serves, so its traffic is kept as observations of that step.",
+    ),
     listen: str = typer.Option(
         "127.0.0.1:8088", "--listen", help="HOST:PORT of the front (127.0.0.1 by default).", callback=check_listen
     ),
@@ -34,8 +40,8 @@ def serve(
 
     /tokenize, /count and /v1/messages/count_tokens are answered from the region cache; everything
     else (streaming included) is passed to the engine. Stop with Ctrl-C; the engine is always reaped.
-    Serving the campaign's recipe, each request's route, status and time is kept, tagged with the ledger
-    step served (frank report prints them as observations).
+    Serving the campaign's recipe (or --upstream with --campaign), each request's route, status and time
+    is kept, tagged with the ledger step served (frank report prints them as observations).
 
     Example: frank serve -c my-campaign --listen 127.0.0.1:8088 --record turns.jsonl
     """

@@ -8,22 +8,20 @@ engine. Counts are then exactly the engine's, and the region cache is off: ``sta
 
 from __future__ import annotations
 
-import json
 import threading
 
-from frankenstein.engines.http import TransportError, fetch_url
-from frankenstein.errors import FrankError
 from frankenstein.regioncache.cache import CacheStatus
+from frankenstein.regioncache.tokenize_api import TokenizeApi
 
 
 class EngineCounter:
     """``encode``/``count``/``status`` like :class:`~frankenstein.regioncache.cache.RegionCache`, each
-    ``encode`` one ``POST /tokenize`` to the engine."""
+    ``encode`` one ``POST /tokenize`` to the engine, in the dialect it speaks (:mod:`.tokenize_api`;
+    a failed or malformed answer is its ``TokenizeApiError``, which the front answers with a 502)."""
 
-    def __init__(self, upstream: str, reason: str, timeout_s: float = 60.0) -> None:
-        self.upstream = upstream.rstrip("/")
+    def __init__(self, api: TokenizeApi, reason: str) -> None:
+        self.api = api
         self.reason = f"counts come from the engine's /tokenize: {reason}"
-        self.timeout_s = timeout_s
         self._requests = 0
         self._lock = threading.Lock()
 
@@ -34,14 +32,7 @@ class EngineCounter:
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         with self._lock:
             self._requests += 1
-        body = json.dumps({"content": text, "add_special": add_special_tokens}).encode()
-        try:
-            answer = fetch_url(self.upstream + "/tokenize", "POST", body, timeout_s=self.timeout_s)
-        except TransportError as exc:
-            raise FrankError(f"engine at {self.upstream} did not answer /tokenize: {exc}") from exc
-        if answer.status_code != 200:
-            raise FrankError(f"engine at {self.upstream} answered {answer.status_code} to /tokenize")
-        return [int(t) for t in answer.json()["tokens"]]
+        return self.api.encode(text, add_special_tokens)
 
     def count(self, text: str, add_special_tokens: bool = True) -> int:
         return len(self.encode(text, add_special_tokens))

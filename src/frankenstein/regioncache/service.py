@@ -5,17 +5,23 @@
 The engine is the campaign's served recipe (base recipe + parts the ledger adopted), started with
 ``frankenstein.engines.start_engine`` and always reaped; ``--upstream URL`` fronts an engine that is
 already running instead. Before serving, the tokenizer is checked against the engine's own
-``/tokenize`` on a few probe texts: a tokenizer that does not match the model would give wrong
-counts, so it is refused with a message naming both.
+``/tokenize`` on a few probe texts, with and without special tokens: a tokenizer that does not match
+the model would give wrong counts, so it is refused with a message naming both. The engine's
+``/tokenize`` is spoken in its own dialect (llama.cpp's or vLLM/SGLang's), found once at start
+(:mod:`.tokenize_api`).
 
-The tokenizer (:func:`choose_tokenizer`): ``--tokenizer``, else ``tokenizer.json`` beside the model
-(the model file is the recipe's, or with ``--upstream`` the one llama.cpp's ``/props`` names), else one
-rebuilt from the model's GGUF metadata (:mod:`.gguf`). Where none can be had, or a rebuilt one
-disagrees with the engine on the probes, counts come from the engine's own ``/tokenize``
-(:class:`.engine_count.EngineCounter`) and the cache is off, with the reason printed.
+The tokenizer (:func:`choose_tokenizer`): ``--tokenizer``, else the model's ``tokenizer.json``
+(:func:`beside_tokenizer`: inside a model directory, beside a model file; the model is the recipe's,
+or with ``--upstream`` the one the engine names: llama.cpp's ``/props`` ``model_path``, vLLM's and
+SGLang's ``/v1/models`` ``root``), else one rebuilt from the model's GGUF metadata (:mod:`.gguf`).
+Where none can be had, or a rebuilt one disagrees with the engine on the probes, counts come from the
+engine's own ``/tokenize`` (:class:`.engine_count.EngineCounter`) and the cache is off, with the
+reason printed.
 
 Serving the campaign's recipe, every answered request is kept as an observation tagged with the ledger
-step served (:mod:`.observe`; ``frank report`` prints them per step, as observations).
+step served (:mod:`.observe`; ``frank report`` prints them per step, as observations). With
+``--upstream`` that happens only when ``--campaign`` is given: the user says that engine serves the
+campaign's served step; an engine that names a model other than the served recipe's is refused.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from frankenstein.regioncache.gguf import Unsupported, gguf_tokenizer
 from frankenstein.regioncache.observe import ServedLog
 from frankenstein.regioncache.proxy import Counter, Front, start_front
 from frankenstein.regioncache.render import Renderer, engine_template, find_template
+from frankenstein.regioncache.tokenize_api import TokenizeApi, find_tokenize
 from frankenstein.served import served_recipe
 from frankenstein.shipped import data_path
 from frankenstein.workload.record import serve_recorder
@@ -54,7 +61,7 @@ PROBES = (
 
 @dataclass(frozen=True)
 class ServeOptions:
-    campaign: Path = Path(".")
+    campaign: Path | None = None  # None: "." when frank starts the engine; no observations with ``upstream``
     listen: str = "127.0.0.1:8088"
     tokenizer: Path | None = None
     record: Path | None = None
@@ -72,11 +79,13 @@ def parse_listen(value: str) -> tuple[str, int]:
 
 
 def beside_tokenizer(model: str) -> Path | None:
-    """``tokenizer.json`` beside the model; the shipped tiny models use the shipped tiny tokenizer."""
+    """The model's ``tokenizer.json``: inside the model when it is a directory (a Hugging Face model
+    folder, what vLLM and SGLang serve), beside it when it is a file (a GGUF); the shipped tiny models
+    use the shipped tiny tokenizer."""
     path = Path(model)
     if path.parent == data_path("tiny-tokenizer.json").parent and path.name.startswith("tiny-"):
         return data_path("tiny-tokenizer.json")
-    beside = path.parent / "tokenizer.json"
+    beside = (path if path.is_dir() else path.parent) / "tokenizer.json"
     return beside if beside.is_file() else None
 
 
@@ -104,32 +113,29 @@ def choose_tokenizer(explicit: Path | None, model: str | None) -> TokenizerChoic
             return TokenizerChoice(gguf_tokenizer(model), None, f"rebuilt from the GGUF metadata of {Path(model).name}")
         except Unsupported as exc:
             return TokenizerChoice(None, None, f"no tokenizer.json beside the model, and {exc}")
-    return TokenizerChoice(None, None, f"no tokenizer.json beside the model {model}")
+    where = "in the model directory" if Path(model).is_dir() else "beside the model"
+    return TokenizerChoice(None, None, f"no tokenizer.json {where} {model}")
 
 
 class Mismatch(FrankError):
     """The tokenizer counts differently from the engine on a probe."""
 
 
-def check_tokenizer(cache: Counter, upstream: str, label: str) -> str:
-    """Compare with the engine's ``/tokenize``; a mismatch is a :class:`Mismatch` (``label`` names the
-    tokenizer), a missing endpoint a note."""
-    with httpx.Client(timeout=30.0, trust_env=False) as client:
-        for probe in PROBES:
-            try:
-                r = client.post(upstream + "/tokenize", json={"content": probe})
-            except httpx.HTTPError as exc:
-                raise FrankError(f"engine at {upstream} did not answer /tokenize: {exc}") from exc
-            if r.status_code == 404:
-                return "engine has no /tokenize: tokenizer not checked against it"
-            theirs = r.json().get("tokens")
-            ours = cache.encode(probe, add_special_tokens=False)
-            if theirs != ours:
-                raise Mismatch(
-                    f"{label} does not match the engine's tokenizer: {probe!r} "
-                    f"is {ours} here and {theirs} in the engine"
-                )
-    return "tokenizer matches the engine's /tokenize"
+def check_tokenizer(cache: Counter, api: TokenizeApi | None, label: str) -> str:
+    """Compare with the engine's ``/tokenize`` (with and without special tokens); a mismatch is a
+    :class:`Mismatch` (``label`` names the tokenizer), a missing endpoint a note."""
+    if api is None:
+        return "engine has no /tokenize: tokenizer not checked against it"
+    for probe, special in [(p, False) for p in PROBES] + [(PROBES[0], True)]:
+        theirs = api.encode(probe, add_special_tokens=special)
+        ours = cache.encode(probe, add_special_tokens=special)
+        if theirs != ours:
+            with_special = " with special tokens" if special else ""
+            raise Mismatch(
+                f"{label} does not match the engine's tokenizer: {probe!r}{with_special} "
+                f"is {ours} here and {theirs} in the engine"
+            )
+    return f"tokenizer matches the engine's /tokenize ({api.dialect.name} dialect)"
 
 
 @contextmanager
@@ -137,11 +143,13 @@ def serving(opts: ServeOptions, echo: Callable[[str], None] = print) -> Iterator
     """Start engine (unless ``upstream``), recorder (with ``record``) and front; stop all on exit."""
     host, port = parse_listen(opts.listen)
     with ExitStack() as stack:
-        upstream, model, campaign = _upstream(opts, stack)
+        upstream, engine_kind, model, campaign = _upstream(opts, stack)
         props = _engine_props(upstream)
-        model = model or _props_model(props)
+        model = _engine_model(upstream, props) or model
+        fronting = _fronting(campaign, model) if opts.upstream and campaign is not None else None
         choice = choose_tokenizer(opts.tokenizer, model)
-        cache, checked = _counter(opts, choice, upstream, echo)
+        api = find_tokenize(upstream, engine_kind)
+        cache, checked = _counter(opts, choice, api, echo)
         engine = upstream
         if opts.record is not None:
             upstream = _recorder(upstream, opts.record, stack)
@@ -154,11 +162,13 @@ def serving(opts: ServeOptions, echo: Callable[[str], None] = print) -> Iterator
         recording = f" (recording turns to {opts.record})" if opts.record else ""
         echo(f"frank serve: listening on {front.url} -> {engine}{recording}")
         echo(f"region cache: {'on' if st.enabled else 'off'} ({st.reason}); {checked}; count_tokens by {renderer.how}")
+        if fronting:
+            echo(fronting)
         yield front
 
 
 def _counter(
-    opts: ServeOptions, choice: TokenizerChoice, upstream: str, echo: Callable[[str], None]
+    opts: ServeOptions, choice: TokenizerChoice, api: TokenizeApi | None, echo: Callable[[str], None]
 ) -> tuple[Counter, str]:
     """The region cache over the chosen tokenizer, checked against the engine; else the engine's counts."""
     if choice.tokenizer is not None:
@@ -169,24 +179,16 @@ def _counter(
             on_disable=lambda why: echo(f"frank serve: region cache disabled: {why}"),
         )
         try:
-            return cache, f"tokenizer {choice.source}; " + check_tokenizer(cache, upstream, choice.source)
+            return cache, f"tokenizer {choice.source}; " + check_tokenizer(cache, api, choice.source)
         except Mismatch as exc:
             if choice.explicit:
                 raise
             why = f"the tokenizer {choice.source} differs from the engine's ({exc})"  # rebuilt or beside
     else:
         why = choice.source
-    if not _has_tokenize(upstream):
+    if api is None:
         raise ConfigError(f"{why}, and the engine has no /tokenize; pass --tokenizer PATH", field="--tokenizer")
-    return EngineCounter(upstream, why), "counts are the engine's own /tokenize"
-
-
-def _has_tokenize(upstream: str) -> bool:
-    try:
-        r = httpx.post(upstream + "/tokenize", json={"content": "a"}, timeout=30.0, trust_env=False)
-    except httpx.HTTPError as exc:
-        raise FrankError(f"engine at {upstream} did not answer /tokenize: {exc}") from exc
-    return r.status_code == 200
+    return EngineCounter(api, why), f"counts are the engine's own /tokenize ({api.dialect.name} dialect)"
 
 
 def _engine_props(url: str) -> dict[str, Any] | None:
@@ -199,19 +201,53 @@ def _engine_props(url: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _props_model(props: dict[str, Any] | None) -> str | None:
+def _engine_model(url: str, props: dict[str, Any] | None) -> str | None:
+    """The model the engine names: llama.cpp's ``/props`` ``model_path``, else the ``root`` of the
+    first model in ``/v1/models`` (vLLM and SGLang: the path they were started with) when it is a
+    local path (a hub name is not)."""
     path = (props or {}).get("model_path")
-    return path if isinstance(path, str) and path else None
+    if isinstance(path, str) and path:
+        return path
+    try:
+        r = httpx.get(url + "/v1/models", timeout=30.0, trust_env=False)
+        data = r.json().get("data") if r.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    root = data[0].get("root") if isinstance(data, list) and data and isinstance(data[0], dict) else None
+    return root if isinstance(root, str) and root and Path(root).exists() else None
 
 
-def _upstream(opts: ServeOptions, stack: ExitStack) -> tuple[str, str | None, Campaign | None]:
-    if opts.upstream:
-        return opts.upstream.rstrip("/"), None, None
-    campaign = stack.enter_context(open_campaign(opts.campaign))
+def _upstream(opts: ServeOptions, stack: ExitStack) -> tuple[str, str | None, str | None, Campaign | None]:
+    """(engine URL, engine kind when frank starts it, the model, the campaign whose step is served).
+    ``--upstream`` with ``--campaign``: the campaign is opened (and verified) only to tag observations."""
+    if opts.upstream and opts.campaign is None:
+        return opts.upstream.rstrip("/"), None, None, None
+    campaign = stack.enter_context(open_campaign(opts.campaign or Path(".")))
     verified(campaign, "serve")  # a ledger row written outside frank must not change what is served
     recipe = served_recipe(campaign)
+    if opts.upstream:
+        return opts.upstream.rstrip("/"), None, recipe.model, campaign
     engine = stack.enter_context(start_engine(recipe, campaign.logs))
-    return engine.base_url, recipe.model, campaign
+    return engine.base_url, recipe.engine, recipe.model, campaign
+
+
+def _fronting(campaign: Campaign, model: str | None) -> str:
+    """An ``--upstream`` engine is taken to serve the campaign's served recipe; one that names another
+    model is refused, so its traffic is never filed under a step it did not serve."""
+    recipe = served_recipe(campaign)
+    if model and recipe.model and not _same_path(model, recipe.model):
+        raise ConfigError(
+            f"the engine at --upstream serves {model}, not the served recipe's model {recipe.model}; "
+            "its traffic cannot be observed under this campaign's ledger step (leave out --campaign)",
+            field="--campaign",
+        )
+    step = campaign.store.last_steps(1)
+    at = f"ledger step {step[0].seq}" if step else "the base recipe (no ledger step yet)"
+    return f"frank serve: observations kept in {campaign.root}, tagged with {at} (the --upstream engine serves it)"
+
+
+def _same_path(a: str, b: str) -> bool:
+    return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
 
 
 def _observe(campaign: Campaign | None, stack: ExitStack) -> ServedLog | None:
