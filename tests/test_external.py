@@ -205,3 +205,64 @@ def test_external_arm_needs_the_design_to_say_starts_are_not_fresh(camp: Path, t
     r = frank("report", "-c", str(camp), "-o", str(tmp_path / "note"))
     assert r.returncode == 0, r.stderr
     assert "Starts were not fresh: arm(s) candidate" in (tmp_path / "note" / "note.md").read_text()
+
+
+def test_an_external_arm_cannot_claim_parts_it_never_applied(camp: Path, tmp_path: Path) -> None:
+    """A gaming design: the candidate is the running server "plus" a part. Both arms would hit servers that
+    never got the part, and the records would say it was applied; registration refuses it, naming the field."""
+    design = tmp_path / "claims.toml"
+    text = DESIGN.format(workload=WORKLOAD, fresh="fresh_starts = false")
+    design.write_text(text.replace('recipe = "running"\n', 'recipe = "running"\nparts = ["ngram"]\n'))
+    r = frank("register", str(design), "-c", str(camp))
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.stderr.startswith(f"frank: error: {design}: arms.candidate.parts: recipe 'running+ngram' is a server")
+    assert "cannot be applied" in r.stderr
+    with open_campaign(camp) as c:
+        assert all(row.name != "claims" for row in c.store.registry_rows())
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        ('model = "pkg:tiny-target.gguf"\n', "model: an external recipe names a server frank does not start"),
+        ('parts = ["ngram"]\n', "parts: an external recipe names a server frank does not start"),
+        ('env = { LLAMA_ARG_UBATCH = "8" }\n', "env: an external recipe"),
+    ],
+)
+def test_an_external_recipe_with_launch_fields_is_refused_naming_the_file(
+    tmp_path: Path, server: str, extra: str, says: str
+) -> None:
+    root = tmp_path / "c"
+    root.mkdir()
+    (root / "frank.toml").write_text(
+        toml(server).replace(
+            '[recipes.running]\nengine = "external"\n', '[recipes.running]\nengine = "external"\n' + extra
+        )
+    )
+    r = frank("replay", "running", WORKLOAD, "-c", str(root), "--max-turns", "2")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.stderr.strip().startswith(f"frank: error: {root / 'frank.toml'}: recipes.running: {says}"), r.stderr
+
+
+def test_a_bad_external_url_is_refused_when_frank_toml_loads(tmp_path: Path, server: str) -> None:
+    root = tmp_path / "c"
+    root.mkdir()
+    (root / "frank.toml").write_text(
+        toml(server).replace(f'args = ["--url", "{server}"]', 'args = ["--url", "localhost:8080", "--x"]')
+    )
+    r = frank("verify", "-c", str(root))
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert f"{root / 'frank.toml'}: recipes.running: args: an external recipe needs" in r.stderr
+
+
+def test_the_start_records_the_model_the_server_says_it_serves(camp: Path, server: str) -> None:
+    r = frank("replay", "base", WORKLOAD, "-c", str(camp), "--url", server, "--max-turns", "2")
+    assert r.returncode == 0, r.stderr
+    assert "its model " in r.stderr and "tiny-target.gguf" in r.stderr  # named as not applied
+    start_id = int(r.stdout.split()[1].rstrip(":"))
+    with open_campaign(camp) as c:
+        row = c.store.query("SELECT * FROM starts WHERE id = ?", (start_id,))[0]
+    recipe = json.loads(row["recipe"])
+    caps = json.loads(row["capabilities"])
+    assert recipe["model"] == ""  # frank loaded nothing
+    assert caps["served_model"].endswith("tiny-target.gguf") and "serving " in row["engine_version"]

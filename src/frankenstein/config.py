@@ -18,11 +18,12 @@ from pydantic import (
     ValidationError,
     field_validator,
     model_serializer,
+    model_validator,
 )
 
 from frankenstein.errors import ConfigError, UnknownNameError
 from frankenstein.shipped import expand
-from frankenstein.validation import FrozenUserFile, field_error, read_toml
+from frankenstein.validation import FrozenUserFile, field_error, http_root, read_toml
 
 # An engine adapter's name; which names exist is the adapter table's business (engines.ADAPTERS):
 # registration refuses an unknown one naming the arm, and `frank replay`/`frank engine check` name it too.
@@ -86,6 +87,27 @@ class Recipe(FrozenUserFile):
         default_factory=list,
         description="environment variables that hold a cache folder of this recipe's engine or command",
     )
+
+    @model_validator(mode="after")
+    def _external(self) -> Recipe:
+        """A server frank does not start (``engine = "external"``) takes its URL and a start timeout, nothing
+        else: a model, env, binary, python, command, part or cache variable could not be applied to it, and a
+        start must not record what it did not apply (docs/engines.md)."""
+        if self.engine != "external":
+            return self
+        given = [k for k in EXTERNAL_UNAPPLIED if getattr(self, k)]
+        if given:
+            raise ValueError(
+                f"{', '.join(given)}: an external recipe names a server frank does not start, so nothing of its "
+                "launch can be applied to it; keep only args = [\"--url\", \"http://HOST:PORT\"] and start_timeout_s"
+            )
+        if len(self.args) != 2 or self.args[0] != "--url":
+            raise ValueError('args: an external recipe needs args = ["--url", "http://HOST:PORT"] and nothing else')
+        http_root(self.args[1])  # a ValueError saying what is wrong with the URL
+        return self
+
+
+EXTERNAL_UNAPPLIED = ("model", "env", "binary", "python", "command", "parts", "cache_vars")
 
 
 class ClusterConfig(FrozenUserFile):

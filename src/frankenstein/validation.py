@@ -5,6 +5,7 @@
     field_error(path, exc, error_cls)   the one formatter: the file, the first bad field, what is wrong
     read_toml(path, error_cls)          a TOML file as a dict, or one error naming the file
     read_text(path, error_cls)          a UTF-8 file's text; missing, a directory or not UTF-8 is one error
+    http_root(url)                      (host, port) of http://HOST:PORT, else ValueError saying what is wrong
 
 Every loader validates with these, so bad input reads the same everywhere:
 ``frank.toml: recipes.base.engine: Input should be 'llamacpp', ...``.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -75,3 +77,18 @@ def read_text(path: str | Path, error_cls: type[ConfigError] = ConfigError) -> s
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
         raise error_cls(f"not UTF-8 text (byte 0x{data[exc.start]:02x} at line {line})", path=path) from exc
+
+
+def http_root(url: str) -> tuple[str, int]:
+    """(host, port) of a server's root, ``http://HOST:PORT``; anything else is a ValueError saying what is
+    wrong (only plain http: the one stdlib client, :mod:`frankenstein.engines.http`)."""
+    parts = urlsplit(url.strip())
+    if parts.scheme != "http" or not parts.hostname:
+        raise ValueError(f"{url!r}: expected http://HOST:PORT (only plain http is supported)")
+    if parts.path.strip("/") or parts.query:
+        raise ValueError(f"{url!r}: give the server's root, without a path (http://HOST:PORT)")
+    try:
+        port = parts.port or 80
+    except ValueError as exc:
+        raise ValueError(f"{url!r}: the port is not a number") from exc
+    return parts.hostname, port

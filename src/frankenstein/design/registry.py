@@ -89,6 +89,15 @@ def check_design(campaign: Campaign, design: DesignFile, path: Path) -> FrozenDe
                 path=path,
                 field=f"arms.{arm}",
             )
+    for arm, recipe in recipes.items():
+        if recipe is not None and recipe.engine == "external" and recipe.parts:
+            raise DesignError(
+                f"recipe {recipe.name!r} is a server frank does not start (engine external), so parts "
+                f"{', '.join(recipe.parts)} cannot be applied to it; start a server with them yourself and name it "
+                "in a recipe of its own",
+                path=path,
+                field=f"arms.{arm}.parts",
+            )
     if fresh := fresh_start_problem(design.replay, {a: r.engine for a, r in recipes.items() if r is not None}):
         raise DesignError(f"arm {fresh[0]}: {fresh[1]}", path=path, field="replay.fresh_starts")
     kind.check_recipes(design, recipes, path)

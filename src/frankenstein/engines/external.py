@@ -18,7 +18,6 @@ from __future__ import annotations
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from frankenstein.config import ResolvedRecipe
 from frankenstein.engines.base import CONTROL_TIMEOUT_S, ProcessEngine
@@ -27,6 +26,7 @@ from frankenstein.engines.llamacpp import LlamaCppEngine
 from frankenstein.engines.prometheus import parse_prometheus
 from frankenstein.errors import ConfigError, EngineError, EngineStartError
 from frankenstein.measure.timings import StepTiming
+from frankenstein.validation import http_root
 
 KIND = "external"
 NOT_FRESH = "a server already running (not started by frank): its starts are not fresh engine lives"
@@ -34,16 +34,10 @@ NOT_FRESH = "a server already running (not started by frank): its starts are not
 
 def parse_url(url: str, field: str) -> tuple[str, int]:
     """(host, port) of ``http://HOST:PORT``; anything else is a ConfigError naming ``field``."""
-    parts = urlsplit(url.strip())
-    if parts.scheme != "http" or not parts.hostname:
-        raise ConfigError(f"{url!r}: expected http://HOST:PORT (only plain http is supported)", field=field)
-    if parts.path.strip("/") or parts.query:
-        raise ConfigError(f"{url!r}: give the server's root, without a path (http://HOST:PORT)", field=field)
     try:
-        port = parts.port or 80
+        return http_root(url)
     except ValueError as exc:
-        raise ConfigError(f"{url!r}: the port is not a number", field=field) from exc
-    return parts.hostname, port
+        raise ConfigError(str(exc), field=field) from exc
 
 
 def recipe_url(recipe: ResolvedRecipe) -> str:
@@ -55,9 +49,9 @@ def recipe_url(recipe: ResolvedRecipe) -> str:
 
 
 def external_recipe(recipe: ResolvedRecipe, url: str) -> ResolvedRecipe:
-    """``recipe`` pointed at a running server (``frank replay --url``): same name and model, engine
-    ``external``. Nothing of the recipe's launch is used, so nothing of it is recorded either: parts, env,
-    binary, python and cache variables are dropped (frank cannot apply a part to a server it did not start,
+    """``recipe`` pointed at a running server (``frank replay --url``): same name, engine ``external``.
+    Nothing of the recipe's launch is used, so nothing of it is recorded either: model, parts, env,
+    binary, python and cache variables are dropped (the start records the model the server says it serves) (frank cannot apply a part to a server it did not start,
     and a start must not claim one it did not apply; :func:`unapplied` names what was dropped)."""
     parse_url(url, "--url")
     return recipe.model_copy(
@@ -65,6 +59,7 @@ def external_recipe(recipe: ResolvedRecipe, url: str) -> ResolvedRecipe:
             "engine": KIND,
             "args": ["--url", url.strip().rstrip("/")],
             "command": None,
+            "model": "",
             "parts": [],
             "env": {},
             "binary": None,
@@ -75,9 +70,10 @@ def external_recipe(recipe: ResolvedRecipe, url: str) -> ResolvedRecipe:
 
 
 def unapplied(recipe: ResolvedRecipe) -> list[str]:
-    """What of ``recipe``'s launch a server frank did not start cannot have been given: its parts, env keys,
+    """What of ``recipe``'s launch a server frank did not start cannot have been given: its model, parts, env keys,
     binary, python and command (the words for a message; empty when there is nothing)."""
-    out = [f"part {p}" for p in recipe.parts]
+    out = [f"model {recipe.model}"] if recipe.model else []
+    out += [f"part {p}" for p in recipe.parts]
     out += [f"env {k}" for k in recipe.env]
     out += [f"{k} {getattr(recipe, k)}" for k in ("binary", "python") if getattr(recipe, k)]
     if recipe.command:
@@ -95,6 +91,7 @@ class ExternalEngine(ProcessEngine):
     ) -> None:
         super().__init__(recipe, log_dir, port=port, host=host)
         self.url = ""
+        self.served_model: str | None = None
 
     @property
     def base_url(self) -> str:
@@ -143,19 +140,42 @@ class ExternalEngine(ProcessEngine):
         return EngineError(f"the external server at {self.url} stopped answering{why}")
 
     def read_version(self) -> str:
-        """The server's own build (llama.cpp ``/props`` ``build_info``), marked as not started by frank."""
-        build = "unknown"
+        """The server's own build (llama.cpp ``/props`` ``build_info``) and the model it says it serves,
+        marked as not started by frank. The model is the server's word (llama.cpp ``/props`` ``model_path``,
+        else the first of ``/v1/models``): frank loaded nothing, so the recipe names none."""
+        build, self.served_model = "unknown", None
         try:
             props = self.get("/props")
             if props.status_code == 200:
                 data = props.json()
-                build = str(data.get("build_info") or build) if isinstance(data, dict) else build
+                if isinstance(data, dict):
+                    build = str(data.get("build_info") or build)
+                    self.served_model = str(data["model_path"]) if data.get("model_path") else None
         except (EngineError, ValueError):
             pass
-        return f"{build} ({NOT_FRESH}; {self.url})"
+        if self.served_model is None:
+            self.served_model = self._listed_model()
+        serving = f", serving {self.served_model}" if self.served_model else ", model not reported"
+        return f"{build}{serving} ({NOT_FRESH}; {self.url})"
+
+    def _listed_model(self) -> str | None:
+        try:
+            answer = self.get("/v1/models")
+            data = answer.json().get("data") if answer.status_code == 200 else None
+        except (EngineError, ValueError, AttributeError):
+            return None
+        if isinstance(data, list) and data and isinstance(data[0], dict):
+            got = data[0].get("root") or data[0].get("id")
+            return str(got) if got else None
+        return None
 
     def capabilities(self) -> dict[str, Any]:
-        return {"external": self.url, "fresh_start": False, "step_timing": "response timings when present, else usage"}
+        return {
+            "external": self.url,
+            "fresh_start": False,
+            "served_model": self.served_model,
+            "step_timing": "response timings when present, else usage",
+        }
 
     def step_timing(self, body: dict[str, Any]) -> StepTiming:
         if not body.get("timings"):
