@@ -12,6 +12,7 @@ import random
 import shutil
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -190,3 +191,99 @@ def test_a_gguf_that_cannot_be_rebuilt_says_why(tmp_path: Path) -> None:
     assert junk.tokenizer is None and "junk.gguf: not a readable GGUF file" in junk.source
     ok = choose_tokenizer(None, str(_gguf(tmp_path / "bpe.gguf", "gpt2", "gpt-2")))
     assert ok.tokenizer is not None and ok.tokenizer.encode("ab").ids == [2]
+
+
+def unknown_typed_copy(tmp_path: Path, token: str) -> Path:
+    """A copy of the tiny GGUF, away from its tokenizer.json, whose ``token`` is typed UNKNOWN (2) in
+    ``tokenizer.ggml.token_type`` (edited in place with the ``gguf`` reader). llama.cpp's ``/tokenize`` (special
+    tokens parsed) then cuts that token out of any text as a special token; the rebuild keeps it an ordinary
+    BPE token (only control and user-defined tokens become added tokens), so the two disagree."""
+    import gguf
+
+    model = tmp_path / "models" / "tiny-target.gguf"
+    model.parent.mkdir()
+    shutil.copy(data_path("tiny-target.gguf"), model)
+    reader = gguf.GGUFReader(str(model), "r+")
+    types = reader.fields["tokenizer.ggml.token_type"]
+    idx = list(reader.fields["tokenizer.ggml.tokens"].contents()).index(token)
+    types.parts[types.data[idx]][0] = 2
+    del reader  # flushes the memmap
+    assert gguf.GGUFReader(str(model)).fields["tokenizer.ggml.token_type"].contents()[idx] == 2
+    return model
+
+
+@pytest.mark.engine
+def test_a_rebuilt_tokenizer_the_engine_disagrees_with_turns_the_cache_off(
+    tmp_path: Path, llama_server_bin: str
+) -> None:
+    """The GGUF-rebuilt tokenizer and the real llama-server disagree on the probes: ``frank serve`` does not
+    serve the rebuild's counts; it prints the cache off with the mismatch, and counts come from /tokenize."""
+    from frankenstein.regioncache.gguf import gguf_tokenizer
+
+    model = unknown_typed_copy(tmp_path, "l")
+    rebuilt = gguf_tokenizer(model)  # still rebuilt: the edit is one the rebuild does not see
+    probe = "Hello world\n"
+    ours = rebuilt.encode(probe, add_special_tokens=False).ids
+    proc, _ = serve_campaign(tmp_path, model, '["--ctx-size", "2048", "--threads", "1", "--parallel", "1"]')
+    try:
+        url, engine = wait_listening(proc)
+        line = status_line(proc)
+        with httpx.Client(trust_env=False, timeout=120) as c:
+            theirs = c.post(engine + "/tokenize", json={"content": probe}).json()["tokens"]
+        assert theirs != ours  # the two really disagree: the engine cuts every "l" out
+        source = "rebuilt from the GGUF metadata of tiny-target.gguf"
+        assert line.startswith(
+            f"region cache: off (counts come from the engine's /tokenize: the tokenizer {source} differs from the "
+            f"engine's ({source} does not match the engine's tokenizer: {probe!r} is {ours} here and {theirs} in "
+            "the engine)); counts are the engine's own /tokenize (llama.cpp dialect); count_tokens by "
+        ), line
+        prompts = fuzzed_prompts(seed=5, n=12)
+        agree_with_engine(url, engine, prompts)  # every count is the engine's ...
+        differs = [
+            p
+            for p in prompts
+            if len(rebuilt.encode(p, add_special_tokens=False).ids)
+            != len(httpx.post(engine + "/tokenize", json={"content": p}, trust_env=False).json()["tokens"])
+        ]
+        assert differs  # ... where the rebuild would have counted otherwise
+        st = httpx.get(url + "/frank/status", trust_env=False).json()
+        assert st["enabled"] is False and st["reason"].startswith("counts come from the engine's /tokenize")
+    finally:
+        stop(proc)
+
+
+@pytest.mark.engine
+def test_without_the_gguf_package_serve_says_to_install_the_models_extra(tmp_path: Path, llama_server_bin: str) -> None:
+    """A plain install (no ``models`` extra): the real CLI in a Python where ``gguf`` cannot be imported
+    (``sys.modules["gguf"] = None``, how Python marks a module absent) in front of a GGUF-only model counts
+    through the engine, and the printed reason says to install ``frankenstein[models]``."""
+    model = tmp_path / "models" / "tiny-target.gguf"
+    model.parent.mkdir()
+    shutil.copy(data_path("tiny-target.gguf"), model)
+    camp = tmp_path / "camp"
+    init_campaign(
+        camp,
+        toml=f'name = "t"\nserved = "base"\n\n[recipes.base]\nengine = "llamacpp"\nmodel = "{model}"\n'
+        'args = ["--ctx-size", "2048", "--threads", "1", "--parallel", "1"]\nstart_timeout_s = 120\n',
+    ).close()
+    no_gguf = "import runpy, sys; sys.modules['gguf'] = None; runpy.run_module('frankenstein', run_name='__main__')"
+    args = ["serve", "-c", str(camp), "--listen", f"127.0.0.1:{free_port()}"]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", no_gguf, *args],
+        cwd=tmp_path,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        url, engine = wait_listening(proc)
+        line = status_line(proc)
+        assert line.startswith(
+            "region cache: off (counts come from the engine's /tokenize: no tokenizer.json beside the model, and "
+            "the gguf package is not installed; install frankenstein[models] (pip install 'frankenstein[models]') "
+            "to rebuild the tokenizer from the GGUF); counts are the engine's own /tokenize (llama.cpp dialect)"
+        ), line
+        agree_with_engine(url, engine, fuzzed_prompts(seed=6, n=3))
+    finally:
+        stop(proc)

@@ -14,7 +14,8 @@ pre-tokenizer has a ``tokenizers`` equivalent, the same pipeline is rebuilt here
 Control and user-defined tokens (types 3 and 4) become added tokens (extracted from text, as
 llama.cpp's ``/tokenize`` does with ``parse_special``); ``add_bos_token`` adds a BOS post-processor.
 Anything else (SentencePiece ``llama`` models, other pre-tokenizers) is :class:`Unsupported` with the
-reason: ``frank serve`` then counts through the engine's own ``/tokenize`` with the cache off.
+reason: ``frank serve`` then counts through the engine's own ``/tokenize`` with the cache off. The ``gguf``
+reader is optional (the ``models`` extra, ``pip install 'frankenstein[models]'``); without it the reason says so.
 
 The rebuilt tokenizer is never trusted on its own: ``frank serve`` compares it with the engine's
 ``/tokenize`` before serving (and ``--shadow`` keeps comparing), and the region cache still proves
@@ -60,7 +61,10 @@ def read_fields(path: Path) -> dict[str, Any]:
     try:
         from gguf import GGUFReader  # optional and heavy (numpy memmap reader)
     except ImportError as exc:
-        raise Unsupported("the gguf package is not installed") from exc
+        raise Unsupported(
+            "the gguf package is not installed; install frankenstein[models] (pip install 'frankenstein[models]') "
+            "to rebuild the tokenizer from the GGUF"
+        ) from exc
     try:
         fields = GGUFReader(str(path)).fields
     except Exception as exc:  # noqa: BLE001 - the reader raises plain errors on a file that is not GGUF
