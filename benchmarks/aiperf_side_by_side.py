@@ -15,12 +15,11 @@ Every tool opens one connection per request (frank's client sends ``Connection: 
 ``--connection-reuse-strategy never``: with its default pooled connections llama-server closed an idle one
 under it and two requests of twenty failed with ``ServerDisconnectedError``).
 
-AIPerf runs in its own venv, which this script does not make (`python3.12 -m venv /tmp/aiperf-venv &&
-/tmp/aiperf-venv/bin/pip install 'aiperf==0.13.*'`), with the shipped tiny tokenizer and
+AIPerf runs in its own venv, `make aiperf-env` (.venv-aiperf, aiperf 0.13.0; or any venv given with --aiperf), with the shipped tiny tokenizer and
 `--use-server-token-count` (no network). The results record the versions measured: AIPerf's (its
 distribution's metadata, read by the venv's own interpreter), frank's and llama-server's.
 
-Run: .venv/bin/python benchmarks/aiperf_side_by_side.py [--rounds 4] [--turns 20] [--aiperf /tmp/aiperf-venv/bin/aiperf]
+Run: .venv/bin/python benchmarks/aiperf_side_by_side.py [--rounds 4] [--turns 20] [--aiperf .venv-aiperf/bin/aiperf]
 """
 
 from __future__ import annotations
@@ -129,7 +128,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--turns", type=int, default=20)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--aiperf", default="/tmp/aiperf-venv/bin/aiperf")
+    ap.add_argument("--aiperf", default=".venv-aiperf/bin/aiperf")
     args = ap.parse_args()
     full = load_trace(data_path("demo-workload.jsonl"))
     wl = workload_from_turns(full.turns[: args.turns])

@@ -1,7 +1,7 @@
 """`frank workload export --to aiperf|vllm`: the file holds the same turns, turn for turn, in the peer's documented
 format (AIPerf ``mooncake_trace`` with verbatim ``payload``; vLLM bench ``custom`` JSONL), and what a peer's
-format cannot hold is skipped and named, never silently changed. The real AIPerf run is in
-benchmarks/aiperf_side_by_side.py; vLLM's own loader runs here when its interpreter is present."""
+format cannot hold is skipped and named, never silently changed. AIPerf's own loader (``make aiperf-env``) and
+vLLM's own sampler read the exports here; the real AIPerf run is in benchmarks/aiperf_side_by_side.py."""
 
 from __future__ import annotations
 
@@ -86,8 +86,9 @@ def read_lines(path: Path) -> list[dict]:
 
 
 def check_mooncake(line: dict) -> None:
-    """AIPerf 0.13's ``MooncakeTrace`` rules for a self-contained line (aiperf/dataset/loader/models.py):
-    exactly one input mode, ``hash_ids`` only with ``input_length``, no field outside the model."""
+    """The shape frank means to write (a self-contained ``payload`` line, no field outside AIPerf's model):
+    a quick check of frank's side. Whether AIPerf itself reads it is shown by AIPerf's own model and loader in
+    ``test_aiperf_own_loader_reads_the_export`` below."""
     fields = {"session_id", "payload", "delay", "timestamp", "output_length", "extra", "type"}
     assert set(line) <= fields, set(line) - fields
     modes = [k for k in ("input_length", "text_input", "messages", "payload") if k in line]
@@ -176,6 +177,51 @@ def test_refusals_name_the_file_and_never_overwrite(workload: Path, tmp_path: Pa
     assert r.returncode == 1 and "exists; pass --force" in r.stderr and out.read_text() == "mine\n"
     r = frank("workload", "export", str(workload), "--to", "genai-perf", "-o", str(out))
     assert r.returncode == 2 and "expected aiperf or vllm" in r.stderr
+
+
+def aiperf_python() -> str:
+    python = os.environ.get("FRANK_AIPERF_PYTHON") or str(ROOT / ".venv-aiperf" / "bin" / "python")
+    if not Path(python).exists():
+        pytest.fail(f"no AIPerf interpreter at {python}: run `make aiperf-env` (or set FRANK_AIPERF_PYTHON)")
+    return python
+
+
+def test_aiperf_own_loader_reads_the_export(workload: Path, tmp_path: Path) -> None:
+    """AIPerf 0.13's own code, in its own venv: ``MooncakeTraceDatasetLoader.can_load`` (the probe that picks
+    the loader for ``--custom-dataset-type mooncake_trace``) accepts every line, and its ``MooncakeTrace`` model
+    holds each line's session and payload unchanged, so AIPerf sends the bytes frank replays."""
+    out = tmp_path / "w.aiperf.jsonl"
+    assert frank("workload", "export", str(workload), "--to", "aiperf", "-o", str(out)).returncode == 0
+    code = (
+        "import importlib.metadata as m, json, sys\n"
+        "from aiperf.dataset.loader.models import MooncakeTrace\n"
+        "from aiperf.dataset.loader.mooncake_trace import MooncakeTraceDatasetLoader as L\n"
+        "rows = [json.loads(x) for x in open(sys.argv[1], encoding='utf-8')]\n"
+        "assert all(L.can_load(data=r) for r in rows), 'a line AIPerf would not load'\n"
+        "ts = [MooncakeTrace.model_validate(r) for r in rows]\n"
+        "print(json.dumps({'version': m.version('aiperf'), 'sessions': [t.session_id for t in ts],\n"
+        "                  'payloads': [t.payload for t in ts]}))\n"
+    )
+    r = subprocess.run([aiperf_python(), "-c", code, str(out)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads(r.stdout.splitlines()[-1])
+    assert got["version"] == "0.13.0"
+    turns = load_trace(workload).turns
+    assert got["sessions"] == [t.session_id for t in turns]
+    assert got["payloads"] == [json.loads(replay_body(t, ReplaySettings())) for t in turns]
+
+
+def test_a_line_aiperf_refuses_is_refused_by_aiperf(tmp_path: Path) -> None:
+    """The check above could pass vacuously if ``can_load`` accepted anything: a line with two input modes
+    (what a careless exporter might write) is refused by the same AIPerf code."""
+    code = (
+        "from aiperf.dataset.loader.mooncake_trace import MooncakeTraceDatasetLoader as L\n"
+        "print(L.can_load(data={'session_id': 'a', 'payload': {'messages': []}, 'text_input': 'x'}),\n"
+        "      L.can_load(data={'session_id': 'a', 'payload': {'messages': []}}))\n"
+    )
+    r = subprocess.run([aiperf_python(), "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == ["False", "True"]
 
 
 @pytest.mark.vllm
