@@ -32,6 +32,19 @@ from helpers_campaign import make_campaign, make_workload
 from helpers_ledger import CONFIRMED, stored_design
 
 
+class Ms:
+    """Equal to a median printed in milliseconds above zero (its value is the machine's, not the test's)."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, str) and bool(re.fullmatch(r"[0-9.]+(e[+-]?[0-9]+)?", other)) and float(other) > 0
+
+    def __repr__(self) -> str:
+        return "<ms>"
+
+
+ANY = Ms()
+
+
 def serve_traffic(camp: Path, cwd: Path, counts: int, chats: int) -> None:
     """``frank serve`` on the campaign: ``counts`` /count, ``chats`` chat completions, one 400 from the
     front (a count of a number), one engine error (a chat with an image: the tiny model has no
@@ -161,3 +174,92 @@ def test_upstream_with_a_campaign_keeps_observations_of_its_served_step(
         f"{data_path('tiny-target.gguf')}; its traffic cannot be observed under this campaign's ledger step "
         "(leave out --campaign)"
     )
+
+
+def serve_unanswered(camp, step: int | None, tokenized: int, failed: int) -> None:
+    """Real served rows without an engine: the real front and ServedLog (what ``frank serve`` runs) in front
+    of a port where nothing listens, tagged with ``step``: ``tokenized`` /tokenize the front answers itself
+    (200), ``failed`` completions the engine never answers (502, engine errors)."""
+    from frankenstein.regioncache.cache import RegionCache, load_tokenizer
+    from frankenstein.regioncache.proxy import start_front
+
+    log = ServedLog(camp.store, step=step, flush_s=60)
+    cache = RegionCache(load_tokenizer(data_path("tiny-tokenizer.json")))
+    with start_front(f"http://127.0.0.1:{free_port()}", cache, observe=log) as front:
+        with httpx.Client(base_url=front.url, trust_env=False, timeout=60) as c:
+            for i in range(tokenized):
+                assert c.post("/tokenize", json={"content": "x" * (i + 1)}).status_code == 200
+            for _ in range(failed):
+                assert c.post("/v1/completions", json={"prompt": "x"}).status_code == 502
+    log.close()
+
+
+def observed_rows(note: str) -> dict[str, dict[str, list[str]]]:
+    """{step heading: {route: cells}} of the observational section."""
+    section = note[note.index("## Observations after adoption (observational)") :]
+    out: dict[str, dict[str, list[str]]] = {}
+    head = ""
+    for line in section.splitlines():
+        if line.startswith("### "):
+            head = line[4:].split(":", 1)[0]
+            out[head] = {}
+        elif line.startswith("| ") and head and not line.startswith(("| route", "| ---", "|---")):
+            cells = [c.strip() for c in line.split("|")[1:-1]]
+            out[head][cells[0]] = cells[1:]
+    return out
+
+
+def test_since_keeps_the_steps_at_or_after_it_with_their_whole_before_side(tmp_path: Path) -> None:
+    """``--since`` keeps the ledger steps at or after it, as for the rest of the note; a kept step's before
+    side is all the traffic of the step it replaced, though that step came before ``since``."""
+    from frankenstein.report import write_report
+
+    camp = make_campaign(tmp_path / "c")
+    make_workload(camp.root / "workloads" / "w.jsonl")
+    serve_unanswered(camp, None, tokenized=4, failed=1)  # the base recipe
+    reg = stored_design(camp, name="b256", served=CONFIRMED[0], candidate=CONFIRMED[1], parts='["threads1"]')
+    first = ledger.adopt(camp, "threads1", reg.design_id)
+    serve_unanswered(camp, first.seq, tokenized=3, failed=2)
+    second = ledger.revert(camp, why="no evidence on our workload")
+    serve_unanswered(camp, second.seq, tokenized=1, failed=1)
+    assert first.at < second.at
+
+    every = write_report(camp, tmp_path / "all").read_text()
+    assert "(12 in all)" in every
+    assert observed_rows(every) == {
+        "Step 1": {
+            "completions": ["1", ANY, "1", "1", "2", ANY, "2", "2"],
+            "tokenize": ["4", ANY, "0", "0", "3", ANY, "0", "0"],
+        },
+        "Step 2": {
+            "completions": ["2", ANY, "2", "2", "1", ANY, "1", "1"],
+            "tokenize": ["3", ANY, "0", "0", "1", ANY, "0", "0"],
+        },
+    }
+
+    since = write_report(camp, tmp_path / "since", since=second.at).read_text()
+    section = since[since.index("## Observations after adoption (observational)") :]
+    assert f"(7 in all, on the two sides of the ledger steps at or after {second.at})" in section
+    assert "### Step 1" not in section  # before since: no section of its own
+    assert "Before: served under step 1; after: served under step 2." in section  # step 1's traffic, whole
+    assert observed_rows(since) == {"Step 2": observed_rows(every)["Step 2"]}
+    assert "different occasions, not a controlled comparison" in section
+    camp.close()
+
+    later = frank("report", "-c", str(camp.root), "--out", str(tmp_path / "later"), "--since", "2999-01-01")
+    assert later.returncode == 0, later.stderr
+    assert "Observations after adoption" not in (tmp_path / "later" / "note.md").read_text()  # no step since then
+    today = frank("report", "-c", str(camp.root), "--out", str(tmp_path / "today"), "--since", first.at[:10])
+    assert today.returncode == 0, today.stderr
+    assert observed_rows((tmp_path / "today" / "note.md").read_text()) == observed_rows(every)
+
+
+def test_since_without_a_ledger_step_counts_the_base_traffic_since_then(tmp_path: Path) -> None:
+    from frankenstein.report import write_report
+
+    camp = make_campaign(tmp_path / "c")
+    serve_unanswered(camp, None, tokenized=2, failed=1)
+    note = write_report(camp, tmp_path / "all").read_text()
+    assert "No ledger step yet: 3 request(s) served under the base recipe, nothing to set them beside." in note
+    assert "Observations after adoption" not in write_report(camp, tmp_path / "later", since="2999-01-01").read_text()
+    camp.close()

@@ -57,3 +57,73 @@ def test_kl_legend_counts_positions_and_sits_off_the_curve() -> None:
     renderer = fig.canvas.get_renderer()
     ax = fig.axes[0]
     assert not legend.get_window_extent(renderer).overlaps(ax.get_window_extent(renderer))
+
+
+def test_block_plot_labels_come_from_the_recorded_starts_not_the_schedule(tmp_path: Path) -> None:
+    """A block whose starts were recorded in another order than registered (a resumed or retried block: the
+    second slot ran first): the note's block plot labels it as it ran (``started_at``, then start id)."""
+    from frankenstein.design.registry import register
+    from frankenstein.report import write_report
+    from frankenstein.report.note import run_orders
+
+    from helpers_campaign import make_campaign, make_workload, write_design
+    from helpers_ledger import CONFIRMED
+
+    camp = make_campaign(tmp_path / "c")
+    make_workload(camp.root / "workloads" / "w.jsonl")
+    reg = register(camp, write_design(camp.root / "d.toml", name="d", blocks=6))
+    served, cand = CONFIRMED
+    out_of_order = {0, 3}  # blocks 1 and 4: the second slot ran (and was written) first
+    for b, order in enumerate(reg.schedule):
+        slots = list(enumerate(order))
+        if b in out_of_order:
+            slots.reverse()
+        for minute, (pos, arm) in enumerate(slots):
+            camp.store.insert_start(
+                design_id=reg.design_id,
+                block=b,
+                position=pos,
+                arm=arm,
+                status="ok",
+                started_at=f"2025-03-01T10:{b:02d}:{minute * 30:02d}.000Z",
+                metrics={"verify_step_ms": served[b] if arm == "served" else cand[b], "tokens_per_step": 1.0},
+                engine="llamacpp",
+            )
+    ran = run_orders(camp.store.starts_of(reg.design_id), 6)
+    want = [list(o) for o in reg.schedule]
+    want[0] = list(reversed(want[0]))
+    want[3] = [want[3][1], want[3][0]]
+    assert ran == want and ran != [list(o) for o in reg.schedule]
+
+    note_png = write_report(camp, tmp_path / "out").parent / f"{reg.design_id}-blocks.png"
+    blocks = [str(b + 1) for b in range(6)]
+    title = f"{reg.design_id}: verify_step_ms per block"
+    as_run = plot_paired_blocks(tmp_path / "as-run.png", blocks, served, cand, "verify_step_ms", title, orders=ran)
+    as_scheduled = plot_paired_blocks(
+        tmp_path / "as-scheduled.png", blocks, served, cand, "verify_step_ms", title, orders=reg.schedule
+    )
+    assert note_png.read_bytes() == as_run.read_bytes()  # the note drew the recorded order ...
+    assert note_png.read_bytes() != as_scheduled.read_bytes()  # ... not the registered one
+    fig = paired_blocks_figure(blocks, served, cand, "verify_step_ms", title, orders=ran)
+    got = labels(fig)
+    for b in out_of_order:
+        assert got[(round(b - 0.12, 2), served[b])] == run_positions(ran[b], "served")
+        assert run_positions(ran[b], "served") != run_positions(reg.schedule[b], "served")
+    camp.close()
+
+
+def test_run_orders_keep_every_recorded_start_in_time_then_id_order() -> None:
+    from frankenstein.report.note import run_orders
+    from frankenstein.store import StartRow
+
+    def row(i: int, block: int, arm: str, at: str, status: str = "ok") -> StartRow:
+        return StartRow(i, "d", block, 0, arm, 0, status, None, at, at, None, None, None, {}, {}, {})
+
+    rows = [
+        row(1, 0, "candidate", "2025-03-01T10:00:30.000Z"),
+        row(2, 0, "served", "2025-03-01T10:00:00.000Z", status="failed"),  # ran first, failed: still ran first
+        row(4, 1, "served", "2025-03-01T10:01:00.000Z"),
+        row(3, 1, "candidate", "2025-03-01T10:01:00.000Z"),  # the same second: the one written first
+        row(5, 7, "served", "2025-03-01T10:07:00.000Z"),  # outside the registered blocks: ignored
+    ]
+    assert run_orders(rows, 3) == [["served", "candidate"], ["candidate", "served"], []]

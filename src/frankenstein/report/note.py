@@ -10,6 +10,10 @@ Every formatter returns a list of lines and reads nothing: :func:`collect` gathe
 note prints no clock time but those stored with the records, so the same store gives the same text.
 
     write_report(campaign, out_dir, since=None) -> Path     note.md and its PNGs in out_dir
+
+The block plot labels each point with when its arm ran in its block, from the recorded starts (their
+``started_at``, then start id), not from the registered schedule: a resumed or retried block says how it ran.
+With ``since`` the observational section (:mod:`.observed`) keeps the ledger steps at or after it too.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from frankenstein.report.hosts import host_row, hosts_sentence
 from frankenstein.report.observed import observed_lines
 from frankenstein.report.phases import format_time_spent
 from frankenstein.report.markdown import capture_tables, code, md_table, num, pct, slug
-from frankenstein.store import LedgerEntry, Override, Refusal
+from frankenstein.store import LedgerEntry, Override, Refusal, StartRow
 
 NOTE_NAME = "note.md"
 NOTE_JSON = "note.json"  # every table of the note, machine-readable (report/export.py, docs/exports.md)
@@ -551,7 +555,22 @@ def plan_plots(data: NoteData) -> Plots:
     return out
 
 
-def draw_plots(data: NoteData, plots: Plots, out_dir: Path) -> list[Path]:
+def run_orders(starts: list[StartRow], blocks: int) -> list[list[str]]:
+    """Per block (0-based), the arms of its recorded starts in the order they ran: by ``started_at``, then by
+    start id (the order they were written). A resumed or retried block, or one run out of the registered order,
+    is labelled as it ran, not as it was scheduled; a block with no recorded start has an empty order."""
+    out: list[list[StartRow]] = [[] for _ in range(blocks)]
+    for r in starts:
+        if 0 <= r.block < blocks:
+            out[r.block].append(r)
+    return [[r.arm for r in sorted(rs, key=lambda r: (r.started_at, r.id))] for rs in out]
+
+
+def draw_plots(
+    data: NoteData, plots: Plots, out_dir: Path, orders: dict[str, list[list[str]]] | None = None
+) -> list[Path]:
+    """The PNGs of :func:`plan_plots`; ``orders``: design id -> the recorded run order per block
+    (:func:`run_orders`), which labels each block plot's points (none given: no run-order labels)."""
     written = []
     by_id = {d.design_id: d for d in data.designs}
     for did, files in plots.items():
@@ -568,7 +587,7 @@ def draw_plots(data: NoteData, plots: Plots, out_dir: Path) -> list[Path]:
                     [vals.get(b, {}).get("candidate") for b in blocks],
                     metric,
                     f"{did}: {metric} per block",
-                    orders=d.reg.schedule,
+                    orders=(orders or {}).get(did),
                 )
             )
         if "kl" in files and d.analysis is not None and d.analysis.kl:
@@ -605,9 +624,14 @@ def write_report(campaign: Campaign, out_dir: str | Path, since: date | datetime
     out.mkdir(parents=True, exist_ok=True)
     data = collect(campaign, since_text(since))
     plots = plan_plots(data)
-    draw_plots(data, plots, out)
+    orders = {  # the block plots' run-order labels, as recorded
+        d.design_id: run_orders(campaign.store.starts_of(d.design_id), d.reg.design.blocks)
+        for d in data.designs
+        if "blocks" in plots.get(d.design_id, {})
+    }
+    draw_plots(data, plots, out, orders)
     with capture_tables() as tables:
-        lines = render_note(data, plots) + observed_lines(campaign)
+        lines = render_note(data, plots) + observed_lines(campaign, data.since)
     note = out / NOTE_NAME
     note.write_text("\n".join(lines) + "\n", encoding="utf-8")
     (out / NOTE_JSON).write_text(dumps(note_doc(data, tables, lines)), encoding="utf-8")

@@ -9,7 +9,14 @@ before it and under the step itself: how many, the median milliseconds, how many
 prompts, another machine load. It is never a verdict (the registered designs are) and says so in
 every section.
 
-    observed_lines(campaign) -> list[str]      Markdown; empty when frank serve recorded nothing
+With ``since`` (``frank report --since``) the section keeps the ledger steps at or after it, like the rest of
+the note. A step's two sides are not cut at that date: its "before" side is every request served under the step
+before it, even when that step (and so some or all of its traffic) came before ``since``, because that is what
+the step replaced; its "after" side is every request served under the step itself. A step before ``since``
+gets no section of its own. Without any ledger step, the base recipe's requests are counted (those at or after
+``since``).
+
+    observed_lines(campaign, since=None) -> list[str]      Markdown; empty when there is nothing to show
 """
 
 from __future__ import annotations
@@ -59,40 +66,51 @@ def _step_title(e: LedgerEntry) -> str:
     return f"Step {e.seq}: {e.action} {code(e.part)}{design} ({e.at[:16].replace('T', ' ')} UTC)"
 
 
-def observed_lines(campaign: Campaign) -> list[str]:
-    """The section (module docstring); no section when ``frank serve`` recorded no request."""
+def observed_lines(campaign: Campaign, since: str | None = None) -> list[str]:
+    """The section (module docstring); ``since`` is an ISO date or timestamp prefix (inclusive). No section when
+    ``frank serve`` recorded no request, or none on either side of a step at or after ``since``."""
     rows = campaign.store.served_requests()
     if not rows:
         return []
-    steps = campaign.store.ledger_steps()
+    lower = since or ""
+    every = campaign.store.ledger_steps()
     served = by_step(rows)
+    pairs: list[tuple[LedgerEntry, int | None]] = []  # (step at or after since, the step it follows)
+    previous: int | None = None
+    for e in every:
+        if e.at >= lower and (served.get(previous) or served.get(e.seq)):
+            pairs.append((e, previous))
+        previous = e.seq
+    base = [r for rs in served.get(None, {}).values() for r in rs if r.at >= lower] if not every else []
+    if not pairs and not base:
+        return []
+    shown = {s for e, p in pairs for s in (p, e.seq)}
+    total = len(base) + sum(len(v) for s in shown for v in served.get(s, {}).values())
+    period = f" at or after {since}" if since else ""
+    counted = f", on the two sides of the ledger steps{period}" if since and pairs else ""
     lines = [
         "",
         "## Observations after adoption (observational)",
         "",
-        f"Requests `frank serve` answered, by the ledger step that was served ({len(rows)} in all). These are "
+        f"Requests `frank serve` answered, by the ledger step that was served ({total} in all{counted}). These are "
         f"{LABEL}: the traffic, its prompts and the machine's load differ between the two sides, so a "
         "difference here is not evidence that a step changed anything (the registered designs above are). "
         "Milliseconds run from the request line to the last byte sent; an engine error is a 5xx from the "
         "engine or no answer.",
     ]
-    previous: int | None = None
-    for e in steps:
-        before, after = served.get(previous, {}), served.get(e.seq, {})
-        was = "the base recipe (before any step)" if previous is None else f"step {previous}"
-        previous = e.seq
-        if not before and not after:
-            continue
+    for e, prev in pairs:
+        before, after = served.get(prev, {}), served.get(e.seq, {})
+        was = "the base recipe (before any step)" if prev is None else f"step {prev}"
         lines += ["", f"### {_step_title(e)}", ""]
         lines.append(f"Before: served under {was}; after: served under step {e.seq}. Observational: {LABEL}.")
         lines.append("")
         routes = sorted(set(before) | set(after))
         table = [[r, *_cells(before.get(r, [])), *_cells(after.get(r, []))] for r in routes]
         lines += md_table(HEADER, table, "lrrrrrrrr")
-    if not steps and None in served:
+    if base:
         lines += [
             "",
-            f"No ledger step yet: {sum(len(v) for v in served[None].values())} request(s) served "
-            "under the base recipe, nothing to set them beside.",
+            f"No ledger step yet: {len(base)} request(s) served{period} under the base recipe, nothing to set "
+            "them beside.",
         ]
     return lines
