@@ -128,7 +128,11 @@ def test_stored_gaps_pooled_itl_and_pre_post_rows_from_a_real_run(
     make_workload(c.root / "workloads" / "w.jsonl", turns=4, tokens=12)
     c.close()
     d = write_design(tmp_path / "c" / "d.toml", blocks=5)
-    d.write_text(d.read_text().replace('secondary = ["tokens_per_step"]', 'secondary = ["tokens_per_step", "post_ms"]'))
+    d.write_text(
+        d.read_text().replace(
+            'secondary = ["tokens_per_step"]', 'secondary = ["tokens_per_step", "post_ms", "itl_ms", "tpot_ms"]'
+        )
+    )
     code, out, err = cli(capsys, "register", str(d), "-c", str(c.root))
     assert code == 0, err
     design_id = re.match(r"registered (\S+) ", out).group(1)  # type: ignore[union-attr]
@@ -142,6 +146,12 @@ def test_stored_gaps_pooled_itl_and_pre_post_rows_from_a_real_run(
         starts = camp.store.starts_of(design_id)
         assert len(starts) == 10 and all(s.ok for s in starts)
         for s in starts:
+            measured = [t for t in camp.store.turns_of(s.id) if not t["warmup"]]
+            start_gaps = [g for t in measured for g in t["chunk_gaps_ms"]]
+            # the start-level forms, registrable: the mean gap, and TPOT as a ratio of sums
+            assert s.metrics["itl_ms"] == pytest.approx(sum(start_gaps) / len(start_gaps), rel=1e-9)
+            client = sum(t["e2e_ms"] - t["ttft_ms"] for t in measured)
+            assert s.metrics["tpot_ms"] == pytest.approx(client / sum(t["generated_tokens"] - 1 for t in measured))
             for t in camp.store.turns_of(s.id):
                 gaps = t["chunk_gaps_ms"]
                 n = t["generated_tokens"]
@@ -173,8 +183,11 @@ def test_stored_gaps_pooled_itl_and_pre_post_rows_from_a_real_run(
         # the pooled ITL is not the per-turn mean under another name
         assert per["itl_ms"]["n"] != per["tpot_ms"]["n"]
 
+    for metric in ("itl_ms", "tpot_ms"):  # registered as secondary: a ratio over every block
+        assert doc["secondary"][metric]["blocks"] == 5 and doc["secondary"][metric]["geomean_ratio"] > 0
     code, text, err = cli(capsys, "analyze", design_id, "-c", str(c.root))
     assert code == 0, err
+    assert re.search(r"itl_ms: geometric-mean ratio \d", text) and re.search(r"tpot_ms: geometric-mean ratio \d", text)
     assert "n: turns, pooled chunk gaps for itl_ms; post_ms can be negative):" in text
     for arm in ("served", "candidate"):
         for metric in ("pre_ms", "post_ms"):

@@ -14,7 +14,14 @@ Time outside the server's own timings, per turn (client clock minus server clock
 - ``post_ms`` = client e2e − client TTFT − server decode_ms (what the client waits beyond the
   server's decode after the first token: detokenization, SSE framing, transport); per start Σ / turns
 
-Both need a stream (client TTFT) and an engine that reports prompt and decode time (llama.cpp
+Client-side decode pace, per start (the start-level forms of the per-arm percentiles, design/percentiles.py):
+
+- ``tpot_ms`` = Σ (client e2e − client TTFT) / Σ (generated_tokens − 1): vLLM bench's TPOT (AIPerf's
+  inter_token_latency) as a ratio of sums
+- ``itl_ms``  = Σ chunk gaps / number of gaps: the mean gap between streamed content events (vLLM bench's
+  ITL, AIPerf's inter_chunk_latency); none when some turn was not streamed
+
+pre_ms and post_ms need a stream (client TTFT) and an engine that reports prompt and decode time (llama.cpp
 ``timings``); a turn without them has none, and a start then has none either. Their sum is exact
 (e2e − prompt_ms − decode_ms); where the server's decode clock starts decides the split, and with
 llama.cpp ``post_ms`` is often slightly negative (docs/workloads.md).
@@ -26,7 +33,7 @@ verify step yields its accepted draft tokens + 1, so ``target_steps = n − 1 �
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 METRICS: dict[str, str] = {
@@ -41,6 +48,8 @@ METRICS: dict[str, str] = {
     "passes": "higher",
     "pre_ms": "lower",
     "post_ms": "lower",
+    "tpot_ms": "lower",
+    "itl_ms": "lower",
 }
 """Known metrics and the direction that is better."""
 
@@ -89,6 +98,17 @@ def _div(a: float | None, b: float | None) -> float | None:
     return a / b
 
 
+def _gaps(turns: Sequence[Mapping[str, object]]) -> list[float] | None:
+    """Every stored chunk gap of the turns (``chunk_gaps_ms``), or None when some turn has none recorded."""
+    out: list[float] = []
+    for t in turns:
+        g = t.get("chunk_gaps_ms")
+        if not isinstance(g, list):
+            return None
+        out += [float(x) for x in g if isinstance(x, int | float) and not isinstance(x, bool)]
+    return out
+
+
 def aggregate(turns: list[dict[str, float | int | None]]) -> dict[str, float | None]:
     """Start-level metrics as ratios of sums over measured turns (rows with StepTiming keys + client times)."""
     decode = _sum(turns, "decode_ms")
@@ -103,6 +123,7 @@ def aggregate(turns: list[dict[str, float | int | None]]) -> dict[str, float | N
     ttft = _sum(turns, "ttft_ms")
     e2e = _sum(turns, "e2e_ms")
     pre, post = _sum(turns, "pre_ms"), _sum(turns, "post_ms")
+    gaps = _gaps(turns)
     n = len(turns) or None
     return {
         "verify_step_ms": _div(decode, steps),
@@ -115,6 +136,8 @@ def aggregate(turns: list[dict[str, float | int | None]]) -> dict[str, float | N
         "acceptance_rate": _div(accepted, drafted),
         "pre_ms": _div(pre, n),
         "post_ms": _div(post, n),
+        "tpot_ms": _div(None if ttft is None or e2e is None else e2e - ttft, decode_tokens),
+        "itl_ms": None if gaps is None else _div(sum(gaps), float(len(gaps))),
         "decode_ms": decode,
         "target_steps": steps,
         "generated_tokens": gen,

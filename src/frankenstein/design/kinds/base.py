@@ -38,7 +38,7 @@ from frankenstein.workload.trace import Turn, Workload
 Progress = Callable[[int, int], None]
 
 STEP_METRICS = ("verify_step_ms", "decode_ms_per_token", "tokens_per_step", "acceptance_rate")
-REQUEST_METRICS = ("ttft_ms", "e2e_ms", "prompt_ms", "prefill_tokens_per_s", "pre_ms", "post_ms")
+REQUEST_METRICS = ("ttft_ms", "e2e_ms", "prompt_ms", "prefill_tokens_per_s", "pre_ms", "post_ms", "tpot_ms", "itl_ms")
 # Metrics that can be zero or negative by their definition (measure/timings.py), so a ratio of them means
 # nothing: ``post_ms`` = client e2e − TTFT − server decode ms is often slightly negative with llama.cpp,
 # whose decode clock starts before the first token reaches the client. ``pre_ms`` = client TTFT − server
