@@ -193,7 +193,7 @@ def test_fidelity_gate_naming_a_missing_design_is_refused(camp) -> None:
 
 def test_request_refusals(camp) -> None:
     reg = stored_design(camp, name="d", served=CONFIRMED[0], candidate=CONFIRMED[1])
-    with pytest.raises(LedgerError, match=r"^unknown part 'drfat' \(parts in frank.toml: draft, threads1\)$"):
+    with pytest.raises(LedgerError, match=r"^PART: unknown part 'drfat' \(parts in frank.toml: draft, threads1\)$"):
         ledger.adopt(camp, "drfat", reg.design_id)
     with pytest.raises(
         LedgerError, match=r"^cannot adopt on design nope-7: no registered design 'nope-7' \(registered: d-1\)$"

@@ -98,7 +98,7 @@ def adopt(campaign: Campaign, part: str, design_id: str, *, force: bool = False,
 def _check_request(campaign: Campaign, part: str, current: list[str]) -> None:
     if part not in campaign.config.parts:
         known = ", ".join(sorted(campaign.config.parts)) or "none"
-        raise LedgerError(f"unknown part {part!r} (parts in frank.toml: {known})")
+        raise LedgerError(f"PART: unknown part {part!r} (parts in frank.toml: {known})")
     base_parts = (
         campaign.config.recipes[campaign.config.served].parts
         if campaign.config.served in campaign.config.recipes

@@ -37,7 +37,8 @@ def replay(
         help="Seconds between progress lines when stderr is not a terminal (default: $FRANK_HEARTBEAT_S, else 30).",
     ),
 ) -> None:
-    """Replay a workload against one fresh start of a recipe; store per-turn rows and print the start's metrics.
+    """Replay a workload against one fresh start of a recipe (or, with --url, a server already running); store
+    per-turn rows and print the start's metrics and latency percentiles.
 
     Progress goes to stderr (a bar on a terminal; otherwise a line as the start begins and ends and a
     heartbeat with the turns done); stdout gets the metrics, or the --json/--csv export.
@@ -98,6 +99,10 @@ def replay(
             raise typer.Exit(1)
         return
     typer.echo(f"start {start_id}: {out.status}{' (' + out.reason + ')' if out.reason else ''}")
+    if url is not None:
+        from frankenstein.engines.external import NOT_FRESH
+
+        typer.echo(f"  not a fresh start: {NOT_FRESH} ({url})")
     for key in (
         "verify_step_ms",
         "decode_ms_per_token",
