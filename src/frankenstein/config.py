@@ -99,7 +99,7 @@ class Recipe(FrozenUserFile):
         if given:
             raise ValueError(
                 f"{', '.join(given)}: an external recipe names a server frank does not start, so nothing of its "
-                "launch can be applied to it; keep only args = [\"--url\", \"http://HOST:PORT\"] and start_timeout_s"
+                'launch can be applied to it; keep only args = ["--url", "http://HOST:PORT"] and start_timeout_s'
             )
         if len(self.args) != 2 or self.args[0] != "--url":
             raise ValueError('args: an external recipe needs args = ["--url", "http://HOST:PORT"] and nothing else')

@@ -80,8 +80,9 @@ _VERSION_CACHE: dict[tuple[str, str], str] = {}
 def binary_version(binary: str) -> str:
     """``BINARY --version``'s version line, cached per process by the binary's resolved path and sha256
     (:func:`binary_sha256`, itself cached by the file's device, inode, size, mtime and ctime, and computed for
-    every start's record anyway): each start of a design asked again (about 9 ms here, benchmarks/binary_version_cache.py); a binary replaced in place
-    or by a rename has another sha256, so it is asked anew. "unknown" is not cached."""
+    every start's record anyway): each start of a design asked again (about 9 ms here,
+    benchmarks/binary_version_cache.py); a binary replaced in place or by a rename has another sha256, so it
+    is asked anew. "unknown" is not cached."""
     key = _version_key(binary)
     cached = _VERSION_CACHE.get(key) if key else None
     if cached is not None:
