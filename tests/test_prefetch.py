@@ -98,9 +98,7 @@ def test_the_prefetch_brings_the_files_into_the_page_cache(tmp_path: Path) -> No
 
 
 @pytest.mark.real
-def test_a_prefetched_model_launches_without_cold_reads(
-    llama_server_bin: str, tmp_path: Path, real_model_cpu_args: list[str]
-) -> None:
+def test_a_prefetched_model_launches_without_cold_reads(llama_server_bin: str, tmp_path: Path) -> None:
     """The real model (SmolLM2-135M Q4_1, 98 MB) on llama-server, alternating: evicted from the page cache
     (the cold disk reads a start pays when the other arm's start did not read its files) vs prefetched.
     Prints launch → ready of each; asserts what each start launched with (mincore)."""
@@ -113,7 +111,7 @@ def test_a_prefetched_model_launches_without_cold_reads(
         name="real",
         engine="llamacpp",
         model=str(model),
-        args=["--ctx-size", "512", "--threads", "1", *real_model_cpu_args],
+        args=["--ctx-size", "512", "--threads", "1"],
         env={},
     )
     ready: dict[str, list[float]] = {"evicted": [], "prefetched": []}

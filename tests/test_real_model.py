@@ -84,10 +84,7 @@ def model() -> Path:
 
 
 @pytest.fixture(scope="module")
-def camp(
-    tmp_path_factory: pytest.TempPathFactory, model: Path, llama_server_bin: str, real_model_cpu_args: list[str]
-) -> Path:
-    args = json.dumps([*json.loads(BASE_ARGS), *real_model_cpu_args])
+def camp(tmp_path_factory: pytest.TempPathFactory, model: Path, llama_server_bin: str) -> Path:
     root = tmp_path_factory.mktemp("real") / "c"
     root.mkdir()
     (root / "frank.toml").write_text(f"""\
@@ -97,7 +94,7 @@ served = "base"
 [recipes.base]
 engine = "llamacpp"
 model = "{model}"
-args = {args}
+args = {BASE_ARGS}
 start_timeout_s = 120
 
 [parts.ngram]
@@ -118,9 +115,7 @@ args = ["-ctk", "q8_0", "-ctv", "q8_0"]
 
 
 @pytest.fixture(scope="module")
-def server(
-    model: Path, llama_server_bin: str, tmp_path_factory: pytest.TempPathFactory, real_model_cpu_args: list[str]
-) -> Iterator[str]:
+def server(model: Path, llama_server_bin: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The real model behind llama-server, with a ChatML template that carries tools."""
     port = _free_port()
     log = tmp_path_factory.mktemp("srv") / "engine.log"
@@ -145,7 +140,6 @@ def server(
                 "--jinja",
                 "--chat-template-file",
                 str(TOOLS_TEMPLATE),
-                *real_model_cpu_args,
             ],
             stdout=out,
             stderr=subprocess.STDOUT,

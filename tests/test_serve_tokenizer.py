@@ -5,7 +5,6 @@ the engine counts and the cache is off with the reason printed."""
 
 from __future__ import annotations
 
-import json
 
 import os
 import random
@@ -121,9 +120,7 @@ def test_tiny_gguf_without_tokenizer_json_counts_like_the_engine(tmp_path: Path,
 
 @pytest.mark.real
 @pytest.mark.engine
-def test_smollm2_gguf_counts_exactly_like_the_engine(
-    tmp_path: Path, llama_server_bin: str, real_model_cpu_args: list[str]
-) -> None:
+def test_smollm2_gguf_counts_exactly_like_the_engine(tmp_path: Path, llama_server_bin: str) -> None:
     model = Path(
         os.environ.get("FRANK_REAL_MODEL")
         or Path.home() / ".cache" / "frankenstein" / "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -131,7 +128,7 @@ def test_smollm2_gguf_counts_exactly_like_the_engine(
     if not model.is_file():
         pytest.fail(f"{model}: the real model is missing; run `make real-model` (scripts/fetch_real_model.py)")
     assert not (model.parent / "tokenizer.json").exists()  # what this test is about
-    args = json.dumps(["--ctx-size", "2048", "--threads", "1", "--parallel", "1", "--jinja", *real_model_cpu_args])
+    args = '["--ctx-size", "2048", "--threads", "1", "--parallel", "1", "--jinja"]'
     proc, _ = serve_campaign(tmp_path, model, args)
     try:
         url, engine = wait_listening(proc)

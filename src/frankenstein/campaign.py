@@ -27,7 +27,9 @@ served = "base"
 engine = "llamacpp"
 model = "pkg:tiny-target.gguf"
 # --threads: this machine's cores - 1 when `frank init` ran, so the engine leaves a core to the client and the OS.
-args = ["--ctx-size", "4096", "--threads", "{threads}", "--parallel", "1", "--seed", "1", "--jinja"]
+# --no-repack: llama.cpp's CPU weight repacking (AMX tiles on recent Xeons) dies by SIGILL loading Q8_0/Q4_1
+# weights on some machines (seen in Firecracker VMs); the tiny models gain nothing from it. Drop it to test it.
+args = ["--ctx-size", "4096", "--threads", "{threads}", "--parallel", "1", "--seed", "1", "--jinja", "--no-repack"]
 
 [parts.draft]
 description = "Speculative decoding with the tiny draft model (draft-simple, up to 8 tokens)."
