@@ -20,11 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from stored_design import stored_design
 
-from helpers_campaign import make_campaign, make_workload, write_design  # noqa: E402
-
-from frankenstein.design.registry import register, verify  # noqa: E402
+from frankenstein.design.registry import verify
 
 FRANK = [sys.executable, "-m", "frankenstein"]
 
@@ -58,26 +56,9 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=40)
     ap.add_argument("--repeat", type=int, default=5)
     a = ap.parse_args()
-    rng = random.Random(1)
     with tempfile.TemporaryDirectory() as tmp:
-        c = make_campaign(Path(tmp) / "c")
-        make_workload(c.root / "workloads" / "w.jsonl")
+        c, _, insert_s = stored_design(Path(tmp) / "c", a.starts, lambda rng: turns(rng, a.turns))
         blocks = a.starts // 2
-        reg = register(c, write_design(c.root / "d.toml", blocks=blocks))
-        t0 = time.perf_counter()
-        for b in range(blocks):
-            for pos, arm in enumerate(reg.schedule[b]):
-                c.store.insert_start(
-                    design_id=reg.design_id,
-                    block=b,
-                    position=pos,
-                    arm=arm,
-                    status="ok",
-                    started_at="2026-12-04T00:00:00Z",
-                    metrics={"verify_step_ms": rng.uniform(3.0, 4.0)},
-                    turns=turns(rng, a.turns),
-                )
-        insert_s = time.perf_counter() - t0
         records = c.store.verify()
         inproc = []
         for _ in range(a.repeat):

@@ -7,10 +7,10 @@ No engine outlives the ``frank`` process that started it:
   owner is gone (a second line of defence, e.g. for engines started through a wrapper script);
 - :meth:`EngineProcess.stop` sends SIGTERM to the group, SIGKILL after a grace period, and waits.
 
-Fast edges: readiness is polled from 5 ms, growing 1.5× to 25 ms (:data:`READY_POLL_S`), so a ready
-engine is seen within about one poll interval (measured median 9 ms, tests/test_phases_edges.py; the ready
+Fast edges: readiness is polled from 2 ms, growing 1.5× to 10 ms (:data:`READY_POLL_S`), so a ready
+engine is seen within about one poll interval (measured median 5-7 ms, tests/test_phases_edges.py; the ready
 phase counts this wait as the engine's, so it is kept short: at 250 ms a design of tiny starts lost ~5 % of
-its wall time to it); the stop grace is the adapter's (``stop_grace_s``:
+its wall time to it; a poll is one loopback request, and an engine not yet listening refuses it at once); the stop grace is the adapter's (``stop_grace_s``:
 long enough for its clean shutdown, and no longer), and how the process ended is kept in
 ``stopped_by`` (``SIGTERM``, ``SIGKILL`` or ``exited``).
 
@@ -36,7 +36,7 @@ from frankenstein.engines.http import Answer, TransportError, fetch_url
 from frankenstein.errors import EngineStartError
 
 PR_SET_PDEATHSIG = 1
-READY_POLL_S = (0.005, 1.5, 0.025)  # first interval, growth factor, largest: a ready engine is seen within ~25 ms
+READY_POLL_S = (0.002, 1.5, 0.01)  # first interval, growth factor, largest: a ready engine is seen within ~10 ms
 DEFAULT_STOP_GRACE_S = 10.0
 
 _LAUNCH_ENV: ContextVar[dict[str, str] | None] = ContextVar("frank_launch_env", default=None)
