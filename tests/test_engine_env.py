@@ -54,6 +54,7 @@ def test_inherited_engine_settings_are_recorded_shown_and_flagged(tmp_path: Path
     monkeypatch.setenv("LLAMA_ARG_UBATCH", "128")
     monkeypatch.setenv("HF_TOKEN", SECRET)
     monkeypatch.setenv("UNRELATED_VAR", "x")
+    monkeypatch.setenv("LLAMA_CACHE", "/tmp/shell-cache")  # frank sets it to the arm's cache folder: not inherited
     c = make_campaign(tmp_path / "c")
     (c.root / "bench.py").write_text(BENCH)
     design = c.root / "envd.toml"
@@ -94,6 +95,6 @@ def test_a_credential_named_any_way_is_redacted(name: str) -> None:
     assert got == ({name: "<redacted>"} if name.startswith(("VLLM_", "HF_", "NCCL_")) else {})
 
 
-def test_a_variable_the_recipe_sets_is_the_recipes_not_inherited() -> None:
-    got = inherited_settings({"LLAMA_ARG_THREADS": "1"}, {"LLAMA_ARG_THREADS": "7", "OMP_NUM_THREADS": "2"})
+def test_a_variable_frank_sets_for_the_start_is_not_the_shells() -> None:
+    got = inherited_settings({"LLAMA_CACHE": "/c/caches/x"}, {"LLAMA_CACHE": "/shell", "OMP_NUM_THREADS": "2"})
     assert got == {"OMP_NUM_THREADS": "2"}

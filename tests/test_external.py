@@ -265,4 +265,16 @@ def test_the_start_records_the_model_the_server_says_it_serves(camp: Path, serve
     recipe = json.loads(row["recipe"])
     caps = json.loads(row["capabilities"])
     assert recipe["model"] == ""  # frank loaded nothing
+    resources = json.loads(row["resources"])
+    assert resources["caches"]["policy"] == "not applicable"  # no cache folder was given to that server
+    assert "engine_env" not in resources  # nor was frank's environment
     assert caps["served_model"].endswith("tiny-target.gguf") and "serving " in row["engine_version"]
+
+
+def test_a_cold_cache_design_with_an_external_arm_is_refused(camp: Path, tmp_path: Path) -> None:
+    design = tmp_path / "cold.toml"
+    text = DESIGN.format(workload=WORKLOAD, fresh="fresh_starts = false")
+    design.write_text(text.replace('primary_metric = "pre_ms"', 'primary_metric = "pre_ms"\ncache = "cold"'))
+    r = frank("register", str(design), "-c", str(camp))
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.stderr.startswith(f"frank: error: {design}: cache: ") and "is given none" in r.stderr

@@ -136,6 +136,13 @@ def folder_applied(
 ) -> Iterator[dict[str, Any]]:
     """Make the start's cache folders (empty ones for ``cold``), set the launch environment, attach
     the record to the current start's phase recorder; a cold folder is removed after the start."""
+    if recipe is not None and recipe.engine == "external":  # a server frank did not start: nothing to give it
+        record_na: dict[str, Any] = {"policy": "not applicable", "why": "a server frank did not start"}
+        rec_na = phases.current()
+        if rec_na is not None:
+            rec_na.attach("caches", lambda: record_na)
+        yield record_na
+        return
     key = key or recipe_key(recipe)
     folder = folder_for(campaign.root, key, arm, policy, slot, design_id)
     named = list(recipe.cache_vars) if recipe is not None else []

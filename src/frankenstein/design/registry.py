@@ -98,6 +98,13 @@ def check_design(campaign: Campaign, design: DesignFile, path: Path) -> FrozenDe
                 path=path,
                 field=f"arms.{arm}.parts",
             )
+    if design.cache == "cold" and any(r is not None and r.engine == "external" for r in recipes.values()):
+        raise DesignError(
+            'cache = "cold" empties each start\'s cache folders, and a server frank did not start (engine external) '
+            "is given none",
+            path=path,
+            field="cache",
+        )
     if fresh := fresh_start_problem(design.replay, {a: r.engine for a, r in recipes.items() if r is not None}):
         raise DesignError(f"arm {fresh[0]}: {fresh[1]}", path=path, field="replay.fresh_starts")
     kind.check_recipes(design, recipes, path)

@@ -166,6 +166,7 @@ def watched(run: Callable[[], StartOutcome]) -> StartOutcome:
     and its phases (``resources["phases"]``, :mod:`frankenstein.design.phases`)."""
     with phases.recording() as rec:
         machine = snapshot()
+        settings = inherited_settings()  # now, while the start's cache folders (frank's own variables) are set
         with LoadSampler() as load, ResourceSampler() as sampler:
             sampler.attach(None)
             t = time.monotonic()
@@ -178,7 +179,7 @@ def watched(run: Callable[[], StartOutcome]) -> StartOutcome:
         if binary:
             out.resources["engine_binary"] = binary
         if out.recipe.engine != "external":  # launched by frank: it inherited frank's environment
-            out.resources["engine_env"] = inherited_settings(out.recipe.env)
+            out.resources["engine_env"] = settings
         if load.record is not None:
             out.resources["load"] = load.record.model_dump(mode="json")
         if out.engine == "command":

@@ -137,15 +137,20 @@ SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "A
 REDACTED = "<redacted>"
 
 
-def inherited_settings(recipe_env: Mapping[str, str], environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The engine-setting variables a launch inherits from frank's environment (:data:`SETTING_PREFIXES`),
-    less those the recipe sets itself (its own win and are in the recipe); values of names that look like
-    credentials are ``<redacted>`` (a record never keeps one), so only their presence is recorded."""
+def inherited_settings(
+    frank_sets: Mapping[str, str] | None = None, environ: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The engine-setting variables in frank's environment (:data:`SETTING_PREFIXES`) that a launch inherits:
+    the shell's state, the same for every arm (where a recipe's own ``env`` sets one of them, the recipe's
+    value wins, and it is in the recipe). Names frank sets itself for the start (``frank_sets``: the cache
+    folders of :func:`launch_env`) are left out, since the shell's value never reaches the engine. Values of
+    names that look like credentials are ``<redacted>`` (a record never keeps one)."""
     source = os.environ if environ is None else environ
+    own = frank_sets if frank_sets is not None else extra_env()
     return {
         k: REDACTED if any(w in k.upper() for w in SECRET_WORDS) else v
         for k, v in sorted(source.items())
-        if k.startswith(SETTING_PREFIXES) and k not in recipe_env
+        if k.startswith(SETTING_PREFIXES) and k not in own
     }
 
 
