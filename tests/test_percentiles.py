@@ -183,6 +183,20 @@ def test_post_ms_as_the_primary_metric_of_a_ratio_rule_is_refused(camp: Path, ca
         assert c.store.registry_rows() == []  # nothing registered
 
 
+@pytest.mark.parametrize("metric", ["itl_ms", "tpot_ms", "ttft_ms", "pre_ms"])
+def test_a_stream_metric_without_a_stream_is_refused(camp: Path, capsys, metric: str) -> None:
+    """A careless design: the primary metric is timed on the client's stream, but the design replays
+    without streaming, so every start would come back without it; registration says so, naming the field."""
+    d = _design(camp, metric)
+    d.write_text(d.read_text().replace("warmup_turns = 1", "warmup_turns = 1\nstream = false"))
+    code, out, err = cli(capsys, "register", str(d), "-c", str(camp))
+    assert (code, out) == (1, ""), (code, out, err)
+    assert err.startswith(f"frank: error: {d}: primary_metric: {metric} is timed on the client's stream"), err
+    assert "replay.stream = false" in err and "Traceback" not in err
+    with open_campaign(camp) as c:
+        assert c.store.registry_rows() == []
+
+
 def test_post_ms_as_secondary_and_pre_ms_as_primary_register(camp: Path, capsys) -> None:
     """The refusal is for post_ms under a ratio rule only: reported as a secondary metric it is fine, and
     pre_ms (positive by its definition) may be tested."""

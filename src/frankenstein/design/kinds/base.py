@@ -219,9 +219,22 @@ def drafts(recipe: ResolvedRecipe) -> bool:
     return any(a.split("=", 1)[0] in flags for a in recipe.args)
 
 
+STREAM_METRICS = ("ttft_ms", "pre_ms", "post_ms", "tpot_ms", "itl_ms")
+"""Metrics of the client's clock on a stream (first token, chunk gaps): a design that replays without
+streaming can never produce them."""
+
+
 def check_primary_metric(design: DesignFile, recipes: dict[str, ResolvedRecipe | None], path: Path) -> None:
-    """A draft metric as the primary metric needs both arms to draft: a ratio against an arm that cannot
-    produce the metric means nothing (report it per arm as a secondary metric instead)."""
+    """A primary metric the arms can produce: a stream metric needs ``replay.stream``, and a draft metric
+    needs both arms to draft (a ratio against an arm that cannot produce the metric means nothing; report it
+    per arm as a secondary metric instead)."""
+    if design.primary_metric in STREAM_METRICS and not design.replay.stream and any(recipes.values()):
+        raise DesignError(
+            f"{design.primary_metric} is timed on the client's stream (first token, chunk gaps), and this design "
+            "replays with replay.stream = false, so no start could produce it; stream, or test another metric",
+            path=path,
+            field="primary_metric",
+        )
     if design.primary_metric not in DRAFT_METRICS:
         return
     for arm, recipe in recipes.items():
