@@ -258,7 +258,7 @@ def test_a_bad_external_url_is_refused_when_frank_toml_loads(tmp_path: Path, ser
 def test_the_start_records_the_model_the_server_says_it_serves(camp: Path, server: str) -> None:
     r = frank("replay", "base", WORKLOAD, "-c", str(camp), "--url", server, "--max-turns", "2")
     assert r.returncode == 0, r.stderr
-    assert "its model " in r.stderr and "tiny-target.gguf" in r.stderr  # named as not applied
+    assert "model " in r.stderr and "tiny-target.gguf" in r.stderr  # named as not applied
     start_id = int(r.stdout.split()[1].rstrip(":"))
     with open_campaign(camp) as c:
         row = c.store.query("SELECT * FROM starts WHERE id = ?", (start_id,))[0]

@@ -116,6 +116,7 @@ def test_engine_errors_and_routes_are_kept(tmp_path: Path) -> None:
     with start_front(f"http://127.0.0.1:{free_port()}", cache, observe=log) as front:  # nothing listens there
         assert httpx.post(front.url + "/v1/completions", json={"prompt": "x"}, trust_env=False).status_code == 502
         assert httpx.post(front.url + "/tokenize", json={"content": "x"}, trust_env=False).status_code == 200
+        assert httpx.get(front.url + "/frank/status", trust_env=False).status_code == 200  # frank's own: not kept
     log.close()  # writes what the (slow) writer had not written yet
     got = [(r.route, r.status, r.engine_error) for r in camp.store.served_requests()]
     assert got == [("completions", 502, True), ("tokenize", 200, False)]

@@ -37,6 +37,10 @@ def test_axis_starts_at_zero_or_is_drawn_broken() -> None:
     assert top.get_ylim()[0] > 90  # the data keep their resolution above the break
     marks = [ln for ax in (top, base) for ln in ax.lines if ln.get_linestyle() == "None"]
     assert len(marks) == 2  # the break is drawn on both sides
+    # post_ms (or a pre_ms block whose clocks disagree) can be at or below zero: it stays on the page
+    signed = paired_blocks_figure(["1", "2"], [-2.0, 1.0], [-3.5, 0.5], "post_ms", "t", orders=ORDERS)
+    (ax,) = signed.axes
+    assert ax.get_ylim()[0] < -3.5 and ax.get_ylim()[1] > 1.0
 
 
 def test_odd_inputs_still_draw(tmp_path: Path) -> None:

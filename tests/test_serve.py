@@ -90,7 +90,7 @@ class _DoubleHandler(BaseHTTPRequestHandler):
         self.server.seen.append(("POST", self.path, raw))
         if self.path == "/tokenize":
             body = json.loads(raw)
-            if body.get("with_pieces"):
+            if body.get("with_pieces") or "content" not in body:
                 self._send(200, {"tokens": [], "from": "engine"})
                 return
             self._send(200, {"tokens": self.server.tokenizer.encode(body["content"], add_special_tokens=False).ids})
@@ -148,6 +148,14 @@ def test_tokenize_and_count_are_answered_locally(front: Front, double: EngineTes
 def test_with_pieces_goes_to_the_engine(front: Front, double: EngineTestDouble) -> None:
     r = httpx.post(front.url + "/tokenize", json={"content": "hi", "with_pieces": True}, trust_env=False)
     assert r.json() == {"tokens": [], "from": "engine"}
+
+
+def test_another_engines_tokenize_shape_goes_to_the_engine(front: Front, double: EngineTestDouble) -> None:
+    """A vLLM or SGLang client behind frank serve sends ``{"prompt"}`` (or ``{"messages"}``) and reads ``count`` and
+    ``max_model_len``, which only the engine knows: the front passes it through instead of refusing it."""
+    for body in ({"prompt": "hi", "add_special_tokens": True}, {"messages": [{"role": "user", "content": "hi"}]}):
+        r = httpx.post(front.url + "/tokenize", json=body, trust_env=False)
+        assert r.status_code == 200 and r.json() == {"tokens": [], "from": "engine"}, body
 
 
 def test_bad_requests_say_what_is_wrong(front: Front) -> None:

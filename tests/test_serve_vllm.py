@@ -64,6 +64,11 @@ def agree_with_vllm(front: str, engine: str, prompts: list[str]) -> None:
             assert chat.status_code == 200, chat.text
             ours = c.post(front + "/v1/messages/count_tokens", json={"model": "m", "messages": messages})
             assert ours.json() == {"input_tokens": chat.json()["count"]}, repr(text[:200])
+            # a vLLM client's own /tokenize shapes reach vLLM through the front, answered as vLLM answers
+            native = {"prompt": text, "add_special_tokens": True}
+            assert c.post(front + "/tokenize", json=native).json() == c.post(engine + "/tokenize", json=native).json()
+            chat_body = {"messages": messages, "add_generation_prompt": True}
+            assert c.post(front + "/tokenize", json=chat_body).json() == chat.json()
 
 
 def test_frank_serve_upstream_counts_exactly_like_vllm(vllm: VllmEngine, tiny_hf: Path, tmp_path: Path) -> None:  # noqa: F811
@@ -96,8 +101,9 @@ def test_frank_serve_upstream_counts_exactly_like_vllm(vllm: VllmEngine, tiny_hf
     with open_campaign(camp) as c:
         rows = c.store.served_requests()
     routes = {r.route for r in rows}
-    assert routes == {"tokenize", "count", "count_tokens", "other"}  # other: GET /frank/status
-    assert len(rows) == 4 * 40 + 1 and all(r.step is None and r.status == 200 for r in rows)
+    assert routes == {"tokenize", "count", "count_tokens"}  # GET /frank/status is frank's own, not kept
+    # per prompt: /tokenize, /count twice, count_tokens, and vLLM's own two /tokenize shapes through the front
+    assert len(rows) == 6 * 40 and all(r.step is None and r.status == 200 for r in rows)
 
 
 def test_counting_through_vllm_tokenize_agrees(vllm: VllmEngine) -> None:

@@ -103,7 +103,10 @@ class Recipe(FrozenUserFile):
             )
         if len(self.args) != 2 or self.args[0] != "--url":
             raise ValueError('args: an external recipe needs args = ["--url", "http://HOST:PORT"] and nothing else')
-        http_root(self.args[1])  # a ValueError saying what is wrong with the URL
+        try:
+            http_root(self.args[1])
+        except ValueError as exc:
+            raise ValueError(f"args[1]: {exc}") from exc
         return self
 
 

@@ -76,13 +76,14 @@ def replay(
             from frankenstein.engines.external import external_recipe, unapplied
 
             dropped = unapplied(r)
+            r_ext = external_recipe(r, url)  # the URL checked first (a bad one is the one message)
             if dropped:
                 typer.echo(
-                    f"frank replay: recipe {r.name!r} is not launched with --url, so its {', '.join(dropped)} "
-                    "are not applied to the server and the start is recorded without them",
+                    f"frank replay: recipe {r.name!r} is not launched with --url, so these are not applied to the "
+                    f"server and the start is recorded without them: {', '.join(dropped)}",
                     err=True,
                 )
-            r = external_recipe(r, url)
+            r = r_ext
         with (
             RunProgress(1, heartbeat_s=every, prefix="frank replay") as run,
             run.slot(f"replay {r.name}") as progress,

@@ -9,6 +9,19 @@ import typer
 from frankenstein.cli.app import app, check_listen
 
 
+def _check_upstream(value: str | None) -> str | None:
+    """``http://HOST:PORT``, the server's root; anything else is a usage error naming --upstream."""
+    if value is None:
+        return None
+    from frankenstein.validation import http_root
+
+    try:
+        http_root(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    return value.strip().rstrip("/")
+
+
 @app.command()
 def serve(
     campaign: Path | None = typer.Option(
@@ -29,7 +42,10 @@ def serve(
     ),
     record: Path | None = typer.Option(None, "--record", help="Append every generation turn to this workload JSONL."),
     upstream: str | None = typer.Option(
-        None, "--upstream", help="Front an engine already running at this URL instead of starting the recipe."
+        None,
+        "--upstream",
+        help="Front an engine already running at this URL (http://HOST:PORT) instead of starting the recipe.",
+        callback=_check_upstream,
     ),
     cache_mb: int = typer.Option(256, "--cache-mb", help="Memory budget of the region cache, MiB."),
     shadow: float = typer.Option(

@@ -10,7 +10,8 @@ No engine outlives the ``frank`` process that started it:
 Fast edges: readiness is polled from 2 ms, growing 1.5× to 10 ms (:data:`READY_POLL_S`), so a ready
 engine is seen within about one poll interval (measured median 5-7 ms, tests/test_phases_edges.py; the ready
 phase counts this wait as the engine's, so it is kept short: at 250 ms a design of tiny starts lost ~5 % of
-its wall time to it; a poll is one loopback request, and an engine not yet listening refuses it at once); the stop grace is the adapter's (``stop_grace_s``:
+its wall time to it; a poll is one loopback request, and an engine not yet listening refuses it at once;
+after 5 s of waiting, every 100 ms, a small share of a start that long); the stop grace is the adapter's (``stop_grace_s``:
 long enough for its clean shutdown, and no longer), and how the process ended is kept in
 ``stopped_by`` (``SIGTERM``, ``SIGKILL`` or ``exited``).
 
@@ -36,6 +37,7 @@ from frankenstein.engines.http import Answer, TransportError, fetch_url
 from frankenstein.errors import EngineStartError
 
 PR_SET_PDEATHSIG = 1
+LONG_WAIT_S, LONG_POLL_S = 5.0, 0.1  # after 5 s of waiting, poll every 100 ms (≤ 2 % of such a start)
 READY_POLL_S = (0.002, 1.5, 0.01)  # first interval, growth factor, largest: a ready engine is seen within ~10 ms
 DEFAULT_STOP_GRACE_S = 10.0
 
@@ -269,7 +271,9 @@ class EngineProcess:
                     log_tail=log_tail(self.log_path),
                 )
             time.sleep(delay)
-            delay = min(delay * growth, largest)
+            # a long load (a large model, vLLM) is polled less often: a poll interval is small beside it
+            top = largest if time.monotonic() - t0 < LONG_WAIT_S else LONG_POLL_S
+            delay = min(delay * growth, top)
 
     def stop(self, grace_s: float = DEFAULT_STOP_GRACE_S) -> int | None:
         """SIGTERM to the whole group, SIGKILL after ``grace_s``; always waits for the child."""

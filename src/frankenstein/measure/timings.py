@@ -33,6 +33,7 @@ verify step yields its accepted draft tokens + 1, so ``target_steps = n âˆ’ 1 âˆ
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
@@ -105,7 +106,7 @@ def _gaps(turns: Sequence[Mapping[str, object]]) -> list[float] | None:
         g = t.get("chunk_gaps_ms")
         if not isinstance(g, list):
             return None
-        out += [float(x) for x in g if isinstance(x, int | float) and not isinstance(x, bool)]
+        out += [float(x) for x in g if isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)]
     return out
 
 

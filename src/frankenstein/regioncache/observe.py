@@ -9,7 +9,7 @@ the evidence chain, never read by a verdict.
 
 Routes (:func:`route_of`): ``tokenize``, ``count``, ``count_tokens`` (Anthropic), ``chat``
 (``/v1/chat/completions``), ``completions`` (``/v1/completions``), ``completion`` (llama.cpp),
-``other`` for the rest (health, metrics, models...).
+``other`` for the rest (health, metrics, models...). frank's own ``/frank/...`` routes are not kept.
 """
 
 from __future__ import annotations
@@ -35,6 +35,9 @@ def iso(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1000):03d}Z"
 
 
+OWN_PREFIX = "/frank/"
+
+
 def route_of(path: str) -> str:
     return ROUTES.get(path.split("?", 1)[0].rstrip("/"), "other")
 
@@ -53,7 +56,10 @@ class ServedLog:
         self._thread.start()
 
     def add(self, path: str, status: int, ms: float, engine_error: bool) -> None:
-        """Called once per answered request (cheap: one tuple appended; the writer makes the row)."""
+        """Called once per answered request (cheap: one tuple appended; the writer makes the row). frank's
+        own routes (``/frank/...``, e.g. ``/frank/status``) are not served traffic and are not kept."""
+        if path.startswith(OWN_PREFIX):
+            return
         self._pending.append((time.time(), path, status, ms, engine_error))
 
     def _run(self) -> None:

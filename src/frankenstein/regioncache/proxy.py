@@ -190,7 +190,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     # ------------------------------------------------------------------ local answers
     def _tokenize(self, body: dict[str, Any]) -> dict[str, Any] | None:
-        if body.get("with_pieces"):
+        """llama.cpp's ``{"content"}`` is answered here; another engine's shape (vLLM/SGLang ``{"prompt"}`` or
+        ``{"messages"}``, with their ``count`` and ``max_model_len``) and ``with_pieces`` go to the engine."""
+        if body.get("with_pieces") or "content" not in body:
             return None
         return {"tokens": self.server.cache.encode(_content(body), _flag(body, "add_special"))}
 

@@ -74,8 +74,9 @@ def paired_blocks_figure(
     *,
     orders: Sequence[Sequence[str]] | None = None,
 ) -> Any:
-    """The block plot: each point is labelled with when its arm ran in the block (``orders``: the registered arm
-    order per block), and the y axis starts at zero or is drawn broken (:data:`BROKEN_BELOW`)."""
+    """The block plot: each point is labelled with when its arm ran in the block (``orders``: the arm order per
+    block as the starts were recorded), and the y axis starts at zero (or below it, for a metric with values at
+    or below zero) or is drawn broken (:data:`BROKEN_BELOW`)."""
     values = [v for v in (*served, *candidate) if v is not None and math.isfinite(v)]
     lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
     broken = lo > 0 and lo > BROKEN_BELOW * hi
@@ -105,7 +106,7 @@ def paired_blocks_figure(
                 )
     pad = (hi - lo) * 0.15 or abs(hi) * 0.05 or 1.0
     if base is None:
-        ax.set_ylim(0, hi + pad)
+        ax.set_ylim(0.0 if lo > 0 else lo - pad, hi + pad)  # a value at or below zero stays in view
     else:
         ax.set_ylim(lo - pad, hi + pad)
         base.set_ylim(0, (hi + pad) * 0.02 or 1.0)
