@@ -278,3 +278,17 @@ def test_a_cold_cache_design_with_an_external_arm_is_refused(camp: Path, tmp_pat
     r = frank("register", str(design), "-c", str(camp))
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert r.stderr.startswith(f"frank: error: {design}: cache: ") and "is given none" in r.stderr
+
+
+def test_an_unknown_engine_is_named_before_anything_starts(tmp_path: Path, server: str) -> None:
+    root = tmp_path / "c"
+    root.mkdir()
+    (root / "frank.toml").write_text(
+        toml(server).replace('[recipes.base]\nengine = "llamacpp"', '[recipes.base]\nengine = "llamacp"')
+    )
+    r = frank("replay", "base", WORKLOAD, "-c", str(root), "--max-turns", "2")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.stderr.startswith(f"frank: error: {root / 'frank.toml'}: recipes.base.engine: unknown engine 'llamacp'"), (
+        r.stderr
+    )
+    assert "begins" not in r.stderr  # nothing started

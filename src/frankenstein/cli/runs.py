@@ -72,6 +72,16 @@ def replay(
     with open_campaign(campaign) as c:
         name = c.config.served if recipe == "served" else recipe
         r = c.recipe(name, part)
+        from frankenstein.engines import ADAPTERS
+
+        if url is None and r.engine not in ADAPTERS:  # said before anything starts, naming the campaign's file
+            from frankenstein.errors import ConfigError
+
+            raise ConfigError(
+                f"unknown engine {r.engine!r} (known: {', '.join(ADAPTERS)})",
+                path=c.root / "frank.toml",
+                field=f"recipes.{name}.engine",
+            )
         if url is not None:
             from frankenstein.engines.external import external_recipe, unapplied
 
