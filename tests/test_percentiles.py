@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 
 from frankenstein.campaign import open_campaign
-from frankenstein.design.analysis import analyze
+from frankenstein.design.analysis import analyze, format_analysis
 from frankenstein.design.kinds.base import settled
 from frankenstein.design.percentiles import arm_percentiles, percentile, rows_percentiles, turn_gaps, turn_values
 from frankenstein.design.registry import get, register
+from frankenstein.report.note import write_report
 
 from helpers_campaign import make_campaign, make_workload, write_design
 from helpers_cli import cli
@@ -233,3 +234,30 @@ def test_a_pre_ms_block_that_is_not_positive_makes_the_verdict_invalid_not_a_cra
         assert a.verdict is not None and a.verdict.word == "invalid"
         assert a.verdict.reason == "block 2: a ratio needs positive finite values (served 20, candidate -0.25)"
         assert not settled(c, reg, 3)  # the run goes on: no ratio, nothing to curtail on
+
+
+def test_an_ok_start_without_the_primary_metric_is_named_not_a_bare_no_blocks(camp: Path) -> None:
+    """An engine that reports no prompt time gives ok starts without pre_ms: the analysis names each such start
+    and why its block is incomplete, in analyze's lines and the note."""
+    d = _design(camp, "pre_ms")
+    with open_campaign(camp) as c:
+        reg = register(c, d)
+        for b in range(2):
+            for pos, arm in enumerate(reg.schedule[b]):
+                metrics = {"ttft_ms": 5.0} if arm == "candidate" else {"pre_ms": 2.0, "ttft_ms": 6.0}
+                c.store.insert_start(
+                    design_id=reg.design_id,
+                    block=b,
+                    position=pos,
+                    arm=arm,
+                    status="ok",
+                    started_at="2025-01-01T00:00:00Z",
+                    metrics=metrics,
+                )
+        lines = format_analysis(analyze(c, reg.design_id))
+        starts = [s for s in c.store.starts_of(reg.design_id) if s.arm == "candidate"]
+        for s in starts:
+            want = f"note: start {s.id} (block {s.block + 1}, candidate) is ok but reported no pre_ms"
+            assert any(x.startswith(want) and x.endswith("so its block is incomplete") for x in lines), lines
+        note = write_report(c, camp / "out").read_text()
+        assert f"Start {starts[0].id} (block 1, candidate) is ok but reported no pre_ms" in note

@@ -190,7 +190,18 @@ def block_values(campaign: Campaign, reg: Registered) -> tuple[dict[int, float],
             continue
         if all(a in arms for a in ARMS):
             served[b], candidate[b] = arms["served"], arms["candidate"]
-    return served, candidate, [f.dropped_note() for f in failures]
+    return served, candidate, [f.dropped_note() for f in failures] + missing_notes(campaign, reg)
+
+
+def missing_notes(campaign: Campaign, reg: Registered) -> list[str]:
+    """Ok starts that reported no primary metric (e.g. ``pre_ms`` from an engine that reports no prompt time):
+    their blocks are not complete, and the analysis says so instead of a bare "no blocks"."""
+    metric = reg.design.primary_metric
+    missing = [r for r in campaign.store.starts_of(reg.design_id) if r.ok and r.metrics.get(metric) is None]
+    return [
+        f"start {r.id} (block {(r.block or 0) + 1}, {r.arm}) is ok but reported no {metric}, so its block is incomplete"
+        for r in missing
+    ]
 
 
 def check_stopping(kind: str, design: DesignFile, path: Path) -> None:
