@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 from frankenstein.campaign import open_campaign
+from frankenstein.engines.contract import Reply
 from frankenstein.engines.stream import stream_request
 from frankenstein.measure.timings import StepTiming
 
@@ -79,17 +80,21 @@ def scripted() -> Iterator[int]:
     t.join()
 
 
-def test_gaps_are_stamped_per_content_event_and_coalesced_events_get_near_zero(scripted: int) -> None:
-    body = json.dumps({"messages": [{"role": "user", "content": "x"}], "stream": True}).encode()
-    r = stream_request(
+def _ask(port: int, stream: bool) -> Reply:
+    body = json.dumps({"messages": [{"role": "user", "content": "x"}], "stream": stream}).encode()
+    return stream_request(
         "127.0.0.1",
-        scripted,
+        port,
         "/v1/chat/completions",
         body,
         kind="scripted",
         step_timing=lambda _: StepTiming(),
         timeout_s=10,
     )
+
+
+def test_gaps_are_stamped_per_content_event_and_coalesced_events_get_near_zero(scripted: int) -> None:
+    r = _ask(scripted, stream=True)
     assert r.text == "abc" and r.ttft_ms is not None
     gaps = r.chunk_gaps_ms
     assert gaps is not None and len(gaps) == 2  # three content events; the role and usage events add none
@@ -101,16 +106,7 @@ def test_gaps_are_stamped_per_content_event_and_coalesced_events_get_near_zero(s
 
 def test_a_request_that_is_not_streamed_has_no_gaps(scripted: int) -> None:
     """None, not []: a turn that was not streamed has no gaps, and its row no ``chunk_gaps_ms``."""
-    body = json.dumps({"messages": [{"role": "user", "content": "x"}], "stream": False}).encode()
-    r = stream_request(
-        "127.0.0.1",
-        scripted,
-        "/v1/chat/completions",
-        body,
-        kind="scripted",
-        step_timing=lambda _: StepTiming(),
-        timeout_s=10,
-    )
+    r = _ask(scripted, stream=False)
     assert (r.text, r.ttft_ms, r.chunk_gaps_ms) == ("abc", None, None)
 
 

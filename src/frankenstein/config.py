@@ -110,7 +110,17 @@ class Recipe(FrozenUserFile):
         return self
 
 
-EXTERNAL_UNAPPLIED = ("model", "env", "binary", "python", "command", "parts", "cache_vars")
+# What of a recipe's launch a server frank did not start cannot be given, each with its empty value: refused in
+# an external recipe, and dropped from a recipe pointed at a running server (engines/external.py).
+EXTERNAL_UNAPPLIED: dict[str, Any] = {
+    "model": "",
+    "env": {},
+    "binary": None,
+    "python": None,
+    "command": None,
+    "parts": [],
+    "cache_vars": [],
+}
 
 
 class ClusterConfig(FrozenUserFile):

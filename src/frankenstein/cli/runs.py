@@ -72,17 +72,11 @@ def replay(
     with open_campaign(campaign) as c:
         name = c.config.served if recipe == "served" else recipe
         r = c.recipe(name, part)
-        from frankenstein.engines import ADAPTERS
+        if url is None:  # an unknown engine is said before anything starts, naming the campaign's file
+            from frankenstein.engines import adapter_class
 
-        if url is None and r.engine not in ADAPTERS:  # said before anything starts, naming the campaign's file
-            from frankenstein.errors import ConfigError
-
-            raise ConfigError(
-                f"unknown engine {r.engine!r} (known: {', '.join(ADAPTERS)})",
-                path=c.root / "frank.toml",
-                field=f"recipes.{name}.engine",
-            )
-        if url is not None:
+            adapter_class(r, c.root / "frank.toml")
+        else:
             from frankenstein.engines.external import external_recipe, unapplied
 
             dropped = unapplied(r)
@@ -126,16 +120,11 @@ def replay(
     ):
         v = out.metrics.get(key)
         typer.echo(f"  {key:<20} {'-' if v is None else f'{v:.4f}'}")
-    from frankenstein.design.percentiles import PERCENTILE_CAPTION, PERCENTILE_HEADER, percentile_rows
-    from frankenstein.design.percentiles import rows_percentiles
-    from frankenstein.design.table import render_table
+    from frankenstein.design.percentiles import percentile_lines, rows_percentiles
 
-    per = rows_percentiles(out.rows)
-    if per:
-        table = render_table(PERCENTILE_HEADER, percentile_rows({r.name: per}), "llrrrr")
-        typer.echo(f"{PERCENTILE_CAPTION}:")
-        for line in table:
-            typer.echo(f"  {line}")
+    if per := rows_percentiles(out.rows):
+        for line in percentile_lines({r.name: per}):
+            typer.echo(line)
     if out.status != "ok":
         raise typer.Exit(1)
 

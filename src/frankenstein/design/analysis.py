@@ -16,10 +16,9 @@ from frankenstein.campaign import Campaign, open_campaign
 from frankenstein.design import phases, registry
 from frankenstein.design.kinds import kind_of
 from frankenstein.design.kinds.base import Analysis, arm_values, block_values, can_still_change, speculation_lines
-from frankenstein.design.percentiles import PERCENTILE_CAPTION, PERCENTILE_HEADER, Percentiles, percentile_rows
-from frankenstein.design.percentiles import arm_percentiles
+from frankenstein.design.percentiles import Percentiles, arm_percentiles, percentile_lines
 from frankenstein.design.start import load_warnings
-from frankenstein.design.table import format_verdict, render_table
+from frankenstein.design.table import format_verdict
 
 __all__ = [
     "Analysis",
@@ -73,8 +72,7 @@ def format_analysis(a: Analysis, percentiles: Percentiles | None = None) -> list
         lines += ["", "speculation per arm (summed over the turns that drafted; not a ratio between arms):"]
         lines += [f"  {line}" for line in speculation_lines(a.speculation)]
     if percentiles:
-        table = render_table(PERCENTILE_HEADER, percentile_rows(percentiles), "llrrrr")
-        lines += ["", f"{PERCENTILE_CAPTION}:", *(f"  {line}" for line in table)]
+        lines += ["", *percentile_lines(percentiles)]
     return lines
 
 

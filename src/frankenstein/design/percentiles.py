@@ -33,6 +33,7 @@ p = x[⌊h⌋] + (h − ⌊h⌋)·(x[⌈h⌉] − x[⌊h⌋]). It holds for any 
     arm_percentiles(store, design_id) -> {arm: {metric: {"n", "p50", "p90", "p99"}}}
     rows_percentiles(rows) -> {metric: {"n", "p50", "p90", "p99"}}   one start's replay rows
     percentile_rows(table) -> rows for a table
+    percentile_lines(table) -> the caption and the table as text lines (frank analyze, frank replay)
 """
 
 from __future__ import annotations
@@ -41,11 +42,12 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from frankenstein.design.table import render_table
+from frankenstein.measure.timings import chunk_gaps
 from frankenstein.store import Store
 
 LATENCY_METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "pre_ms", "post_ms")
 QUANTILES = (("p50", 0.50), ("p90", 0.90), ("p99", 0.99))
-GAPS_KEY = "chunk_gaps_ms"  # the per-turn row key holding a stream's chunk gaps (workload/replay.py)
 
 Percentiles = dict[str, dict[str, dict[str, float | int | None]]]  # arm -> metric -> {"n", "p50", "p90", "p99"}
 
@@ -89,13 +91,9 @@ def turn_values(turn: Mapping[str, Any]) -> dict[str, float]:
 
 
 def turn_gaps(turn: Mapping[str, Any]) -> list[float]:
-    """The turn's stored chunk gaps (ms); a turn without them (not streamed, or stored before they were
-    recorded) has none."""
-    gaps = turn.get(GAPS_KEY)
-    if not isinstance(gaps, list):
-        return []
-    # one pass, no call per gap (a large design pools millions): numbers only (``type`` leaves bools out), finite
-    return [float(g) for g in gaps if (type(g) is float or type(g) is int) and math.isfinite(g)]
+    """The turn's stored chunk gaps (ms, :func:`~frankenstein.measure.timings.chunk_gaps`); a turn without
+    them (not streamed, or stored before they were recorded) has none."""
+    return chunk_gaps(turn) or []
 
 
 def summarize(values: Sequence[float]) -> dict[str, float | int | None]:
@@ -160,3 +158,9 @@ PERCENTILE_CAPTION = (
     "latency percentiles per arm over measured turns, ms (reported, not tested; linear interpolation; "
     "n: turns, pooled chunk gaps for itl_ms; post_ms can be negative)"
 )
+
+
+def percentile_lines(table: Percentiles) -> list[str]:
+    """The caption and the table, as plain text lines (``frank analyze``, ``frank replay``)."""
+    rows = render_table(PERCENTILE_HEADER, percentile_rows(table), "llrrrr")
+    return [f"{PERCENTILE_CAPTION}:", *(f"  {line}" for line in rows)]

@@ -28,6 +28,7 @@ __all__ = [
     "ProcessEngine",
     "Reply",
     "TopLogprobs",
+    "adapter_class",
     "adapter_for",
     "start_engine",
 ]
@@ -41,16 +42,21 @@ ADAPTERS: dict[str, type[ProcessEngine]] = {
 }
 
 
-def adapter_for(recipe: ResolvedRecipe, log_dir: Path, *, port: int | None = None) -> ProcessEngine:
+def adapter_class(recipe: ResolvedRecipe, config_path: object = "frank.toml") -> type[ProcessEngine]:
+    """The adapter of ``recipe.engine``; an unknown one is a ConfigError naming ``config_path`` and the field."""
     cls = ADAPTERS.get(recipe.engine)
     if cls is None:
         base = recipe.name.split("+")[0]  # a recipe with parts is named base+part+...
         raise ConfigError(
             f"unknown engine {recipe.engine!r} (known: {', '.join(ADAPTERS)})",
-            path="frank.toml",
+            path=config_path,
             field=f"recipes.{base}.engine",
         )
-    return cls(recipe, log_dir, port=port)
+    return cls
+
+
+def adapter_for(recipe: ResolvedRecipe, log_dir: Path, *, port: int | None = None) -> ProcessEngine:
+    return adapter_class(recipe)(recipe, log_dir, port=port)
 
 
 @contextmanager

@@ -15,11 +15,12 @@ Only ``http://`` (the one stdlib client, :mod:`frankenstein.engines.http`).
 
 from __future__ import annotations
 
+import copy
 import time
 from pathlib import Path
 from typing import Any
 
-from frankenstein.config import ResolvedRecipe
+from frankenstein.config import EXTERNAL_UNAPPLIED, ResolvedRecipe
 from frankenstein.engines.base import CONTROL_TIMEOUT_S, ProcessEngine
 from frankenstein.engines.http import TransportError, fetch
 from frankenstein.engines.llamacpp import LlamaCppEngine
@@ -50,23 +51,12 @@ def recipe_url(recipe: ResolvedRecipe) -> str:
 
 def external_recipe(recipe: ResolvedRecipe, url: str) -> ResolvedRecipe:
     """``recipe`` pointed at a running server (``frank replay --url``): same name, engine ``external``.
-    Nothing of the recipe's launch is used, so nothing of it is recorded either: model, parts, env,
-    binary, python and cache variables are dropped (the start records the model the server says it serves) (frank cannot apply a part to a server it did not start,
-    and a start must not claim one it did not apply; :func:`unapplied` names what was dropped)."""
+    Nothing of its launch is used, so nothing of it is recorded either (:data:`EXTERNAL_UNAPPLIED`: model,
+    parts, env, binary, python, command and cache variables are dropped; :func:`unapplied` names them, and the
+    start records the model the server says it serves): a start must not claim what frank did not apply."""
     parse_url(url, "--url")
-    return recipe.model_copy(
-        update={
-            "engine": KIND,
-            "args": ["--url", url.strip().rstrip("/")],
-            "command": None,
-            "model": "",
-            "parts": [],
-            "env": {},
-            "binary": None,
-            "python": None,
-            "cache_vars": [],
-        }
-    )
+    empty = copy.deepcopy(EXTERNAL_UNAPPLIED)  # fresh lists and dicts, never shared between recipes
+    return recipe.model_copy(update={**empty, "engine": KIND, "args": ["--url", url.strip().rstrip("/")]})
 
 
 def unapplied(recipe: ResolvedRecipe) -> list[str]:
@@ -79,6 +69,16 @@ def unapplied(recipe: ResolvedRecipe) -> list[str]:
     if recipe.command:
         out.append("command")
     return out
+
+
+def listed_model(models: Any) -> str | None:
+    """The first model of an OpenAI ``GET /v1/models`` answer: its ``root`` (vLLM and SGLang: the path or
+    name they were started with), else its ``id``; None when the answer lists none."""
+    data = models.get("data") if isinstance(models, dict) else None
+    if isinstance(data, list) and data and isinstance(data[0], dict):
+        got = data[0].get("root") or data[0].get("id")
+        return str(got) if got else None
+    return None
 
 
 class ExternalEngine(ProcessEngine):
@@ -161,13 +161,9 @@ class ExternalEngine(ProcessEngine):
     def _listed_model(self) -> str | None:
         try:
             answer = self.get("/v1/models")
-            data = answer.json().get("data") if answer.status_code == 200 else None
-        except (EngineError, ValueError, AttributeError):
+            return listed_model(answer.json()) if answer.status_code == 200 else None
+        except (EngineError, ValueError):
             return None
-        if isinstance(data, list) and data and isinstance(data[0], dict):
-            got = data[0].get("root") or data[0].get("id")
-            return str(got) if got else None
-        return None
 
     def capabilities(self) -> dict[str, Any]:
         return {

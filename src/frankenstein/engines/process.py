@@ -7,13 +7,13 @@ No engine outlives the ``frank`` process that started it:
   owner is gone (a second line of defence, e.g. for engines started through a wrapper script);
 - :meth:`EngineProcess.stop` sends SIGTERM to the group, SIGKILL after a grace period, and waits.
 
-Fast edges: readiness is polled from 2 ms, growing 1.5× to 10 ms (:data:`READY_POLL_S`), so a ready
-engine is seen within about one poll interval (measured median 5-7 ms, tests/test_phases_edges.py; the ready
-phase counts this wait as the engine's, so it is kept short: at 250 ms a design of tiny starts lost ~5 % of
-its wall time to it; a poll is one loopback request, and an engine not yet listening refuses it at once;
-after 5 s of waiting, every 100 ms, a small share of a start that long); the stop grace is the adapter's (``stop_grace_s``:
-long enough for its clean shutdown, and no longer), and how the process ended is kept in
-``stopped_by`` (``SIGTERM``, ``SIGKILL`` or ``exited``).
+Fast edges: readiness is polled from 2 ms, growing 1.5× to 10 ms (:data:`READY_POLL_S`), and every
+100 ms once a start has waited 5 s, so a ready engine is seen within about one poll interval (median
+5-7 ms, tests/test_phases_edges.py). The ready phase counts that wait as the engine's, so it is kept
+short: at 250 ms a design of tiny starts lost ~5 % of its wall time to it. A poll is one loopback
+request, and an engine not yet listening refuses it at once. The stop grace is the adapter's
+(``stop_grace_s``: long enough for its clean shutdown, and no longer), and how the process ended is
+kept in ``stopped_by`` (``SIGTERM``, ``SIGKILL`` or ``exited``).
 
 Extra environment for a launch (:func:`launch_env`): the runner's per-arm cache folders
 (:mod:`frankenstein.design.caches`) reach every engine process through it; the recipe's own ``env`` wins.

@@ -99,14 +99,26 @@ def _div(a: float | None, b: float | None) -> float | None:
     return a / b
 
 
+GAPS_KEY = "chunk_gaps_ms"  # the per-turn row key holding a stream's chunk gaps (workload/replay.py)
+
+
+def chunk_gaps(turn: Mapping[str, object]) -> list[float] | None:
+    """A turn's stored chunk gaps (ms): finite numbers only; None when the turn has none recorded (not
+    streamed, or stored before they were). One pass, no call per gap: a large design pools millions."""
+    gaps = turn.get(GAPS_KEY)
+    if not isinstance(gaps, list):
+        return None
+    return [float(g) for g in gaps if (type(g) is float or type(g) is int) and math.isfinite(g)]
+
+
 def _gaps(turns: Sequence[Mapping[str, object]]) -> list[float] | None:
-    """Every stored chunk gap of the turns (``chunk_gaps_ms``), or None when some turn has none recorded."""
+    """Every stored chunk gap of the turns, or None when some turn has none recorded."""
     out: list[float] = []
     for t in turns:
-        g = t.get("chunk_gaps_ms")
-        if not isinstance(g, list):
+        g = chunk_gaps(t)
+        if g is None:
             return None
-        out += [float(x) for x in g if isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)]
+        out += g
     return out
 
 

@@ -40,6 +40,7 @@ from tokenizers import Tokenizer
 from frankenstein.campaign import Campaign, open_campaign
 from frankenstein.design.registry import verified
 from frankenstein.engines import start_engine
+from frankenstein.engines.external import listed_model
 from frankenstein.errors import ConfigError, FrankError
 from frankenstein.regioncache.cache import DEFAULT_MAX_BYTES, RegionCache, load_tokenizer
 from frankenstein.regioncache.engine_count import EngineCounter
@@ -143,10 +144,10 @@ def serving(opts: ServeOptions, echo: Callable[[str], None] = print) -> Iterator
     """Start engine (unless ``upstream``), recorder (with ``record``) and front; stop all on exit."""
     host, port = parse_listen(opts.listen)
     with ExitStack() as stack:
-        upstream, engine_kind, model, campaign = _upstream(opts, stack)
+        upstream, engine_kind, recipe_model, campaign = _upstream(opts, stack)
         props = _engine_props(upstream)
-        model = _engine_model(upstream, props) or model
-        fronting = _fronting(campaign, model) if opts.upstream and campaign is not None else None
+        model = _engine_model(upstream, props) or recipe_model
+        fronting = _fronting(campaign, model, recipe_model) if opts.upstream and campaign is not None else None
         choice = choose_tokenizer(opts.tokenizer, model)
         api = find_tokenize(upstream, engine_kind)
         cache, checked = _counter(opts, choice, api, echo)
@@ -210,11 +211,10 @@ def _engine_model(url: str, props: dict[str, Any] | None) -> str | None:
         return path
     try:
         r = httpx.get(url + "/v1/models", timeout=30.0, trust_env=False)
-        data = r.json().get("data") if r.status_code == 200 else None
-    except (httpx.HTTPError, ValueError, AttributeError):
+        root = listed_model(r.json()) if r.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
         return None
-    root = data[0].get("root") if isinstance(data, list) and data and isinstance(data[0], dict) else None
-    return root if isinstance(root, str) and root and Path(root).exists() else None
+    return root if root and Path(root).exists() else None
 
 
 def _upstream(opts: ServeOptions, stack: ExitStack) -> tuple[str, str | None, str | None, Campaign | None]:
@@ -231,13 +231,12 @@ def _upstream(opts: ServeOptions, stack: ExitStack) -> tuple[str, str | None, st
     return engine.base_url, recipe.engine, recipe.model, campaign
 
 
-def _fronting(campaign: Campaign, model: str | None) -> str:
-    """An ``--upstream`` engine is taken to serve the campaign's served recipe; one that names another
-    model is refused, so its traffic is never filed under a step it did not serve."""
-    recipe = served_recipe(campaign)
-    if model and recipe.model and not _same_path(model, recipe.model):
+def _fronting(campaign: Campaign, model: str | None, served_model: str | None) -> str:
+    """An ``--upstream`` engine is taken to serve the campaign's served recipe (``served_model``); one that
+    names another model is refused, so its traffic is never filed under a step it did not serve."""
+    if model and served_model and not _same_path(model, served_model):
         raise ConfigError(
-            f"the engine at --upstream serves {model}, not the served recipe's model {recipe.model}; "
+            f"the engine at --upstream serves {model}, not the served recipe's model {served_model}; "
             "its traffic cannot be observed under this campaign's ledger step (leave out --campaign)",
             field="--campaign",
         )

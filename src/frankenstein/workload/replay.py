@@ -28,7 +28,7 @@ from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from frankenstein.engines.contract import Engine, Reply
 from frankenstein.errors import EngineRequestError
-from frankenstein.measure.timings import aggregate, outside_ms
+from frankenstein.measure.timings import GAPS_KEY, aggregate, outside_ms
 from frankenstein.workload.trace import Turn, Workload, request_bytes
 from frankenstein.validation import FrozenUserFile
 
@@ -136,7 +136,7 @@ def _row(idx: int, turn: Turn, warmup: bool, reply: Reply | None, error: str | N
         row.update({"ttft_ms": reply.ttft_ms, "e2e_ms": reply.e2e_ms})
         row.update(outside_ms(reply.timing, reply.ttft_ms, reply.e2e_ms))
         if reply.chunk_gaps_ms is not None:
-            row["chunk_gaps_ms"] = [round(g, 3) for g in reply.chunk_gaps_ms]  # 1 µs
+            row[GAPS_KEY] = [round(g, 3) for g in reply.chunk_gaps_ms]  # 1 µs
     return row
 
 

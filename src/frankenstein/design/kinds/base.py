@@ -33,6 +33,7 @@ from frankenstein.design.phases import TimeSummary
 from frankenstein.design.model import ARMS, DesignFile, FidelityRule, Registered, Slot
 from frankenstein.design.start import StartOutcome
 from frankenstein.errors import DesignError
+from frankenstein.store import StartRow
 from frankenstein.workload.trace import Turn, Workload
 
 Progress = Callable[[int, int], None]
@@ -162,9 +163,13 @@ class DesignKind(Protocol):
 
 def arm_values(campaign: Campaign, reg: Registered, metric: str) -> tuple[dict[int, dict[str, float]], list[Failure]]:
     """{block: {arm: mean value over ok starts}}, and the failed/invalid starts."""
+    return _values(campaign.store.starts_of(reg.design_id), metric)
+
+
+def _values(rows: list[StartRow], metric: str) -> tuple[dict[int, dict[str, float]], list[Failure]]:
     acc: dict[int, dict[str, list[float]]] = {}
     failures = []
-    for row in campaign.store.starts_of(reg.design_id):
+    for row in rows:
         if not row.ok:
             failures.append(Failure(row.block, row.arm, row.status, row.reason))
             continue
@@ -182,7 +187,9 @@ def dropped_blocks(reg: Registered, failures: list[Failure]) -> set[int]:
 
 def block_values(campaign: Campaign, reg: Registered) -> tuple[dict[int, float], dict[int, float], list[str]]:
     """Primary-metric value per complete block and arm, after the failure policy; and notes on dropped blocks."""
-    values, failures = arm_values(campaign, reg, reg.design.primary_metric)
+    metric = reg.design.primary_metric
+    rows = campaign.store.starts_of(reg.design_id)  # read once: the values and the notes come from the same rows
+    values, failures = _values(rows, metric)
     bad_blocks = {f.block for f in failures}
     served, candidate = {}, {}
     for b, arms in sorted(values.items()):
@@ -190,17 +197,16 @@ def block_values(campaign: Campaign, reg: Registered) -> tuple[dict[int, float],
             continue
         if all(a in arms for a in ARMS):
             served[b], candidate[b] = arms["served"], arms["candidate"]
-    return served, candidate, [f.dropped_note() for f in failures] + missing_notes(campaign, reg)
+    return served, candidate, [f.dropped_note() for f in failures] + missing_notes(rows, metric)
 
 
-def missing_notes(campaign: Campaign, reg: Registered) -> list[str]:
+def missing_notes(rows: list[StartRow], metric: str) -> list[str]:
     """Ok starts that reported no primary metric (e.g. ``pre_ms`` from an engine that reports no prompt time):
     their blocks are not complete, and the analysis says so instead of a bare "no blocks"."""
-    metric = reg.design.primary_metric
-    missing = [r for r in campaign.store.starts_of(reg.design_id) if r.ok and r.metrics.get(metric) is None]
     return [
         f"start {r.id} (block {(r.block or 0) + 1}, {r.arm}) is ok but reported no {metric}, so its block is incomplete"
-        for r in missing
+        for r in rows
+        if r.ok and r.metrics.get(metric) is None
     ]
 
 
