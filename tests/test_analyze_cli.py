@@ -76,16 +76,19 @@ def test_columns_in_any_order_comments_and_blank_lines(tmp_path: Path, capsys: p
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("", "{p}: empty file; expected a header line: block,served,candidate or block,difference"),
-        ("\n# only a comment\n", "{p}: empty file; expected a header line: block,served,candidate or block,difference"),
+        ("", "{p}: empty file; expected a header line: block,served,candidate or block,difference or arm,value"),
+        (
+            "\n# only a comment\n",
+            "{p}: empty file; expected a header line: block,served,candidate or block,difference or arm,value",
+        ),
         ("block,served,candidate\n", "{p}: no blocks after the header"),
         (
             "block,base,new\n1,2,3\n",
-            "{p}: line 1: unknown header 'block,base,new'; expected block,served,candidate or block,difference",
+            "{p}: line 1: unknown header 'block,base,new'; expected block,served,candidate or block,difference or arm,value",
         ),
         (
             "block,served,served\n1,2,3\n",
-            "{p}: line 1: unknown header 'block,served,served'; expected block,served,candidate or block,difference",
+            "{p}: line 1: unknown header 'block,served,served'; expected block,served,candidate or block,difference or arm,value",
         ),
         ("block,served,candidate\n1,10,9\n2,10,fast\n", "{p}: line 3, column candidate: not a number: 'fast'"),
         ("block,served,candidate\n1,10,9\n\n2,nan,9\n", "{p}: line 4, column served: not a finite number: 'nan'"),

@@ -21,6 +21,15 @@ class RuleName(str, Enum):
     sign = "sign"
     permutation = "permutation"
     harm = "harm"
+    all_blocks_by = "all_blocks_by"
+    mean_by = "mean_by"
+
+
+class PlanRuleName(str, Enum):
+    all_blocks_better = "all_blocks_better"
+    sign = "sign"
+    permutation = "permutation"
+    harm = "harm"
 
 
 class DirectionName(str, Enum):
@@ -32,6 +41,11 @@ class SideName(str, Enum):
     better = "better"
     worse = "worse"
     two_sided = "two-sided"
+
+
+class UnitName(str, Enum):
+    relative = "relative"
+    metric = "metric"
 
 
 class HarmTest(str, Enum):
@@ -67,13 +81,21 @@ def verified_or_warn(campaign: Campaign, command: str, *, force: bool, why: str 
 @app.command()
 def analyze(
     design_id: str | None = typer.Argument(None, help="A registered design (omit with --blocks)."),
-    blocks: Path | None = typer.Option(None, "--blocks", help="CSV: block,served,candidate or block,difference."),
+    blocks: Path | None = typer.Option(
+        None,
+        "--blocks",
+        help="CSV: block,served,candidate or block,difference (paired), or arm,value (unpaired starts).",
+    ),
     rule: RuleName | None = typer.Option(None, "--rule", help="Decision rule (with --blocks)."),
     direction: DirectionName | None = typer.Option(None, "--direction", help="Which way is better for the candidate."),
     alpha: float | None = typer.Option(None, "--alpha", help="Significance level (default 0.05)."),
     side: SideName | None = typer.Option(None, "--side", help="permutation rule: better, worse or two-sided."),
     test: HarmTest | None = typer.Option(None, "--test", help="harm rule: permutation (default) or sign."),
     min_effect: float | None = typer.Option(None, "--min-effect", help="Practical threshold (0.05 = 5%)."),
+    by: float | None = typer.Option(
+        None, "--by", help="all_blocks_by / mean_by: the threshold (0.05 = 5%, or in the metric's unit)."
+    ),
+    unit: UnitName | None = typer.Option(None, "--unit", help="all_blocks_by / mean_by: relative or metric."),
     campaign: Path = typer.Option(Path("."), "--campaign", "-c", help="Campaign folder (with DESIGN_ID)."),
     force: bool = typer.Option(
         False, "--force", help="Analyze although the campaign fails verification (needs --why)."
@@ -93,10 +115,10 @@ def analyze(
     if design_id is not None:
         if blocks is not None:
             raise typer.BadParameter("give a DESIGN_ID or --blocks, not both")
-        if any(v is not None for v in (rule, direction, alpha, side, test, min_effect)):
+        if any(v is not None for v in (rule, direction, alpha, side, test, min_effect, by, unit)):
             raise typer.BadParameter(
                 "a registered design is analysed under its registered rule; "
-                "--rule, --direction, --alpha, --side, --test and --min-effect go with --blocks"
+                "--rule, --direction, --alpha, --side, --test, --min-effect, --by and --unit go with --blocks"
             )
         from frankenstein.campaign import open_campaign
         from frankenstein.design.analysis import analyze as do_analyze
@@ -129,6 +151,8 @@ def analyze(
         side=side.value if side else None,
         min_effect=min_effect,
         test=test.value if test else None,
+        by=by,
+        unit=unit.value if unit else None,
     )
     verdict = analyze_blocks_file(blocks, r, direction.value)
     if as_json:
@@ -145,7 +169,7 @@ def plan(
     direction: DirectionName = typer.Option(..., "--direction", help="Which way is better for the candidate."),
     pilot: Path | None = typer.Option(None, "--pilot", help="A/A pilot CSV: block,served,candidate."),
     sd: float | None = typer.Option(None, "--sd", help="Or: the sd of the block log ratio."),
-    rule: list[RuleName] = typer.Option(
+    rule: list[PlanRuleName] = typer.Option(
         [], "--rule", help="Rules to plan (repeatable; default: all_blocks_better, sign, permutation)."
     ),
     alpha: float = typer.Option(0.05, "--alpha", help="Significance level."),

@@ -6,6 +6,8 @@ Two layouts, told apart by the header (columns in any order, blank lines and '#'
     block,served,candidate   the start-level metric of each arm per block (tested as log ratios;
                              values must be positive)
     block,difference         paired differences, candidate - served, per block (e.g. pass counts)
+    arm,value                unpaired starts (a completely randomized design): one row per start, arm
+                             served or candidate; tested by the exact two-sample permutation test
 
     read_blocks_csv(path)                       -> BlockData
     analyze_blocks_file(path, rule, direction)  -> Verdict (refuses too few blocks for the rule)
@@ -25,6 +27,8 @@ from frankenstein.design.rules import (
     Verdict,
     evaluate,
     evaluate_differences,
+    evaluate_unpaired,
+    unpaired_reason,
     unreachable_reason,
 )
 from frankenstein.errors import AnalysisError
@@ -33,7 +37,8 @@ LAYOUTS: dict[frozenset[str], DataKind] = {
     frozenset({"block", "served", "candidate"}): "ratio",
     frozenset({"block", "difference"}): "difference",
 }
-EXPECTED = "block,served,candidate or block,difference"
+UNPAIRED = frozenset({"arm", "value"})
+EXPECTED = "block,served,candidate or block,difference or arm,value"
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,7 @@ class BlockData:
     served: list[float] = field(default_factory=list)
     candidate: list[float] = field(default_factory=list)
     differences: list[float] = field(default_factory=list)
+    unpaired: bool = False
 
 
 def read_blocks_csv(path: str | Path) -> BlockData:
@@ -58,6 +64,8 @@ def read_blocks_csv(path: str | Path) -> BlockData:
         raise AnalysisError(f"{path}: empty file; expected a header line: {EXPECTED}")
     (hline, header_text), rows = lines[0], lines[1:]
     header = [h.strip().lower() for h in _split(header_text)]
+    if frozenset(header) == UNPAIRED and len(header) == 2:
+        return _read_unpaired(path, header, rows)
     data = LAYOUTS.get(frozenset(header))
     if data is None or len(header) != len(set(header)):
         raise AnalysisError(f"{path}: line {hline}: unknown header {header_text.strip()!r}; expected {EXPECTED}")
@@ -80,9 +88,32 @@ def read_blocks_csv(path: str | Path) -> BlockData:
     )
 
 
+def _read_unpaired(path: Path, header: list[str], rows: list[tuple[int, str]]) -> BlockData:
+    """``arm,value`` rows: each arm's start values in file order."""
+    if not rows:
+        raise AnalysisError(f"{path}: no starts after the header")
+    values: dict[str, list[float]] = {"served": [], "candidate": []}
+    for lineno, text in rows:
+        cells = [c.strip() for c in _split(text)]
+        if len(cells) != 2:
+            raise AnalysisError(f"{path}: line {lineno}: expected 2 fields ({','.join(header)}), found {len(cells)}")
+        record = dict(zip(header, cells))
+        if record["arm"] not in values:
+            raise AnalysisError(
+                f"{path}: line {lineno}, column arm: must be served or candidate, found {record['arm']!r}"
+            )
+        values[record["arm"]].append(_number(path, lineno, "value", record["value"], positive=False))
+    return BlockData(path, "ratio", served=values["served"], candidate=values["candidate"], unpaired=True)
+
+
 def analyze_blocks_file(path: str | Path, rule: Rule, direction: Direction) -> Verdict:
     """Read a block CSV and give the rule's verdict; refuses a file with too few blocks to reach alpha."""
     b = read_blocks_csv(path)
+    if b.unpaired:
+        why = unpaired_reason(rule, len(b.served), len(b.candidate))
+        if why:
+            raise AnalysisError(f"{b.path}: {why}")
+        return evaluate_unpaired(rule, b.served, b.candidate, direction, "ratio")
     reason = unreachable_reason(rule, len(b.blocks))
     if reason:
         raise AnalysisError(f"{b.path}: {reason}")

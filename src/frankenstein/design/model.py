@@ -115,6 +115,14 @@ class DesignFile(UserFile):
     rule: DesignRule
     secondary: list[str] = Field(default_factory=list)
     stopping: Literal["none", "curtail"] = "none"
+    # -- design shape (issue 28, decide): kept together
+    layout: Literal["paired", "unpaired"] = Field(
+        default="paired",
+        description=(
+            "paired: every block holds each arm's starts in a random order; unpaired: one block of "
+            "starts_per_arm starts per arm in one random order, decided by the exact two-sample test"
+        ),
+    )
     failure_policy: Literal["drop_block", "invalidate"] = "drop_block"
     cache: Literal["warm", "cold"] = Field(
         default="warm",
@@ -142,6 +150,18 @@ class DesignFile(UserFile):
                 {"field": "rule.kind", "why": f"must be a rule's name, got {value['kind']!r}"},
             )
         return value
+
+    @model_validator(mode="after")
+    def _unpaired_shape(self) -> DesignFile:
+        if self.layout != "unpaired":
+            return self
+        if self.blocks != 1:
+            why = "an unpaired design is one block of starts_per_arm starts per arm in one random order: blocks = 1"
+            raise PydanticCustomError("unpaired", "{field}: {why}", {"field": "blocks", "why": why})
+        if self.stopping != "none":
+            why = 'an unpaired design runs every start (no curtailment): stopping = "none"'
+            raise PydanticCustomError("unpaired", "{field}: {why}", {"field": "stopping", "why": why})
+        return self
 
     @model_validator(mode="after")
     def _can_finish(self) -> DesignFile:

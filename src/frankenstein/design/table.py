@@ -66,7 +66,7 @@ def describe_rule(rule: Rule) -> str:
     elif isinstance(rule, SignRule):
         text = "sign test, one-sided, candidate better, ties count against"
     else:  # a rule registered elsewhere describes itself
-        text = type(rule).summary or rule.kind
+        text = rule.describe()
     text += f"; alpha = {rule.alpha:g}"
     if rule.min_effect is not None:
         text += f"; practical threshold min_effect = {rule.min_effect:g}"
@@ -87,6 +87,9 @@ def render_table(header: Sequence[str], rows: Sequence[Sequence[str]], align: st
 def format_block_table(v: Verdict) -> list[str]:
     """One row per block. Ratio data: served, candidate, ratio - 1, log ratio; differences: the
     difference (candidate - served). 'favours' says which arm the block's evidence points to."""
+    if v.layout == "unpaired":  # one row per start: there are no blocks
+        rows = [[r.block, _num(r.served), _num(r.candidate)] for r in v.rows]
+        return render_table(["start", "served", "candidate"], rows, "lrr")
     if v.data == "difference":
         rows = [[r.block, _num(r.difference), r.favours or "-"] for r in v.rows]
         return render_table(["block", "difference", "favours"], rows, "lrl")
@@ -109,7 +112,7 @@ def format_summary(v: Verdict) -> list[str]:
     lines = [
         f"rule: {v.rule.kind} ({describe_rule(v.rule)})",
         f"direction: {v.direction} is better for the candidate",
-        f"blocks: {v.n_blocks}; favour the candidate: {v.in_favour}, the served arm: {v.against}, ties: {v.ties}",
+        _counts(v),
     ]
     if v.geomean_ratio is not None:
         lines.append(f"geometric-mean ratio (candidate/served): {v.geomean_ratio:.4f} ({_pct(v.geomean_ratio - 1)})")
@@ -121,6 +124,16 @@ def format_summary(v: Verdict) -> list[str]:
         lines.append(f"p = {format_p(v.p)}{check}")
     lines.append(f"verdict: {v.rule.phrase(v.word)} ({v.reason})")
     return lines
+
+
+def _counts(v: Verdict) -> str:
+    if v.layout == "unpaired":
+        n_c = sum(1 for r in v.rows if r.candidate is not None)
+        return (
+            f"starts: served {v.n_blocks - n_c}, candidate {n_c} (unpaired, one random order); pairs of one start "
+            f"of each arm favouring the candidate: {v.in_favour}, the served arm: {v.against}, ties: {v.ties}"
+        )
+    return f"blocks: {v.n_blocks}; favour the candidate: {v.in_favour}, the served arm: {v.against}, ties: {v.ties}"
 
 
 def _ci_lines(v: Verdict) -> list[str]:

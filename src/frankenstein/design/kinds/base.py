@@ -212,7 +212,14 @@ def missing_notes(rows: list[StartRow], metric: str) -> list[str]:
 
 def check_stopping(kind: str, design: DesignFile, path: Path) -> None:
     """Refuse ``stopping = "curtail"`` for a kind whose runner never stops early (agent, fidelity):
-    registering it would promise a stopping rule that is not implemented."""
+    registering it would promise a stopping rule that is not implemented. Such kinds pair their arms in
+    blocks, so ``layout = "unpaired"`` is refused too."""
+    if design.layout == "unpaired":
+        raise DesignError(
+            f'layout = "unpaired" is for speed and screen designs; {kind} designs pair their arms in blocks',
+            path=path,
+            field="layout",
+        )
     if design.stopping == "curtail":
         raise DesignError(
             f'stopping = "curtail" is not implemented for {kind} designs (they run every block); use stopping = "none"',

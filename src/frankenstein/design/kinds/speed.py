@@ -61,7 +61,10 @@ class SpeedKind:
                 raise DesignError(
                     f"unknown metric {metric!r} (known: {', '.join(sorted(known))})", path=path, field=field
                 )
-        check_block_rule(design, path, self.data)
+        if design.layout == "unpaired":
+            check_unpaired_rule(design, path)
+        else:
+            check_block_rule(design, path, self.data)
         check_signed_primary(design, path, self.data)
 
     def check_recipes(self, design: DesignFile, recipes: dict[str, ResolvedRecipe | None], path: Path) -> None:
@@ -87,6 +90,8 @@ class SpeedKind:
         return primary_value(reg, out)
 
     def analyze(self, campaign: Campaign, reg: Registered) -> Analysis:
+        if reg.design.layout == "unpaired":
+            return analyze_unpaired(campaign, reg, self.data)
         return analyze_blocks(campaign, reg)
 
     def describe(self, reg: Registered) -> Description:
@@ -140,6 +145,17 @@ def check_block_rule(design: DesignFile, path: Path, data: DataKind = "ratio") -
         raise DesignError(reason, path=path, field="blocks")
 
 
+def check_unpaired_rule(design: DesignFile, path: Path) -> None:
+    """An unpaired design's rule must be a permutation test that its starts can take to alpha."""
+    rule = design.rule
+    if isinstance(rule, FidelityRule):
+        raise DesignError('rule "fidelity" is only for fidelity designs', path=path, field="rule.kind")
+    reason = rules.unpaired_reason(rule, design.starts_per_arm, design.starts_per_arm)
+    if reason:
+        field = "rule.kind" if rule.test_name != "permutation" else "starts_per_arm"
+        raise DesignError(reason, path=path, field=field)
+
+
 def primary_value(reg: Registered, out: StartOutcome) -> str:
     metric = out.metrics.get(reg.design.primary_metric)
     return f" {reg.design.primary_metric}=" + ("-" if metric is None else f"{metric:.4f}")
@@ -169,6 +185,33 @@ def analyze_blocks(campaign: Campaign, reg: Registered) -> Analysis:
     spread = spread_warning(reg, s, out.verdict)
     if spread:
         out.warnings.append(spread)
+    return out
+
+
+def analyze_unpaired(campaign: Campaign, reg: Registered, data: DataKind) -> Analysis:
+    """The exact two-sample test over every ok start's primary metric (rules.evaluate_unpaired).
+
+    A failed start is left out of its arm under ``drop_block`` (the test then splits the starts that
+    remain) and makes the verdict invalid under ``invalidate``."""
+    d = reg.design
+    rows = campaign.store.starts_of(reg.design_id)
+    per_arm: dict[str, list[float]] = {"served": [], "candidate": []}
+    for row in rows:
+        value = row.metrics.get(d.primary_metric) if row.ok else None
+        if value is not None and row.arm in per_arm:
+            per_arm[row.arm].append(float(value))
+    _, failures = arm_values(campaign, reg, d.primary_metric)
+    done = len(rows) >= len(reg.slots())
+    out = Analysis(reg=reg, verdict=None, blocks_done=int(done), failures=failures)
+    out.dropped = [f"{f.arm} start {f.status} ({f.reason}); left out of its arm" for f in failures]
+    if failures and d.failure_policy == "invalidate":
+        out.invalidated = f"{len(failures)} failed start(s) and the failure policy is 'invalidate'"
+    direction = reg.frozen.direction
+    out.verdict = rules.evaluate_unpaired(d.rule, per_arm["served"], per_arm["candidate"], direction, data)  # type: ignore[arg-type]
+    for metric in [d.primary_metric, *d.secondary]:
+        out.per_block[metric] = arm_values(campaign, reg, metric)[0]
+    for metric in d.secondary:
+        out.secondary[metric] = _secondary(out.per_block[metric])
     return out
 
 

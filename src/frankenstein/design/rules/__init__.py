@@ -7,6 +7,8 @@ curtailment, interval, words); the table maps ``kind`` to its class. One module 
     sign                exact one-sided sign test at alpha (ties count against the candidate)
     permutation         exact paired sign-flip test at alpha; side better | worse | two-sided
     harm                one-sided: the candidate is worse (test permutation | sign)
+    all_blocks_by       every block better by at least `by` (relative, or in the metric's unit)
+    mean_by             the mean better by at least `by`: exact sign-flip test beyond the threshold
 
 A new rule is one module: subclass ``BlockRule``, decorate with ``@register_rule`` and import it
 (below, or from anywhere before a design is validated: the design field looks kinds up in the
@@ -28,6 +30,8 @@ Public functions:
     decide(rule, gains, direction, data)   word + exact p from gains (the core of evaluate)
     evaluate(rule, served, candidate, direction)       -> Verdict (from start-level values)
     evaluate_differences(rule, differences, direction) -> Verdict (from candidate - served)
+    evaluate_unpaired(rule, served, candidate, direction, data) -> Verdict (unpaired starts, two-sample test)
+    unpaired_reason(rule, n_served, n_candidate)        why a rule cannot decide unpaired starts, or None
     curtailed(rule, done_gains, remaining, direction, data) -> Decision every completion gives, or None
     can_change(rule, done_gains, remaining)            curtailment: can the verdict still change?
     format_difference(x)       a mean difference as read ('0 (no difference)', '+1')
@@ -78,6 +82,8 @@ from frankenstein.design.rules.evaluate import (
 from frankenstein.design.rules.harm import HarmRule
 from frankenstein.design.rules.permutation import PermutationRule
 from frankenstein.design.rules.sign import SignRule
+from frankenstein.design.rules.threshold import AllBlocksBy, MeanBy, ThresholdRule
+from frankenstein.design.rules.unpaired import evaluate_unpaired, unpaired_reason
 
 RULE_KINDS = rule_kinds()  # the shipped rules, at import; the table (RULES) may grow
 
@@ -86,6 +92,7 @@ __all__ = [
     "RULE_ADAPTER",
     "RULE_KINDS",
     "AllBlocksBetter",
+    "AllBlocksBy",
     "BlockRow",
     "BlockRule",
     "ConfidenceInterval",
@@ -95,10 +102,12 @@ __all__ = [
     "ExactFraction",
     "Fired",
     "HarmRule",
+    "MeanBy",
     "PermutationRule",
     "Rule",
     "RuleField",
     "SignRule",
+    "ThresholdRule",
     "RuleResult",
     "Verdict",
     "Word",
@@ -109,6 +118,7 @@ __all__ = [
     "effect_thresholds",
     "evaluate",
     "evaluate_differences",
+    "evaluate_unpaired",
     "format_difference",
     "gains",
     "min_blocks",
@@ -121,5 +131,6 @@ __all__ = [
     "rule_test",
     "smallest_p",
     "stats",
+    "unpaired_reason",
     "unreachable_reason",
 ]

@@ -91,6 +91,18 @@ class BlockRule(_Model):
         """The side of the exact test, in scipy's words ('greater' = gains tend to be positive)."""
         return "greater"
 
+    def tested(self, g: Sequence[float], direction: Direction, data: DataKind) -> list[float]:
+        """The gains the test runs on: a threshold rule shifts them by its threshold; others take them as they are."""
+        return list(g)
+
+    def tests_differences(self) -> bool:
+        """Whether the rule tests differences (candidate - served) even where start-level values give ratios."""
+        return False
+
+    def describe(self) -> str:
+        """One line for a rule the verdict table does not describe itself."""
+        return type(self).summary or self.kind
+
     def looks_for(self) -> Looks:
         return "worse" if self.test_side() == "less" else "either" if self.test_side() == "two-sided" else "better"
 
@@ -258,14 +270,27 @@ RULE_ADAPTER: TypeAdapter[BlockRule] = TypeAdapter(Rule)
 
 
 def parse_rule(
-    kind: str, *, alpha: float = 0.05, side: str | None = None, min_effect: float | None = None, test: str | None = None
+    kind: str,
+    *,
+    alpha: float = 0.05,
+    side: str | None = None,
+    min_effect: float | None = None,
+    test: str | None = None,
+    by: float | None = None,
+    unit: str | None = None,
 ) -> BlockRule:
     """Build a rule from command-line words; a bad value raises AnalysisError naming the field."""
     data: dict[str, object] = {"kind": kind, "alpha": alpha}
     if min_effect is not None:
         data["min_effect"] = min_effect
     cls = RULES.get(kind)
-    for flag, name, value in (("--side", "side", side), ("--test", "test", test)):
+    options: tuple[tuple[str, str, object], ...] = (
+        ("--side", "side", side),
+        ("--test", "test", test),
+        ("--by", "by", by),
+        ("--unit", "unit", unit),
+    )
+    for flag, name, value in options:
         if value is None:
             continue
         if cls is None or name not in cls.model_fields:

@@ -63,6 +63,9 @@ class Verdict(_Model):
     p_float: float | None = None
     p_scipy: float | None = None
     smallest_p: ExactFraction
+    # "unpaired": a completely randomized design (rules/unpaired.py): rows are starts, in_favour/against/ties
+    # count the pairs of one start of each arm
+    layout: Literal["paired", "unpaired"] = "paired"
 
 
 @dataclass(frozen=True)
@@ -167,7 +170,7 @@ def decide(
     reason = unreachable_reason(rule, n) or rule.computable(n, data, _max_abs(g, data))
     if reason:
         return Decision("invalid", None, reason)
-    res = rule.run_test(g, cross_check)
+    res = rule.run_test(rule.tested(g, direction, data), cross_check)
     if res.fired is None:
         return Decision(rule.word(None), res.p, res.why, res.p_scipy)
     better, worse = effect_thresholds(rule, direction, data)
@@ -271,6 +274,10 @@ def evaluate(
                 rows=rows,
                 **base,
             )
+    if rule.tests_differences():  # a threshold in the metric's unit: the test runs on candidate - served
+        v = evaluate_differences(rule, [c - s for s, c in zip(served, candidate)], direction, blocks)
+        rows = [r.model_copy(update={"served": s, "candidate": c}) for r, s, c in zip(v.rows, served, candidate)]
+        return v.model_copy(update={"rows": rows})
     logs = stats.log_ratios(served, candidate)
     rel = stats.ratios_minus_one(served, candidate)
     g = gains(logs, direction)
