@@ -45,7 +45,7 @@ def test_sign_five_of_five_full_output(tmp_path: Path, capsys: pytest.CaptureFix
         "blocks: 5; favour the candidate: 5, the served arm: 0, ties: 0",
         "geometric-mean ratio (candidate/served): 0.9453 (-5.47%)",
         "90% CI for the median ratio (order statistics of the log ratios): [0.9, 0.99] (exact coverage 15/16 = 0.9375)",
-        "p = 1/32 = 0.03125 (scipy: 0.03125)",
+        "p = 1/32 = 0.03125 (scipy, the same test: 0.03125)",
         "verdict: confirmed (p <= alpha = 0.05)",
     ]
 
@@ -58,7 +58,7 @@ def test_differences_with_permutation(tmp_path: Path, capsys: pytest.CaptureFixt
     assert rc == 0
     assert lines[:3] == ["block  difference  favours", "-----  ----------  ---------", "b1              2  candidate"]
     assert "mean difference (candidate - served): +1" in lines
-    assert "p = 3/128 = 0.02344 (scipy: 0.0234375)" in lines
+    assert "p = 3/128 = 0.02344 (scipy, the same test: 0.0234375)" in lines
     assert lines[-1] == "verdict: confirmed (p <= alpha = 0.05)"
 
 
@@ -146,7 +146,7 @@ def test_option_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     )
     assert (rc, err) == (1, "frank: error: --side applies only to the permutation rule, not 'sign'\n")
     rc, _, err = run(["analyze", "--blocks", str(p), "--rule", "sign", "--alpha", "0", "--direction", "lower"], capsys)
-    assert (rc, err) == (1, "frank: error: rule alpha: Input should be greater than 0\n")
+    assert (rc, err) == (1, "frank: error: rule alpha: must be above 0 and at most 0.5 (0.05 is usual), got 0\n")
     rc, _, err = run(["analyze", "--blocks", str(p), "--rule", "sign"], capsys)
     assert rc == 2 and "without a DESIGN_ID, --blocks, --rule and --direction are required" in err
     rc, _, err = run(["analyze", "--blocks", str(p), "--rule", "signs", "--direction", "lower"], capsys)

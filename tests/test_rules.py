@@ -153,7 +153,9 @@ def test_rules_are_data_with_extra_forbidden() -> None:
     assert RULE_ADAPTER.validate_python({"kind": "sign", "alpha": 0.01}) == rules.SignRule(alpha=0.01)
     with pytest.raises(ValidationError, match="side"):
         RULE_ADAPTER.validate_python({"kind": "sign", "side": "better"})
-    with pytest.raises(AnalysisError, match=r"^rule alpha: Input should be less than 1$"):
+    with pytest.raises(
+        AnalysisError, match=r"^rule alpha: must be above 0 and at most 0.5 \(0.05 is usual\), got 1.5$"
+    ):
         parse_rule("sign", alpha=1.5)
     with pytest.raises(AnalysisError, match=r"^--side applies only to the permutation rule, not 'sign'$"):
         parse_rule("sign", side="better")

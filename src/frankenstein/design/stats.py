@@ -15,6 +15,7 @@ Sides follow scipy: ``"greater"`` means the values tend to be positive, ``"less"
     sign_critical_count(n, alpha)         fewest blocks in favour for p <= alpha (None: unreachable)
     is_integral(values)                   True when every value is a whole number (pass counts)
     safe_mean(values)                     the mean, without overflow near the float limit
+    exact_mean(values)                    the mean of whole numbers as a Fraction (None for real values)
     tie_values(values, side)              the exact integers the sign-flip test and interval count
     count_at_most_zero(ints)              subsets with sum <= 0 (convolution or meet in the middle)
     sign_flip_unsupported(n, integral, max_abs)  why n blocks cannot be computed exactly, or None
@@ -165,11 +166,25 @@ def sign_flip_p(values: Sequence[float], side: Side = "greater") -> Fraction:
 
 
 def safe_mean(values: Sequence[float]) -> float:
-    """The mean without overflow for values near the float limit (each is divided by n first)."""
+    """The mean: the correctly rounded sum over n, so whole numbers that sum to 0 give exactly 0;
+    near the float limit (the sum overflows) each value is divided by n first."""
     n = len(values)
     if n == 0:
         raise ValueError("no blocks")
+    try:
+        total = math.fsum(float(v) for v in values)
+    except OverflowError:
+        total = math.inf
+    if math.isfinite(total):
+        return total / n
     return math.fsum(float(v) / n for v in values)
+
+
+def exact_mean(values: Sequence[float]) -> Fraction | None:
+    """The mean of whole numbers (pass counts) as an exact Fraction; None when a value is not whole."""
+    if not values or not is_integral(values):
+        return None
+    return Fraction(sum(int(v) for v in values), len(values))
 
 
 def tie_values(values: Sequence[float], side: Side = "greater", *, force_real: bool = False) -> list[int]:
@@ -275,24 +290,28 @@ def _py_subset_sums(values: Sequence[int]) -> list[int]:
     return sums
 
 
-def sign_flip_p_scipy(values: Sequence[float], side: Side = "greater") -> float:
-    """``scipy.stats.permutation_test`` with ``permutation_type='samples'`` and ``n_resamples=inf``
-    on one sample (scipy flips signs): an independent computation of ``sign_flip_p``."""
-    x = np.asarray(values, dtype=float)
-    top = float(np.max(np.abs(x))) if len(x) else 0.0
-    if top > 0:
-        x = x / top  # the test is scale-free; this keeps scipy's sums finite near the float limit
-    if not 2 <= len(x) <= SCIPY_CROSS_CHECK_BLOCKS:
-        raise ValueError(f"the scipy cross-check takes 2 to {SCIPY_CROSS_CHECK_BLOCKS} blocks, not {len(x)}")
+def sign_flip_p_scipy(values: Sequence[float], side: Side = "greater") -> float | None:
+    """``scipy.stats.permutation_test`` (``permutation_type='samples'``, ``n_resamples=inf``, one
+    sample: scipy flips signs) on the same tie values :func:`sign_flip_p` counts: an independent
+    count of the same test. None when those integers cannot be given to scipy exactly (their sums
+    would pass 2**53): then there is no cross-check rather than one of another test."""
+    if not 2 <= len(values) <= SCIPY_CROSS_CHECK_BLOCKS:
+        raise ValueError(f"the scipy cross-check takes 2 to {SCIPY_CROSS_CHECK_BLOCKS} blocks, not {len(values)}")
+    if side == "two-sided":
+        lo, hi = sign_flip_p_scipy(values, "less"), sign_flip_p_scipy(values, "greater")
+        return None if lo is None or hi is None else min(1.0, 2 * min(lo, hi))
+    ints = tie_values(values, side)  # negated for 'less': the test of 'greater' on them
+    if len(ints) * max(abs(v) for v in ints) >= 2**53:
+        return None
     from scipy import stats as sps  # imported here: ~1.4 s that frank run's curtailment never needs
 
     res = sps.permutation_test(
-        (x,),
+        (np.asarray(ints, dtype=float),),
         _mean,
         permutation_type="samples",
         n_resamples=np.inf,
         vectorized=True,
-        alternative=side,
+        alternative="greater",
         batch=4096,
     )
     return float(res.pvalue)

@@ -2,6 +2,7 @@
 tests compare strings exactly and the CLI, the report and the runner share one rendering.
 
     format_p(p)                 '1/32 = 0.03125': the exact fraction beside its decimal
+    p_text(verdict)             'p = 1/32 = 0.03125', or a curtailed verdict's bound 'p <= 11/1024 = ...'
     describe_rule(rule)         one line naming the test, its side, alpha and min_effect
     format_block_table(verdict) blocks as rows: served, candidate, ratio - 1, log ratio, favours
     format_summary(verdict)     counts, geometric mean, exact CI, p, verdict
@@ -16,7 +17,7 @@ import math
 from collections.abc import Sequence
 from fractions import Fraction
 
-from frankenstein.design.plan import UPPER_BOUND_LEVEL, Plan, PlanRow
+from frankenstein.design.plan import SIM_BOUND_LEVEL, UPPER_BOUND_LEVEL, Plan, PlanRow
 from frankenstein.design.rules import (
     AllBlocksBetter,
     HarmRule,
@@ -34,6 +35,23 @@ def format_p(p: Fraction) -> str:
     if p.denominator == 1:
         return str(p.numerator)
     return f"{p} = {float(p):.4g}"
+
+
+_BOUND_WORDS = {
+    "at most": ("<=", "the largest over every completion of the blocks not run"),
+    "at least": (">=", "the smallest over every completion of the blocks not run"),
+}
+
+
+def p_text(v: Verdict) -> str:
+    """The registered test's p: 'p = 1/32 = 0.03125'; a curtailed verdict's bound over the completions
+    of the blocks not run: 'p <= 11/1024 = 0.01074 (the largest over every completion ...)'."""
+    if v.p is None:
+        return "p not computed"
+    if v.p_bound == "exact":
+        return f"p = {format_p(v.p)}"
+    sign, why = _BOUND_WORDS[v.p_bound]
+    return f"p {sign} {format_p(v.p)} ({why})"
 
 
 def _pct(x: float) -> str:
@@ -117,11 +135,12 @@ def format_summary(v: Verdict) -> list[str]:
     if v.geomean_ratio is not None:
         lines.append(f"geometric-mean ratio (candidate/served): {v.geomean_ratio:.4f} ({_pct(v.geomean_ratio - 1)})")
     if v.mean_difference is not None:
-        lines.append(f"mean difference (candidate - served): {format_difference(v.mean_difference)}")
+        mean = v.mean_exact if v.mean_exact is not None else v.mean_difference
+        lines.append(f"mean difference (candidate - served): {format_difference(mean)}")
     lines += _ci_lines(v)
     if v.p is not None:
-        check = "" if v.p_scipy is None else f" (scipy: {v.p_scipy:.6g})"
-        lines.append(f"p = {format_p(v.p)}{check}")
+        check = "" if v.p_scipy is None else f" (scipy, the same test: {v.p_scipy:.6g})"
+        lines.append(f"{p_text(v)}{check}")
     lines.append(f"verdict: {v.rule.phrase(v.word)} ({v.reason})")
     return lines
 
@@ -144,9 +163,16 @@ def _ci_lines(v: Verdict) -> list[str]:
     c = v.ci
     text = (
         f"{c.level * 100:g}% CI for the {c.estimand}: [{c.low:.6g}, {c.high:.6g}] "
-        f"(exact coverage {format_p(c.coverage)})"
+        f"(exact coverage {format_p(c.coverage)}){descriptive_label(v)}"
     )
     return [text] + ([f"  note: {v.ci_note}"] if v.ci_note else [])
+
+
+def descriptive_label(v: Verdict) -> str:
+    """'; descriptive: ...' when the rule does not decide on its interval (all_blocks_better)."""
+    if v.ci is None or not v.ci.descriptive:
+        return ""
+    return f"; descriptive only: the {v.rule.kind} rule decides on the blocks, not on this interval"
 
 
 def format_verdict(v: Verdict) -> list[str]:
@@ -180,8 +206,25 @@ def format_plan(plan: Plan, pilot: str | None = None) -> list[str]:
             f"at the {UPPER_BOUND_LEVEL * 100:g}% upper bound of the spread (sd {s.sd_upper:.4f}):",
             *_plan_table(plan.upper_rows, plan),
         ]
+    lines += _recommendation(plan)
     lines += _plan_warnings(plan)
     return lines
+
+
+def _recommendation(plan: Plan) -> list[str]:
+    """What to register, said once: at the pilot sd's upper bound (stated) when there is a pilot."""
+    s = plan.spread
+    if s is None:
+        return []
+    picks = [f"{r.rule.kind}: {r.blocks} blocks" for r in plan.recommended if r.blocks is not None]
+    if not picks:
+        return []
+    return [
+        "",
+        f"recommended: {'; '.join(picks)} (planned at the {UPPER_BOUND_LEVEL * 100:g}% upper confidence "
+        f"bound of the pilot's sd, {s.sd_upper:.4f}, so that a pilot that saw too little noise does not "
+        "leave the design short of power)",
+    ]
 
 
 def _aa_test(p: Fraction | None) -> str:
@@ -194,8 +237,14 @@ def _plan_table(rows: Sequence[PlanRow], plan: Plan) -> list[str]:
     cells = []
     for r in rows:
         blocks = str(r.blocks) if r.blocks is not None else f"> {plan.max_blocks}"
-        cells.append([r.rule.kind, f"{r.rule.alpha:g}", blocks, _power(r.power), r.method])
+        low = "" if r.power_low is None else f" (>= {_power(r.power_low)})"
+        cells.append([r.rule.kind, f"{r.rule.alpha:g}", blocks, _power(r.power) + low, r.method])
     table = render_table(["rule", "alpha", "blocks", "power", "method"], cells, "lrrrl")
+    if any(r.power_low is not None for r in rows):
+        table.append(
+            f"(>= x%): a simulated power's one-sided {SIM_BOUND_LEVEL * 100:g}% lower confidence bound; "
+            "a block count is chosen only when it reaches the target"
+        )
     for r in rows:
         if r.blocks is None:
             where = f" (best: {_power(r.power)} at {r.best_blocks} blocks)" if r.best_blocks else ""

@@ -28,7 +28,7 @@ from frankenstein.design.kinds import kind_of
 from frankenstein.design.kinds.base import speculation_lines
 from frankenstein.design.model import FidelityRule
 from frankenstein.design.percentiles import PERCENTILE_CAPTION, PERCENTILE_HEADER, percentile_rows
-from frankenstein.design.table import describe_rule, format_p
+from frankenstein.design.table import descriptive_label, describe_rule, format_p, p_text
 from frankenstein.fidelity.gate import rule_line
 from frankenstein.report import plots as P
 from frankenstein.report.collect import DesignReport, NoteData, collect
@@ -68,7 +68,7 @@ def result_phrase(d: DesignReport) -> str:
     else:
         est = f"{metric} ratio {v.geomean_ratio:.4f} ({pct(v.geomean_ratio - 1)})" if v.geomean_ratio else metric
     word = v.rule.phrase(a.word)  # type: ignore[arg-type]  # Analysis.word is a plain str
-    return f"{est}, {v.in_favour} of {v.n_blocks} blocks in its favour, {_p_text(v.p)}, verdict {word}"
+    return f"{est}, {v.in_favour} of {v.n_blocks} blocks in its favour, {p_text(v)}, verdict {word}"
 
 
 def fidelity_phrase(summary: dict[str, Any], word: str) -> str:
@@ -333,12 +333,12 @@ def format_rule(d: DesignReport) -> list[str]:
     v = a.verdict
     said = (
         f"**It said:** {a.word} ({v.reason}). {v.in_favour} of {v.n_blocks} blocks favour the candidate, "
-        f"{v.against} the served arm, {v.ties} tie(s); {_p_text(v.p)}"
+        f"{v.against} the served arm, {v.ties} tie(s); {p_text(v)}"
     )
     if v.ci is not None:
         said += (
             f"; {v.ci.level * 100:g}% CI for the {v.ci.estimand}: [{v.ci.low:.5g}, {v.ci.high:.5g}] "
-            f"(exact coverage {format_p(v.ci.coverage)})"
+            f"(exact coverage {format_p(v.ci.coverage)}){descriptive_label(v)}"
         )
     said += "."
     if a.invalidated:

@@ -244,7 +244,15 @@ def _curtailed(out: Analysis, served: list[float], candidate: list[float]) -> No
         "no remaining blocks could change the verdict"
     )
     out.verdict = out.verdict.model_copy(
-        update={"word": dec.word, "says": out.verdict.rule.phrase(dec.word), "reason": reason}
+        update={
+            "word": dec.word,
+            "says": out.verdict.rule.phrase(dec.word),
+            "reason": reason,
+            "p": dec.p,  # the registered test's p over every completion, not a shorter test's
+            "p_bound": dec.bound,
+            "p_float": None if dec.p is None else float(dec.p),
+            "p_scipy": None,
+        }
     )
 
 

@@ -15,19 +15,18 @@ class AllBlocksBetter(BlockRule):
     """Confirmed when every block favours the candidate. ``alpha`` only sets the fewest blocks."""
 
     kind: Literal["all_blocks_better"] = "all_blocks_better"
+    interval_decides = False  # the rule counts blocks; the interval beside it is descriptive
     summary = "confirmed when every block favours the candidate (a tie or one block against: not confirmed)"
 
     def run_test(self, g: Sequence[float], cross_check: bool) -> RuleResult:
+        """The rule's own test: its statistic is "every block favours the candidate". Its p is 1/2**n
+        when every block does and 1 otherwise (a sign test's p of 7 of 8 is another test's)."""
         n = len(g)
         up = sum(1 for x in g if x > 0)
-        st = stats.sign_test(up, n, cross_check=cross_check)
-        fired: Fired = "better" if up == n else None
-        why = (
-            f"all {n} blocks favour the candidate"
-            if fired
-            else f"{up} of {n} blocks favour the candidate; the rule needs all"
-        )
-        return RuleResult(st.p, fired, st.p_scipy if cross_check else None, why)
+        if up < n:
+            return RuleResult(Fraction(1), None, None, f"{up} of {n} blocks favour the candidate; the rule needs all")
+        st = stats.sign_test(n, n, cross_check=cross_check)
+        return RuleResult(st.p, "better", st.p_scipy if cross_check else None, f"all {n} blocks favour the candidate")
 
     def exact_power(self, n: int, q: float) -> float | None:
         return q**n

@@ -25,6 +25,7 @@ from pydantic import (
     TypeAdapter,
     ValidationError,
     WithJsonSchema,
+    field_validator,
 )
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import PydanticCustomError, core_schema
@@ -80,10 +81,20 @@ class BlockRule(_Model):
     """
 
     kind: str
-    alpha: float = Field(0.05, gt=0, lt=1)
+    alpha: float = 0.05
     min_effect: float | None = Field(None, ge=0)
 
+    @field_validator("alpha")
+    @classmethod
+    def _alpha_in_range(cls, value: float) -> float:
+        """(0, 0.5]: above 1/2 a one-sided test fires more often than not with no effect, and the interval
+        at level 1 - 2*alpha turns inside out."""
+        if not 0 < value <= 0.5:
+            raise ValueError(f"must be above 0 and at most 0.5 (0.05 is usual), got {value:g}")
+        return value
+
     test_name: ClassVar[stats.TestName] = "sign"
+    interval_decides: ClassVar[bool] = True  # False: the interval beside the verdict is descriptive only
     summary: ClassVar[str] = ""  # one line: what the rule decides (docs, `frank design --help`)
 
     # -- the test ------------------------------------------------------------------------------------
@@ -302,4 +313,4 @@ def parse_rule(
     except ValidationError as exc:
         err = exc.errors()[0]
         field = ".".join(str(p) for p in err["loc"] if p != kind) or "kind"
-        raise AnalysisError(f"rule {field}: {err['msg']}") from exc
+        raise AnalysisError(f"rule {field}: {str(err['msg']).removeprefix('Value error, ')}") from exc

@@ -14,6 +14,8 @@ from frankenstein.design import stats
 from frankenstein.design.rules.base import BlockRule, DataKind, Direction, ExactFraction, Fired, Rule, Word, _Model
 from frankenstein.errors import AnalysisError
 
+PBound = Literal["exact", "at most", "at least"]
+
 
 class BlockRow(_Model):
     block: str
@@ -34,6 +36,7 @@ class ConfidenceInterval(_Model):
     coverage: ExactFraction  # exact two-sided coverage for continuous data
     method: Literal["sign", "permutation"]
     estimand: str
+    descriptive: bool = False  # True: the rule does not decide on this interval (all_blocks_better)
 
 
 class Verdict(_Model):
@@ -57,9 +60,11 @@ class Verdict(_Model):
     rows: list[BlockRow] = Field(default_factory=list)
     geomean_ratio: float | None = None
     mean_difference: float | None = None
+    mean_exact: ExactFraction | None = None  # the mean of whole-number differences, exactly
     ci: ConfidenceInterval | None = None
     ci_note: str = ""
     p: ExactFraction | None = None
+    p_bound: PBound = "exact"  # a curtailed verdict: the registered test's p over every completion is at most/least p
     p_float: float | None = None
     p_scipy: float | None = None
     smallest_p: ExactFraction
@@ -74,6 +79,7 @@ class Decision:
     p: Fraction | None
     reason: str
     p_scipy: float | None = None
+    bound: PBound = "exact"
 
 
 def rule_test(rule: BlockRule) -> stats.TestName:
@@ -141,10 +147,15 @@ def effect_thresholds(rule: BlockRule, direction: Direction, data: DataKind) -> 
     return (down, up) if direction == "lower" else (up, down)
 
 
-def format_difference(x: float) -> str:
-    """A mean difference as read: '0 (no difference)', '+1', '-0.25' (no '+0' for whole-number data)."""
+def format_difference(x: float | Fraction) -> str:
+    """A mean difference as read: '0 (no difference)', '+1', '-0.25'; an exact mean of whole numbers
+    as its fraction: '+1/10 = +0.1'."""
     if x == 0:
         return "0 (no difference)"
+    if isinstance(x, Fraction):
+        sign = "+" if x > 0 else "-"
+        whole = f"{sign}{abs(x)}"
+        return whole if x.denominator == 1 else f"{whole} = {float(x):+.6g}"
     return f"{x:+.6g}"
 
 
@@ -214,7 +225,9 @@ def curtailed(
 
     The word is the rule's own: the outcomes of the rule (its p range under values of any size,
     or its own bound) hold one firing only. Non-finite data, or too few blocks for alpha, is
-    'invalid' whatever comes. The p is that of a completion with no effect (ties).
+    'invalid' whatever comes. The p is the registered test's bound over every completion: at most
+    its largest when the rule fires, at least its smallest when it does not (exact when they meet),
+    never the p of a shorter test over the blocks run.
     """
     if remaining <= 0:
         return None
@@ -231,7 +244,18 @@ def curtailed(
     d = decide(rule, completion, direction, data)
     if d.word != rule.word(fired):  # the bound and the decision disagree: never stop on that
         return None
-    return Decision(d.word, d.p, f"curtailed after {len(done_gains)} of {n} blocks: {d.reason}", d.p_scipy)
+    p, bound = _p_over_completions(rule, done_gains, remaining, fired)
+    return Decision(d.word, p, f"curtailed after {len(done_gains)} of {n} blocks: {d.reason}", None, bound)
+
+
+def _p_over_completions(
+    rule: BlockRule, done_gains: Sequence[float], remaining: int, fired: Fired
+) -> tuple[Fraction, PBound]:
+    """The registered test's p over every completion: at most the largest (it fired), at least the smallest."""
+    lo, hi = rule.p_range(done_gains, remaining)
+    if lo == hi:
+        return lo, "exact"
+    return (hi, "at most") if fired is not None else (lo, "at least")
 
 
 def can_change(rule: BlockRule, done_gains: Sequence[float], remaining: int) -> bool:
@@ -319,8 +343,9 @@ def evaluate_differences(
     g = gains(differences, direction)
     rows = [BlockRow(block=b, difference=d, favours=_favours(x)) for b, d, x in zip(labels, differences, g)]
     ci, note = _interval(rule, list(differences), "difference")
-    mean = stats.safe_mean(differences) if differences else None
-    extra: dict[str, Any] = dict(mean_difference=mean, ci=ci, ci_note=note)
+    exact = stats.exact_mean(differences)
+    mean = float(exact) if exact is not None else stats.safe_mean(differences) if differences else None
+    extra: dict[str, Any] = dict(mean_difference=mean, mean_exact=exact, ci=ci, ci_note=note)
     return _verdict(rule, g, direction, "difference", rows, base, extra)
 
 
@@ -387,6 +412,7 @@ def _interval(rule: BlockRule, values: list[float], data: DataKind) -> tuple[Con
         coverage=iv.coverage,
         method=iv.method,
         estimand=_ESTIMANDS[(iv.method, data)],
+        descriptive=not rule.interval_decides,
     ), note
 
 
