@@ -123,6 +123,14 @@ class DesignFile(UserFile):
             "starts_per_arm starts per arm in one random order, decided by the exact two-sample test"
         ),
     )
+    order: Literal["independent", "balanced"] | None = Field(
+        default=None,
+        description=(
+            "how the arm orders are drawn: balanced = counter-balanced in pairs of blocks (the second block "
+            "of a pair runs the first's order with the arms swapped), independent = each block on its own; registration "
+            "freezes balanced when unset, and designs registered before this field were drawn independently"
+        ),
+    )
     failure_policy: Literal["drop_block", "invalidate"] = "drop_block"
     cache: Literal["warm", "cold"] = Field(
         default="warm",
@@ -252,6 +260,11 @@ class Registered:
     @property
     def design(self) -> DesignFile:
         return self.frozen.design
+
+    @property
+    def order(self) -> Literal["independent", "balanced"]:
+        """How the arm orders were drawn (a design registered before ``order`` existed: independently)."""
+        return self.design.order or "independent"
 
     def slots(self) -> list[Slot]:
         """Every start the design registered, in run order: block, position in the block, arm, repeat."""

@@ -120,7 +120,7 @@ def check_design(campaign: Campaign, design: DesignFile, path: Path) -> FrozenDe
     wl_path, wl_hash = _check_workload(campaign, design, path)
     files = {arm: [p.as_dict() for p in pins_of_arm(arm, recipes[arm], design.arms[arm].command)] for arm in recipes}
     return FrozenDesign(
-        design=design,
+        design=design.model_copy(update={"order": design.order or "balanced"}),  # the draw is registered
         recipes=recipes,
         workload_path=wl_path,
         workload_hash=wl_hash,
@@ -155,10 +155,20 @@ def _check_workload(campaign: Campaign, design: DesignFile, path: Path) -> tuple
 
 
 def make_schedule(seed: str, design: DesignFile) -> list[list[str]]:
-    """Per block, the arm order of its starts (each arm ``starts_per_arm`` times), shuffled by the seed."""
+    """Per block, the arm order of its starts (each arm ``starts_per_arm`` times), shuffled by the seed.
+
+    ``order = "balanced"``: blocks come in pairs, the second running the first's order with the arms
+    swapped (served where candidate ran and back), so each arm holds every position equally often over a
+    pair, also with several starts per arm (an odd last block is shuffled on its own). Otherwise
+    (``independent``, and every design registered before ``order`` existed) each block is shuffled on its
+    own: the draw those designs registered, unchanged."""
     rng = random.Random(int(seed, 16))
-    out = []
-    for _ in range(design.blocks):
+    out: list[list[str]] = []
+    for b in range(design.blocks):
+        if design.order == "balanced" and b % 2 == 1:
+            swap = {arm: ARMS[(i + 1) % len(ARMS)] for i, arm in enumerate(ARMS)}
+            out.append([swap[arm] for arm in out[-1]])
+            continue
         order = [arm for arm in ARMS for _ in range(design.starts_per_arm)]
         rng.shuffle(order)
         out.append(order)
@@ -196,7 +206,7 @@ def register(campaign: Campaign, design_path: str | Path) -> Registered:
     text = canonical({"frozen": frozen.model_dump(mode="json"), "source_sha256": sha256(source)})
     design_hash = sha256(text)
     seed = secrets.token_hex(8)
-    schedule = make_schedule(seed, design)
+    schedule = make_schedule(seed, frozen.design)
     sched = canonical(schedule)
     at = now_iso()
 

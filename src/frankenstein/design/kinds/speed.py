@@ -185,7 +185,23 @@ def analyze_blocks(campaign: Campaign, reg: Registered) -> Analysis:
     spread = spread_warning(reg, s, out.verdict)
     if spread:
         out.warnings.append(spread)
+    alike = order_warning(reg)
+    if alike:
+        out.warnings.append(alike)
     return out
+
+
+def order_warning(reg: Registered) -> str | None:
+    """Every block registered the same arm order (drawn independently, all five blocks served first is a 1/16
+    event): an order effect cannot be told from the part's effect."""
+    orders = {tuple(o) for o in reg.schedule}
+    if len(reg.schedule) < 2 or len(orders) > 1:
+        return None
+    drawn = "independently" if reg.order == "independent" else "balanced"
+    return (
+        f"every block runs its arms in the same order ({', '.join(reg.schedule[0])}; drawn {drawn}): an order "
+        "effect (a warmer machine, a filled page cache) would look like an effect of the part"
+    )
 
 
 def analyze_unpaired(campaign: Campaign, reg: Registered, data: DataKind) -> Analysis:
