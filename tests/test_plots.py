@@ -56,7 +56,10 @@ def test_kl_legend_counts_positions_and_sits_off_the_curve() -> None:
     fig = kl_figure(cand, noise, tolerance=0.05, threshold=0.5)
     [legend] = fig.legends
     texts = [t.get_text() for t in legend.get_texts()]
-    assert texts[:2] == ["noise floor (served vs served), 95 positions", "candidate vs served, 96 positions"]
+    assert texts[:2] == [  # positions at zero are drawn at the log axis's left edge, and counted
+        "noise floor (served vs served), 95 positions, 95 at or below 1e-05",
+        "candidate vs served, 96 positions, 1 at or below 1e-05",
+    ]
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     ax = fig.axes[0]

@@ -148,6 +148,9 @@ def test_fidelity_section_has_path_bound_and_kl_plot(camp, tmp_path: Path) -> No
     assert "(top-k lower bound; noise floor 0)" in text
     [d] = valid_note_json(tmp_path / "out")["designs"]
     assert d["analysis"]["verdict"] is None and d["analysis"]["fidelity"]["word"] == d["word"]
+    # fidelity starts force every turn: no warm-up turn is claimed for them
+    assert "all turns per start, each forced (a fidelity start takes no warm-up turn)" in text
+    assert "warm-up turn(s)" not in text
 
 
 def test_adopt_checks_the_named_fidelity_gate(camp) -> None:
@@ -203,6 +206,12 @@ def test_agent_design_pass_matrix_table_and_png(camp, tmp_path: Path) -> None:
     assert "- Tested one agent, one request at a time: it says nothing about concurrent serving." in text
     assert is_png(tmp_path / "out" / "agent-harm-1-passes.png")
     doc = valid_note_json(tmp_path / "out")
+    # one verdict word for the design everywhere: summary, section, what didn't work, note.json
+    assert doc["designs"][0]["word"] == "no harm shown"
+    assert "verdict no harm shown; a harm check on task passes." in text
+    assert "**It said:** no harm shown (" in text
+    assert "not confirmed" not in text
+    assert "- No harm shown is not equal quality: the harm rule did not fire" in text
     matrix = next(t for t in doc["tables"] if t["header"][0] == "task #draw")
     assert matrix["design_id"] == reg.design_id and matrix["rows"][1][4] == "✗"
 

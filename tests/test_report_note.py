@@ -29,6 +29,7 @@ from helpers_ledger import CONFIRMED, MIXED, golden, gpu, is_png, stored_design
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("FRANK_UPDATE_GOLDEN") == "1"
+LIMITS = ["Step time, not task time", "Measured without the region cache."]
 
 
 @pytest.fixture
@@ -57,7 +58,7 @@ def build_story(camp) -> list:
             served=CONFIRMED[0],
             candidate=CONFIRMED[1],
             resources=gpu_res,
-            extra="[gates]\nmemory_mib = 512",
+            extra=f"limits = {json.dumps(LIMITS)}\n[gates]\nmemory_mib = 512",
         )
     ]
     ledger.adopt(camp, "draft", regs[0].design_id)
@@ -99,6 +100,16 @@ def test_note_of_a_campaign_matches_golden(camp, tmp_path: Path) -> None:
     note = write_report(camp, tmp_path / "out")
     assert note == tmp_path / "out" / "note.md"
     golden(normalise(note.read_text(), camp, regs), GOLDEN / "note_campaign.md", UPDATE)
+    text = note.read_text()
+    # the absolute difference in the metric's unit beside every ratio (summary and block table)
+    assert "ratio 0.8132 (-18.68%; candidate − served -1.88 ms per step on average)" in text
+    assert "| candidate − served (ms per step) | -2.0 | -1.9 | -1.8 | -1.9 | -1.6 | -2.1 | -1.88 |" in text
+    assert "| served | 10.0 | 10.2 | 9.9 | 10.1 | 10.0 | 10.3 | 10.08 |" in text  # trailing zeros kept
+    # the design's own limits, after the generated lines of its section, each as registered
+    section = text.split("## Design `draft-speed-1`")[1].split("## Design")[0]
+    shows = section.split("### What this does and does not show")[1].split("###")[0]
+    assert shows.rstrip().endswith("- Step time, not task time.\n- Measured without the region cache.")
+
     # note.json beside it: every table of the note, valid under its schema, each with its design's hash
     doc = json.loads((tmp_path / "out" / "note.json").read_text())
     jsonschema.validate(doc, json.loads(data_path("schemas/note.schema.json").read_text()))
@@ -115,6 +126,17 @@ def test_note_of_a_campaign_matches_golden(camp, tmp_path: Path) -> None:
         "threads-1-blocks.png",
     ]
     assert all(is_png(tmp_path / "out" / p) for p in pngs)
+
+
+def test_limits_leave_the_hash_of_a_design_without_them_unchanged(camp) -> None:
+    plain = register(camp, write_design(camp.root / "plain.toml", name="plain", blocks=5))
+    assert "limits" not in plain.frozen.model_dump(mode="json")["design"]
+    row = camp.store.query("SELECT canonical FROM registry WHERE design_id = ?", (plain.design_id,))[0]
+    assert "limits" not in json.loads(row["canonical"])["frozen"]["design"]  # the stored, hashed text
+    stated = register(camp, write_design(camp.root / "stated.toml", name="plain", blocks=5, extra='limits = ["x"]'))
+    assert stated.frozen.design.limits == ["x"] and stated.design_hash != plain.design_hash
+    with pytest.raises(DesignError, match="limits"):
+        register(camp, write_design(camp.root / "bad.toml", name="bad", blocks=5, extra='limits = "one string"'))
 
 
 def test_note_is_the_same_text_when_written_twice(camp, tmp_path: Path) -> None:

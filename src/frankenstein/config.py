@@ -52,10 +52,22 @@ CacheVar = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
 
 
 class Provenance(FrozenUserFile):
-    fork: str = ""
-    commit: str = ""
+    """Where a piece comes from, for the note's credits: a part's, a recipe's, a model's, an engine's, a format's."""
+
+    fork: str = Field(default="", description="where it comes from: a repository, a fork, a model page")
+    commit: str = Field(default="", description="the commit or version")
     author: str = ""
     licence: str = ""
+    credit: str = Field(default="", description="what the credit is for, in words (printed in the note's credits)")
+
+
+class NoteHeader(FrozenUserFile):
+    """``[note]``: the campaign's progress note as its authors present it, printed as given."""
+
+    title: str = Field(default="", description="the note's title (default: 'Progress note: CAMPAIGN')")
+    series: str = Field(default="", description="the series it belongs to, e.g. 'Part 2 of our Frankenstein'")
+    authors: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
+    assistance: str = Field(default="", description="an assistance or method paragraph, printed at the end")
 
 
 class Part(FrozenUserFile):
@@ -87,6 +99,7 @@ class Recipe(FrozenUserFile):
         default_factory=list,
         description="environment variables that hold a cache folder of this recipe's engine or command",
     )
+    provenance: Provenance = Provenance()
 
     @model_validator(mode="after")
     def _external(self) -> Recipe:
@@ -136,6 +149,11 @@ class CampaignConfig(FrozenUserFile):
     recipes: dict[str, Recipe] = Field(default_factory=dict)
     parts: dict[str, Part] = Field(default_factory=dict)
     cluster: ClusterConfig = ClusterConfig()
+    # Credits beyond parts and recipes: the model, the engine, the weight format (name -> provenance).
+    models: dict[str, Provenance] = Field(default_factory=dict)
+    engines: dict[str, Provenance] = Field(default_factory=dict)
+    formats: dict[str, Provenance] = Field(default_factory=dict)
+    note: NoteHeader = NoteHeader()
 
     @field_validator("recipes", "parts")
     @classmethod

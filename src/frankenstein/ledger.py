@@ -13,7 +13,7 @@ the store for the progress note.
 
     history(campaign) -> list[LedgerEntry]
     served_parts / served_recipe / describe_parts  re-exported from :mod:`frankenstein.served` (the registry reads them there)
-    adopt(campaign, part, design_id, *, force=False, why=None) -> LedgerEntry
+    adopt(campaign, part, design_id, *, force=False, why=None, scope=None) -> LedgerEntry   (scope: adopt --scope)
     revert(campaign, *, why=None, force=False) -> LedgerEntry
 """
 
@@ -30,6 +30,8 @@ from frankenstein.design.model import Registered
 from frankenstein.design.registry import get, verified
 from frankenstein.errors import FrankError, LedgerError
 from frankenstein.gates import fidelity_gate, memory_gate_of
+from frankenstein.scope import KEY as SCOPE_KEY
+from frankenstein.scope import AdoptedScope, adopted_for, scope_words
 from frankenstein.served import describe_parts, served_parts, served_recipe
 from frankenstein.store import LedgerEntry
 
@@ -62,8 +64,17 @@ class Evidence:
     scope: dict[str, Any] = field(default_factory=dict)
 
 
-def adopt(campaign: Campaign, part: str, design_id: str, *, force: bool = False, why: str | None = None) -> LedgerEntry:
-    """Add ``part`` to the served recipe on the evidence of ``design_id``; one step, recorded with its scope."""
+def adopt(
+    campaign: Campaign,
+    part: str,
+    design_id: str,
+    *,
+    force: bool = False,
+    why: str | None = None,
+    scope: AdoptedScope | None = None,
+) -> LedgerEntry:
+    """Add ``part`` to the served recipe on the evidence of ``design_id``; one step, recorded with its scope
+    (and, with ``scope``, what it is adopted for: :mod:`frankenstein.scope`)."""
     if force and not (why or "").strip():
         raise LedgerError("--force needs --why TEXT: a forced adoption is recorded with its reason")
     verified(
@@ -82,6 +93,7 @@ def adopt(campaign: Campaign, part: str, design_id: str, *, force: bool = False,
         raise LedgerError(f"refused: adopt {part!r} on design {design_id}: {reason}")
     if force:
         ev.scope["overridden"] = list(ev.problems)
+    with_adopted_scope(ev.scope, scope)
     return _append(
         campaign,
         before,
@@ -198,6 +210,12 @@ def _scope(reg: Registered, facts: DesignFacts, a: Analysis, fid_text: str, mem_
     }
 
 
+def with_adopted_scope(scope: dict[str, Any], adopted: AdoptedScope | None) -> None:
+    """Keep what the part is adopted for (``adopt --scope``) in the step's scope; nothing when none given."""
+    if adopted is not None and adopted.recorded():
+        scope[SCOPE_KEY] = adopted.recorded()
+
+
 def _append(campaign: Campaign, before: LedgerEntry | None, **row: Any) -> LedgerEntry:
     """Write one step, refusing if another step was written since ``before`` was read."""
     step = LedgerEntry(
@@ -289,4 +307,6 @@ def format_served(campaign: Campaign) -> list[str]:
         lines.append("  " + format_step(e))
         if e.action == "adopt" and format_scope(e.scope):
             lines.append("       " + format_scope(e.scope))
+        if scope_words(adopted_for(e)):
+            lines.append("       adopted for: " + scope_words(adopted_for(e)))
     return lines

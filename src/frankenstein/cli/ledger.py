@@ -36,24 +36,36 @@ def adopt(
     ),
     force: bool = typer.Option(False, "--force", help="Adopt although the evidence is refused (needs --why)."),
     why: str | None = typer.Option(None, "--why", help="Why it is forced; recorded in the ledger."),
+    scope: list[str] = typer.Option(
+        [],
+        "--scope",
+        help="What it is adopted for, KEY=VALUE, repeatable: concurrency, context, gpus, workload, engine_version, "
+        "note (frank serve holds concurrency).",
+    ),
     campaign: Path = CAMPAIGN,
 ) -> None:
     """Add a part to the served recipe: only on a confirmed verdict whose gates passed; one step, with its scope.
 
-    Example: frank adopt draft --design draft-speed-1 -c my-campaign
+    Example: frank adopt draft --design draft-speed-1 --scope concurrency=1 --scope "note=single stream" -c my-campaign
     """
     from frankenstein.campaign import open_campaign
     from frankenstein.ledger import adopt as do_adopt
     from frankenstein.ledger import describe_parts, format_scope
+    from frankenstein.scope import adopted_for, parse_scope, scope_words
 
+    adopted = parse_scope(scope)  # a bad --scope is refused before anything is read or written
     with open_campaign(campaign) as c:
         seen = len(c.store.overrides())
-        e = do_adopt(c, part, design, force=force, why=why)  # verifies first; a forced failure is recorded
+        e = do_adopt(
+            c, part, design, force=force, why=why, scope=adopted
+        )  # verifies first; a forced failure is recorded
         warn_overrides(c, seen)
         now = describe_parts(c, e.parts)
     typer.echo(f"step {e.seq}: adopted {part} on design {design}{' (FORCED)' if e.forced else ''}; served: {now}")
     if format_scope(e.scope):
         typer.echo("  " + format_scope(e.scope))
+    if scope_words(adopted_for(e)):
+        typer.echo("  adopted for: " + scope_words(adopted_for(e)))
 
 
 @app.command()

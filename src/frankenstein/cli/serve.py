@@ -51,6 +51,12 @@ def serve(
     shadow: float = typer.Option(
         0.0, "--shadow", help="Fraction of counts also encoded in full and compared; a mismatch turns the cache off."
     ),
+    over_scope: str = typer.Option(
+        "queue",
+        "--over-scope",
+        help="Past the served recipe's adopted concurrency (adopt --scope concurrency=N): queue (wait for a "
+        "free place) or refuse (answer 429).",
+    ),
 ) -> None:
     """Start the served recipe behind an OpenAI-compatible front that counts tokens from an exact cache.
 
@@ -66,6 +72,8 @@ def serve(
 
     if not 0.0 <= shadow <= 1.0:
         raise FrankError(f"--shadow {shadow}: expected a fraction between 0 and 1")
+    if over_scope not in ("queue", "refuse"):
+        raise FrankError(f"--over-scope {over_scope}: expected queue or refuse")
     opts = ServeOptions(
         campaign=campaign,
         listen=listen,
@@ -74,5 +82,6 @@ def serve(
         upstream=upstream,
         max_bytes=cache_mb * 1024 * 1024,
         shadow_rate=shadow,
+        over_scope="queue" if over_scope == "queue" else "refuse",
     )
     serve_until_interrupted(opts, echo=lambda line: typer.echo(line, err=line.startswith("frank serve: region")))

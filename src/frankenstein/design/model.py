@@ -13,9 +13,16 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from frankenstein.config import Name, ResolvedRecipe, launch_problem
@@ -139,6 +146,19 @@ class DesignFile(UserFile):
     gates: Gates = Gates()
     fidelity: FidelitySpec = FidelitySpec()
     agent: AgentSpec = AgentSpec()
+    limits: list[Annotated[str, Field(min_length=1)]] = Field(
+        default_factory=list,
+        description="what the result does not show, in the authors' words; printed after the generated limits",
+    )
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """``limits`` is left out when empty, so designs registered before it existed keep their
+        canonical text (and hash)."""
+        out: dict[str, Any] = handler(self)
+        if not out.get("limits", True):
+            del out["limits"]
+        return out
 
     @model_validator(mode="after")
     def _arms(self) -> DesignFile:

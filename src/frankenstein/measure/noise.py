@@ -155,11 +155,24 @@ def judge_spread(values: Sequence[float], resolvable: float | None, metric: str)
     limit = math.log1p(resolvable)
     if spread <= limit:
         return None
+    varies, effect = share_pair(math.expm1(spread), resolvable)
     return (
-        f"served arm's {metric} varies {math.expm1(spread):.0%} start to start (sd of ln over "
-        f"{len(values)} starts), more than the {resolvable:.1%} effect the rule resolves here; "
+        f"served arm's {metric} varies {varies} start to start (sd of ln over "
+        f"{len(values)} starts), more than the {effect} effect the rule resolves here; "
         "a quieter machine or more blocks would tell them apart"
     )
+
+
+def share_pair(larger: float, smaller: float) -> tuple[str, str]:
+    """Two shares as percentages, each to two significant digits (so neither reads '0%' or '0.0%')."""
+    return share(larger), share(smaller)
+
+
+def share(x: float) -> str:
+    """A share as a percentage to two significant digits: 0.00023 -> '0.023%', 0.0147 -> '1.5%'."""
+    value = abs(x) * 100
+    places = max(0, 1 - math.floor(math.log10(value))) if value > 0 else 1
+    return f"{x * 100:.{places}f}%"
 
 
 def other_engines(exclude: Sequence[int] = ()) -> list[tuple[int, str]]:

@@ -35,6 +35,7 @@ from urllib.parse import urlsplit
 
 from frankenstein.engines.http import Streamed, TransportError, open_stream
 from frankenstein.errors import FrankError
+from frankenstein.regioncache.admission import Admission
 from frankenstein.regioncache.cache import CacheStatus
 from frankenstein.regioncache.observe import ServedLog
 from frankenstein.regioncache.render import Renderer, Unrenderable
@@ -50,6 +51,9 @@ from frankenstein.workload.listener import (
 )
 
 _NO_BODY = {204, 304}
+
+
+LOCAL_ROUTES = frozenset({"/tokenize", "/count", "/v1/messages/count_tokens"})  # counts answered by the front
 
 
 class Counter(Protocol):
@@ -71,8 +75,10 @@ class FrontServer(ProxyHTTPServer):
         renderer: Renderer,
         timeout_s: float,
         observe: ServedLog | None = None,
+        admission: Admission | None = None,
     ) -> None:
         super().__init__(addr, _Handler)
+        self.admission = admission  # the served recipe's adopted concurrency, held for passed-through POSTs
         self.upstream = upstream.rstrip("/")
         self.cache = cache
         self.renderer = renderer
@@ -126,6 +132,30 @@ class _Handler(BaseHTTPRequestHandler):
 
     # ------------------------------------------------------------------ routing
     def do_POST(self) -> None:
+        """Counts are answered here; any other POST goes to the engine within the served recipe's adopted
+        concurrency: its place is taken when its request line is read (queued or refused past the limit)."""
+        admission = self.server.admission
+        if admission is None or urlsplit(self.path).path.rstrip("/") in LOCAL_ROUTES:
+            self._post()
+            return
+        if not admission.enter():
+            self._refuse_over_scope(admission)
+            return
+        try:
+            self._post()
+        finally:
+            admission.leave()
+
+    def _refuse_over_scope(self, admission: Admission) -> None:
+        """429 naming the scope; the body is read first, so the client gets the answer, not a reset."""
+        try:
+            self._read_body()
+        except BadRequest as exc:
+            bad_request(self, exc)
+            return
+        self._json(429, admission.refusal())
+
+    def _post(self) -> None:
         try:
             raw = self._read_body()
         except BadRequest as exc:
@@ -161,6 +191,8 @@ class _Handler(BaseHTTPRequestHandler):
                 passed_through=self.server.passed_through,
                 rendering=self.server.renderer.how,
             )
+            if self.server.admission is not None:
+                st["admission"] = self.server.admission.counts()
             self._json(200, st)
             return
         self._pass_through(b"")
@@ -321,12 +353,13 @@ def start_front(
     port: int = 0,
     timeout_s: float = 600.0,
     observe: ServedLog | None = None,
+    admission: Admission | None = None,
 ) -> Front:
     """Serve the front in a background thread (``port=0``: a free port)."""
     if not upstream.startswith(("http://", "https://")):
         raise FrankError(f"upstream {upstream!r}: expected an http:// or https:// URL")
     try:
-        server = FrontServer((host, port), upstream, cache, renderer or Renderer(None), timeout_s, observe)
+        server = FrontServer((host, port), upstream, cache, renderer or Renderer(None), timeout_s, observe, admission)
     except OSError as exc:
         raise FrankError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
     return Front(server)

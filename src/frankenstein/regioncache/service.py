@@ -42,6 +42,7 @@ from frankenstein.design.registry import verified
 from frankenstein.engines import start_engine
 from frankenstein.engines.external import listed_model
 from frankenstein.errors import ConfigError, FrankError
+from frankenstein.regioncache.admission import Admission, OverScope
 from frankenstein.regioncache.cache import DEFAULT_MAX_BYTES, RegionCache, load_tokenizer
 from frankenstein.regioncache.engine_count import EngineCounter
 from frankenstein.regioncache.gguf import Unsupported, gguf_tokenizer
@@ -49,6 +50,7 @@ from frankenstein.regioncache.observe import ServedLog
 from frankenstein.regioncache.proxy import Counter, Front, start_front
 from frankenstein.regioncache.render import Renderer, engine_template, find_template
 from frankenstein.regioncache.tokenize_api import TokenizeApi, find_tokenize
+from frankenstein.scope import served_scope
 from frankenstein.served import served_recipe
 from frankenstein.shipped import data_path
 from frankenstein.workload.record import serve_recorder
@@ -69,6 +71,7 @@ class ServeOptions:
     upstream: str | None = None
     max_bytes: int = DEFAULT_MAX_BYTES
     shadow_rate: float = 0.0
+    over_scope: OverScope = "queue"  # past the served recipe's adopted concurrency: queue or refuse (429)
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -157,7 +160,10 @@ def serving(opts: ServeOptions, echo: Callable[[str], None] = print) -> Iterator
         template = engine_template(props) if props else None
         renderer = Renderer(template or find_template(choice.path, Path(model) if model else None))
         observe = _observe(campaign, stack)
-        front = start_front(upstream, cache, renderer=renderer, host=host, port=port, observe=observe)
+        admission = _admission(campaign, opts.over_scope)
+        front = start_front(
+            upstream, cache, renderer=renderer, host=host, port=port, observe=observe, admission=admission
+        )
         stack.callback(front.shutdown)
         st = cache.status()
         recording = f" (recording turns to {opts.record})" if opts.record else ""
@@ -165,6 +171,8 @@ def serving(opts: ServeOptions, echo: Callable[[str], None] = print) -> Iterator
         echo(f"region cache: {'on' if st.enabled else 'off'} ({st.reason}); {checked}; count_tokens by {renderer.how}")
         if fronting:
             echo(fronting)
+        if admission is not None:
+            echo(admission.describe())
         yield front
 
 
@@ -257,6 +265,18 @@ def _observe(campaign: Campaign | None, stack: ExitStack) -> ServedLog | None:
     log = ServedLog(campaign.store, last[0].seq if last else None)
     stack.callback(log.close)
     return log
+
+
+def _admission(campaign: Campaign | None, mode: OverScope) -> Admission | None:
+    """The served recipe's adopted concurrency (``frank adopt --scope concurrency=N``), held by the front;
+    None when no served part was adopted with one (or no campaign is served)."""
+    if campaign is None:
+        return None
+    limit, steps = served_scope(campaign.store.ledger_steps())
+    if limit is None:
+        return None
+    where = ", ".join(f"step {e.seq} ({e.part})" for e in steps)
+    return Admission(limit, mode, f"adopted for concurrency {limit} (ledger {where})")
 
 
 def _recorder(upstream: str, out: Path, stack: ExitStack) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from frankenstein.campaign import Campaign
+from frankenstein.config import NoteHeader, Provenance
 from frankenstein.design.analysis import Analysis, analyze
 from frankenstein.design.facts import DesignFacts, design_facts
 from frankenstein.design.kinds import Description, kind_of
@@ -42,6 +43,15 @@ class DesignReport:
     def word(self) -> str:
         return self.analysis.word if self.analysis is not None else "unavailable"
 
+    @property
+    def says(self) -> str:
+        """The verdict word as printed, the same in the summary, the section and note.json: a harm rule
+        that did not fire says 'no harm shown' (``Rule.phrase``), not 'not confirmed'."""
+        a = self.analysis
+        if a is None or a.verdict is None:
+            return self.word
+        return a.verdict.rule.phrase(a.word)  # type: ignore[arg-type]  # Analysis.word is a plain str
+
 
 @dataclass(frozen=True)
 class Credit:
@@ -51,6 +61,16 @@ class Credit:
     author: str
     licence: str
     step: int | None  # the ledger step that adopted it; None for a part of the base recipe
+    credit: str = ""  # what the credit is for, in words (provenance.credit)
+
+
+@dataclass(frozen=True)
+class PieceCredit:
+    """A credited piece other than a part: the served base recipe, a model, an engine, a weight format."""
+
+    kind: str  # recipe | model | engine | format
+    name: str
+    provenance: Provenance
 
 
 @dataclass
@@ -65,6 +85,8 @@ class NoteData:
     credits: list[Credit]
     overrides: list[Override] = field(default_factory=list)  # every one, oldest first (not only since)
     verification: str | None = None  # the first broken record when the note was written; None: verified
+    pieces: list[PieceCredit] = field(default_factory=list)  # the base recipe, models, engines, formats
+    header: NoteHeader = field(default_factory=NoteHeader)  # frank.toml's [note], printed as given
 
 
 def collect(campaign: Campaign, since: str | None = None) -> NoteData:
@@ -88,7 +110,18 @@ def collect(campaign: Campaign, since: str | None = None) -> NoteData:
         credits=credits(campaign),
         overrides=campaign.store.overrides(),
         verification=problem,
+        pieces=piece_credits(campaign),
+        header=campaign.config.note,
     )
+
+
+def piece_credits(campaign: Campaign) -> list[PieceCredit]:
+    """The served base recipe's provenance, then every model, engine and format ``frank.toml`` credits."""
+    cfg = campaign.config
+    out = [PieceCredit("recipe", cfg.served, cfg.recipes[cfg.served].provenance)] if cfg.served in cfg.recipes else []
+    for kind, table in (("model", cfg.models), ("engine", cfg.engines), ("format", cfg.formats)):
+        out += [PieceCredit(kind, name, prov) for name, prov in table.items()]
+    return out
 
 
 def design_report(campaign: Campaign, reg: Registered) -> DesignReport:
@@ -159,6 +192,7 @@ def credits(campaign: Campaign) -> list[Credit]:
                 author=prov.author if prov else "",
                 licence=prov.licence if prov else "",
                 step=step,
+                credit=prov.credit if prov else "",
             )
         )
     return out

@@ -290,7 +290,7 @@ def note_doc(data: NoteData, tables: Sequence[Table], lines: Sequence[str]) -> d
                     "design_hash": d.reg.design_hash,
                     "name": d.reg.design.name,
                     "kind": d.reg.design.kind,
-                    "word": d.word,
+                    "word": d.says,
                     "error": d.error,
                     "analysis": analysis_doc(d.analysis, d.percentiles, d.facts.not_fresh)
                     if d.analysis is not None

@@ -51,11 +51,7 @@ def what_it_shows(f: DesignFacts, measures: str, concurrency: str | None = None)
     """Sentences, generated from the facts, on what a design's result does and does not show."""
     lines = [measures, concurrency or _concurrency(f)]
     if f.workload_hash:
-        turns = f"the first {f.max_turns} turns" if f.max_turns else "all turns"
-        lines.append(
-            f"Workload `{_basename(f.workload_path)}` (hash `{f.workload_hash[:12]}`), {turns} per start after "
-            f"{f.warmup_turns} warm-up turn(s): other prompts and lengths may behave differently."
-        )
+        lines.append(_workload(f))
     lines.append(_engines(f))
     lines += fresh_start_lines(f)
     lines.append(_fidelity(f))
@@ -65,6 +61,38 @@ def what_it_shows(f: DesignFacts, measures: str, concurrency: str | None = None)
         lines.append(text[0].upper() + text[1:] + ".")
     lines.append(_blocks(f))
     return lines
+
+
+def _workload(f: DesignFacts) -> str:
+    """Which turns a start used: a fidelity start forces every turn (no warm-up), a speed start skips its
+    registered warm-up turns."""
+    turns = f"the first {f.max_turns} turns" if f.max_turns else "all turns"
+    if kind_of(f.kind).measures_fidelity:
+        used = f"{turns} per start, each forced (a fidelity start takes no warm-up turn)"
+    else:
+        used = f"{turns} per start after {f.warmup_turns} warm-up turn(s)"
+    return (
+        f"Workload `{_basename(f.workload_path)}` (hash `{(f.workload_hash or '')[:12]}`), {used}: "
+        "other prompts and lengths may behave differently."
+    )
+
+
+NOT_EQUAL_QUALITY = (
+    "No harm shown is not equal quality: the harm rule did not fire, so no pass difference was detected "
+    "at this size; it does not show that the arms pass equally often."
+)
+
+
+def stated_limits(kind: str, says: str, limits: list[str]) -> list[str]:
+    """After the generated lines: an agent design's 'no harm shown is not equal quality' (when its harm rule
+    did not fire), then the design's own ``limits`` as registered, each as written."""
+    lines = [NOT_EQUAL_QUALITY] if kind == "agent" and says == "no harm shown" else []
+    return lines + [_sentence(text) for text in limits]
+
+
+def _sentence(text: str) -> str:
+    text = text.strip()
+    return text if text.endswith((".", "!", "?")) else text + "."
 
 
 def _concurrency(f: DesignFacts) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -51,6 +52,52 @@ def md_table(header: Sequence[str], rows: Sequence[Sequence[str]], align: str) -
 def num(x: float | None) -> str:
     """Five significant digits, '—' for missing."""
     return "—" if x is None else f"{x:.5g}"
+
+
+def decimals(x: float) -> int:
+    """How many decimals ``x`` shows at five significant digits (``num``): 14.36 -> 2, 10.0 -> 0."""
+    text = f"{x:.5g}"
+    return 0 if "e" in text or "." not in text else len(text.split(".")[1])
+
+
+def row_nums(xs: Sequence[float | None], extra: Sequence[float | None] = (), sign: bool = False) -> list[str]:
+    """``xs`` at one precision: as many decimals as the most precise of them needs at five significant
+    digits, so trailing zeros stay (14.360 beside 14.359); ``extra`` (a mean) one decimal more; ``sign``:
+    a + on positive values (differences)."""
+    places = max((decimals(x) for x in xs if x is not None), default=0)
+    plus = "+" if sign else ""
+
+    def fmt(x: float | None, d: int) -> str:
+        return "—" if x is None else f"{round(x, 9):{plus}.{d}f}"
+
+    return [fmt(x, places) for x in xs] + [fmt(x, places + 1) for x in extra]
+
+
+UNITS = {
+    "verify_step_ms": "ms per step",
+    "decode_ms_per_token": "ms per token",
+    "tokens_per_step": "tokens per step",
+    "passes": "passes per start",
+}
+
+
+def unit(metric: str) -> str:
+    """The metric's unit in words ('ms per step'), from its name; the name itself where none is known."""
+    if metric in UNITS:
+        return UNITS[metric]
+    for suffix, word in (("_ms", "ms"), ("_s", "s"), ("_mib", "MiB"), ("_w", "W")):
+        if metric.endswith(suffix):
+            return word
+    return metric
+
+
+def difference(x: float | None, metric: str) -> str:
+    """An absolute difference in the metric's unit: '-0.70 ms per step' (two significant decimals at least)."""
+    if x is None:
+        return "—"
+    x = round(x, 9)  # a mean of differences that cancel reads 0, not float noise
+    places = min(6, max(2, 1 - math.floor(math.log10(abs(x))))) if x else 2
+    return f"{x:+.{places}f} {unit(metric)}"
 
 
 def pct(x: float | None) -> str:

@@ -24,23 +24,28 @@ from pathlib import Path
 from typing import Any
 
 from frankenstein.campaign import Campaign
+from frankenstein.config import Provenance
 from frankenstein.design.kinds import kind_of
 from frankenstein.design.kinds.base import speculation_lines
 from frankenstein.design.model import FidelityRule
+from frankenstein.design.rules import Verdict
 from frankenstein.design.percentiles import PERCENTILE_CAPTION, PERCENTILE_HEADER, percentile_rows
 from frankenstein.design.table import descriptive_label, describe_rule, format_p, p_text
 from frankenstein.fidelity.gate import rule_line
 from frankenstein.report import plots as P
 from frankenstein.report.collect import DesignReport, NoteData, collect
 from frankenstein.report.export import dumps, note_doc
-from frankenstein.report.facts import what_it_shows
+from frankenstein.report.facts import stated_limits, what_it_shows
+from frankenstein.report.html import note_html
 from frankenstein.report.hosts import host_row, hosts_sentence
 from frankenstein.report.observed import observed_lines
 from frankenstein.report.phases import format_time_spent
-from frankenstein.report.markdown import capture_tables, code, md_table, num, pct, slug
+from frankenstein.report.markdown import capture_tables, code, difference, md_table, num, pct, row_nums, slug, unit
+from frankenstein.scope import adopted_for, scope_words
 from frankenstein.store import LedgerEntry, Override, Refusal, StartRow
 
 NOTE_NAME = "note.md"
+NOTE_HTML = "note.html"  # the same note as one file, plots inline (report/html.py)
 NOTE_JSON = "note.json"  # every table of the note, machine-readable (report/export.py, docs/exports.md)
 Plots = dict[str, dict[str, str]]  # design id -> {"blocks" | "kl" | "passes": file name}
 
@@ -65,10 +70,22 @@ def result_phrase(d: DesignReport) -> str:
     metric = d.reg.design.primary_metric
     if v.data == "difference":
         est = f"{metric} mean difference {num(v.mean_difference)}"
+    elif v.geomean_ratio:
+        est = f"{metric} ratio {v.geomean_ratio:.4f} ({pct(v.geomean_ratio - 1)}; {ratio_difference(v, metric)})"
     else:
-        est = f"{metric} ratio {v.geomean_ratio:.4f} ({pct(v.geomean_ratio - 1)})" if v.geomean_ratio else metric
-    word = v.rule.phrase(a.word)  # type: ignore[arg-type]  # Analysis.word is a plain str
-    return f"{est}, {v.in_favour} of {v.n_blocks} blocks in its favour, {p_text(v)}, verdict {word}"
+        est = metric
+    return f"{est}, {v.in_favour} of {v.n_blocks} blocks in its favour, {p_text(v)}, verdict {d.says}"
+
+
+def mean_block_difference(v: Verdict) -> float | None:
+    """Mean of candidate − served over the analysed blocks: the absolute difference beside a ratio."""
+    diffs = [r.candidate - r.served for r in v.rows if r.candidate is not None and r.served is not None]
+    return sum(diffs) / len(diffs) if diffs else None
+
+
+def ratio_difference(v: Verdict, metric: str) -> str:
+    """'candidate − served -0.70 ms per step on average': the ratio's absolute counterpart in the metric's unit."""
+    return f"candidate − served {difference(mean_block_difference(v), metric)} on average"
 
 
 def fidelity_phrase(summary: dict[str, Any], word: str) -> str:
@@ -87,10 +104,13 @@ def fidelity_phrase(summary: dict[str, Any], word: str) -> str:
     )
 
 
-def scope_phrase(scope: dict[str, Any]) -> str:
-    """The same phrase from what the ledger recorded at adoption."""
+def scope_phrase(scope: dict[str, Any], d: DesignReport | None = None) -> str:
+    """The same phrase from what the ledger recorded at adoption (the absolute difference from the design's
+    analysis, where the note has it)."""
     g = scope.get("geomean_ratio")
-    est = f"{scope.get('metric')} ratio {g:.4f} ({pct(g - 1)})" if g else str(scope.get("metric"))
+    v = d.analysis.verdict if d is not None and d.analysis is not None else None
+    diff = f"; {ratio_difference(v, str(scope.get('metric')))}" if v is not None and v.data == "ratio" else ""
+    est = f"{scope.get('metric')} ratio {g:.4f} ({pct(g - 1)}{diff})" if g else str(scope.get("metric"))
     return (
         f"{est}, {scope.get('in_favour')} of {scope.get('blocks')} blocks in its favour, {_p_text(scope.get('p'))}, "
         f"verdict {scope.get('verdict')}"
@@ -158,12 +178,15 @@ def _step_bullet(e: LedgerEntry, by_id: dict[str, DesignReport], forced_past: Ov
             f"{e.scope.get('undoes_action')}){why}{past}; served parts after it: {_parts(e.parts)}."
         )
     head = "**adopted by force**" if e.forced else "**adopted**"
-    text = f"- {head} {code(e.part)} (step {e.seq}, design {code(e.design_id or '-')}): {scope_phrase(e.scope)}"
+    phrase = scope_phrase(e.scope, by_id.get(e.design_id or ""))
+    text = f"- {head} {code(e.part)} (step {e.seq}, design {code(e.design_id or '-')}): {phrase}"
     if e.forced:
         overrode = list(e.scope.get("overridden") or [])
         if forced_past is not None:
             overrode.append(_verification_phrase(forced_past))
         text += f"; forced because: {e.why}; it overrode: {'; '.join(overrode) or 'nothing'}"
+    if scope_words(adopted_for(e)):
+        text += f"; adopted for {scope_words(adopted_for(e))}"
     return text + "."
 
 
@@ -204,6 +227,7 @@ def format_design(d: DesignReport, base: str, plots: dict[str, str]) -> list[str
         "### What this does and does not show",
         "",
         *(f"- {s}" for s in what_it_shows(d.facts, d.description.measures, d.description.concurrency)),
+        *(f"- {s}" for s in stated_limits(d.reg.design.kind, d.says, d.reg.design.limits)),
     ]
     lines += format_machines(d)
     lines += format_time_spent(d)
@@ -212,6 +236,19 @@ def format_design(d: DesignReport, base: str, plots: dict[str, str]) -> list[str
 
 MACHINE_COLUMNS = ("host", "CPU", "governor", "GPU", "driver / CUDA", "engine")
 ENV_COLUMN = "engine env"  # only when some start inherited engine settings from frank's environment
+
+
+ENV_VALUE_CHARS = 32  # an inherited setting's value longer than this is cut in the table (NVIDIA_REQUIRE_CUDA)
+
+
+def cut_env(words: str) -> str:
+    """``K=V, ...`` with each value longer than :data:`ENV_VALUE_CHARS` cut to its start and '…'."""
+
+    def cut(item: str) -> str:
+        key, eq, value = item.partition("=")
+        return item if not eq or len(value) <= ENV_VALUE_CHARS else f"{key}={value[: ENV_VALUE_CHARS - 1]}…"
+
+    return ", ".join(cut(item) for item in words.split(", "))
 
 
 def format_machines(d: DesignReport) -> list[str]:
@@ -228,7 +265,8 @@ def format_machines(d: DesignReport) -> list[str]:
         columns = (*MACHINE_COLUMNS, ENV_COLUMN)
     groups: dict[tuple[str, ...], list[str]] = {}
     for label, cells in d.facts.machines:
-        groups.setdefault(tuple(cells.get(c, "none" if c == ENV_COLUMN else "—") for c in columns), []).append(label)
+        key = tuple(cut_env(cells.get(c, "none")) if c == ENV_COLUMN else cells.get(c, "—") for c in columns)
+        groups.setdefault(key, []).append(label)
     rows = [[*key, str(len(labels))] for key, labels in groups.items()]
     lines = ["", "### Machine", "", *md_table([*columns, "starts"], rows, "l" * len(columns) + "r")]
     lines += [f"- Differs: {flag}" for flag in d.facts.machine_flags]
@@ -238,13 +276,13 @@ def format_machines(d: DesignReport) -> list[str]:
 def _design_head(d: DesignReport, base: str) -> list[str]:
     reg, design = d.reg, d.reg.design
     s, c = reg.frozen.recipes["served"], reg.frozen.recipes["candidate"]
-    arms = (
-        "command arms"
-        if s is None or c is None
-        else f"served = {code(' + '.join([base, *s.parts]))}, candidate = {code(' + '.join([base, *c.parts]))}"
-    )
+    if s is None or c is None:
+        tests = _part(d) if d.part == "command arms" else f"{_part(d)}; command arms"
+    else:
+        arms = f"served = {code(' + '.join([base, *s.parts]))}, candidate = {code(' + '.join([base, *c.parts]))}"
+        tests = f"{_part(d)}; {arms}"
     return [
-        f"- Tests: {_part(d)}; {arms}.",
+        f"- Tests: {tests}.",
         f"- Registered {reg.registered_at}, design hash {code(reg.design_hash[:16])}; {design.blocks} blocks, "
         f"{design.starts_per_arm} start(s) per arm per block, arm order per block drawn from the registered seed.",
         f"- Hypothesis: {design.hypothesis or 'none written'}",
@@ -266,13 +304,10 @@ def format_block_table(d: DesignReport) -> list[str]:
     if v is None:
         return ["```text", *(a.lines or [f"verdict: {a.word}"]), "```"]
     rows = {r.block: r for r in v.rows}
-    vals = _arm_values(d, d.reg.design.primary_metric)
-    header, served, cand, rel = (
-        ["block"],
-        ["served"],
-        ["candidate"],
-        [("difference" if v.data == "difference" else "ratio − 1")],
-    )
+    metric = d.reg.design.primary_metric
+    vals = _arm_values(d, metric)
+    header, rel = ["block"], [("difference" if v.data == "difference" else "ratio − 1")]
+    values: dict[str, list[float | None]] = {"served": [], "candidate": []}
     analysed: dict[str, list[float | None]] = {"served": [], "candidate": []}
     for b in range(d.reg.design.blocks):
         r = rows.get(str(b + 1))
@@ -280,8 +315,8 @@ def format_block_table(d: DesignReport) -> list[str]:
         got = vals.get(b, {})
         s = r.served if r and r.served is not None else got.get("served")
         c = r.candidate if r and r.candidate is not None else got.get("candidate")
-        served.append(num(s))
-        cand.append(num(c))
+        values["served"].append(s)
+        values["candidate"].append(c)
         if r is not None:
             analysed["served"].append(s)
             analysed["candidate"].append(c)
@@ -291,12 +326,15 @@ def format_block_table(d: DesignReport) -> list[str]:
         else:
             rel.append(num(r.difference) if v.data == "difference" else pct(r.ratio_minus_one))
     header.append("mean")
-    served.append(num(_mean(analysed["served"])))
-    cand.append(num(_mean(analysed["candidate"])))
+    served = ["served", *row_nums(values["served"], [_mean(analysed["served"])])]
+    cand = ["candidate", *row_nums(values["candidate"], [_mean(analysed["candidate"])])]
     rel.append(
         num(v.mean_difference) if v.data == "difference" else pct(v.geomean_ratio - 1 if v.geomean_ratio else None)
     )
-    table = md_table(header, [served, cand, rel, *host_row(d)], "l" + "r" * (len(header) - 1))
+    diff_row = _difference_row(v, d.reg.design.blocks, metric) if v.data == "ratio" else []
+    table = md_table(
+        header, [served, cand, rel, *([diff_row] if diff_row else []), *host_row(d)], "l" + "r" * (len(header) - 1)
+    )
     note = (
         "The mean column gives each arm's arithmetic mean over the blocks analysed and, for ratio − 1, the "
         "geometric-mean ratio − 1: the estimate the rule tests."
@@ -304,6 +342,16 @@ def format_block_table(d: DesignReport) -> list[str]:
         else "The mean column gives each arm's arithmetic mean and the mean difference (candidate − served)."
     )
     return [*table, "", note + _dropped(d) + hosts_sentence(d)]
+
+
+def _difference_row(v: Verdict, blocks: int, metric: str) -> list[str]:
+    """Candidate − served per block and on average, in the metric's unit, beside the ratio row."""
+    by_block = {r.block: r for r in v.rows}
+    diffs: list[float | None] = []
+    for b in range(blocks):
+        r = by_block.get(str(b + 1))
+        diffs.append(None if r is None or r.served is None or r.candidate is None else r.candidate - r.served)
+    return [f"candidate − served ({unit(metric)})", *row_nums(diffs, [mean_block_difference(v)], sign=True)]
 
 
 def _mean(xs: list[float | None]) -> float | None:
@@ -332,7 +380,7 @@ def format_rule(d: DesignReport) -> list[str]:
         return [f"**Verdict:** {d.word}."]
     v = a.verdict
     said = (
-        f"**It said:** {a.word} ({v.reason}). {v.in_favour} of {v.n_blocks} blocks favour the candidate, "
+        f"**It said:** {d.says} ({v.reason}). {v.in_favour} of {v.n_blocks} blocks favour the candidate, "
         f"{v.against} the served arm, {v.ties} tie(s); {p_text(v)}"
     )
     if v.ci is not None:
@@ -434,7 +482,7 @@ def format_didnt_work(data: NoteData) -> list[str]:
                 f"over the blocks run: {result_phrase(d)}."
             )
         elif went_wrong(d):
-            out.append(head + f"{d.word}: {result_phrase(d)}.")
+            out.append(head + f"{d.says}: {result_phrase(d)}.")
         if d.facts.starts_failed:
             out.append(head + f"{d.facts.starts_failed} failed or invalid start(s){_failures(d)}.")
     for r in data.refusals:
@@ -488,10 +536,15 @@ def format_verification(data: NoteData) -> list[str]:
 
 def format_credits(data: NoteData) -> list[str]:
     if not data.credits:
-        return ["## Credits", "", f"No parts served: the served recipe is the base recipe {code(data.base)}."]
+        return [
+            "## Credits",
+            "",
+            f"No parts served: the served recipe is the base recipe {code(data.base)}.",
+            *format_piece_credits(data),
+        ]
     rows = [
         [
-            code(c.part),
+            code(c.part) + (f" ({c.credit})" if c.credit else ""),
             c.fork or "not given",
             c.commit or "not given",
             c.author or "not given",
@@ -506,6 +559,30 @@ def format_credits(data: NoteData) -> list[str]:
         "Parts in the served recipe now, with their provenance from `frank.toml`:",
         "",
         *md_table(["part", "fork", "commit", "author", "licence", "adopted"], rows, "llllll"),
+        *format_piece_credits(data),
+    ]
+
+
+def format_piece_credits(data: NoteData) -> list[str]:
+    """The served base recipe, the models, engines and weight formats `frank.toml` credits, as given."""
+    given = [p for p in data.pieces if p.provenance != Provenance()]
+    if not given:
+        return []
+    rows = [
+        [
+            p.kind,
+            code(p.name),
+            p.provenance.credit or "not given",
+            *(v or "not given" for v in (p.provenance.fork, p.provenance.commit, p.provenance.author)),
+            p.provenance.licence or "not given",
+        ]
+        for p in given
+    ]
+    return [
+        "",
+        "The recipe, model, engine and formats, with their provenance from `frank.toml`:",
+        "",
+        *md_table(["piece", "name", "for", "source", "commit or version", "author", "licence"], rows, "lllllll"),
     ]
 
 
@@ -515,8 +592,9 @@ def format_credits(data: NoteData) -> list[str]:
 def render_note(data: NoteData, plots: Plots) -> list[str]:
     since = f"since {data.since}" if data.since else "since the campaign began"
     lines = [
-        f"# Progress note: {data.campaign}",
+        f"# {data.header.title or f'Progress note: {data.campaign}'}",
         "",
+        *format_byline(data),
         *format_verification(data),
         f"Served recipe now: {code(' + '.join([data.base, *data.served]))}. This note covers the designs "
         f"registered, ledger steps and refusals {since}: {len(data.designs)} design(s), {len(data.steps)} "
@@ -530,7 +608,22 @@ def render_note(data: NoteData, plots: Plots) -> list[str]:
     if data.overrides:
         lines += ["", *format_overrides(data)]
     lines += ["", *format_credits(data)]
+    if data.header.assistance:
+        lines += ["", "## Assistance and method", "", data.header.assistance.strip()]
     return lines
+
+
+def format_byline(data: NoteData) -> list[str]:
+    """frank.toml's ``[note]`` series and authors under the title, as given."""
+    h = data.header
+    words = [h.series.strip()] if h.series.strip() else []
+    if h.authors:
+        words.append("By " + _and(h.authors) + ".")
+    return [" ".join(w if w.endswith((".", "!", "?")) else w + "." for w in words), ""] if words else []
+
+
+def _and(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def plan_plots(data: NoteData) -> Plots:
@@ -618,8 +711,8 @@ def since_text(since: date | datetime | str | None) -> str | None:
 
 
 def write_report(campaign: Campaign, out_dir: str | Path, since: date | datetime | str | None = None) -> Path:
-    """Write ``note.md``, ``note.json`` (its tables, machine-readable) and its PNG plots into ``out_dir``;
-    returns the note's path."""
+    """Write ``note.md``, ``note.json`` (its tables, machine-readable), its PNG plots and ``note.html`` (the
+    same note as one file, plots inline) into ``out_dir``; returns the note's path."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     data = collect(campaign, since_text(since))
@@ -635,4 +728,6 @@ def write_report(campaign: Campaign, out_dir: str | Path, since: date | datetime
     note = out / NOTE_NAME
     note.write_text("\n".join(lines) + "\n", encoding="utf-8")
     (out / NOTE_JSON).write_text(dumps(note_doc(data, tables, lines)), encoding="utf-8")
+    images = {name: (out / name).read_bytes() for files in plots.values() for name in files.values()}
+    (out / NOTE_HTML).write_text(note_html(lines, images), encoding="utf-8")
     return note

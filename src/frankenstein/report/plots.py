@@ -2,8 +2,9 @@
 
     plot_paired_blocks   each block's served and candidate values, joined by a line (the pairing is the unit),
                          each point labelled with when its arm ran in the block; y from zero, or a broken axis
-    plot_kl              the distribution of per-position KL of the candidate against the noise floor (legend
-                         beside the axes, counting positions)
+    plot_kl              the distribution of per-position KL of the candidate against the noise floor, on a log
+                         axis of positive KL with the tolerance and threshold drawn and the positions above the
+                         threshold marked (legend beside the axes, counting positions)
     plot_pass_matrix     pass/fail per task and draw (rows) and block and arm (columns)
 
 Each takes plain data and a path and writes one PNG; none reads the store.
@@ -151,9 +152,22 @@ def plot_kl(
     threshold: float | None = None,
     title: str = "",
 ) -> Path:
-    """Empirical CDFs of per-position KL (nats, symlog axis): the candidate's and the noise floor's (A vs A′).
+    """Empirical CDFs of per-position KL (nats, log axis of positive KL): the candidate's and the noise floor's (A vs A′).
     Top-k KL is a lower bound of the full KL; the axis label says so."""
     return _save(kl_figure(candidate, noise, tolerance=tolerance, threshold=threshold, title=title), path)
+
+
+KL_FLOOR = 1e-6  # nats: KL at or below this (zero, or a rounding error below it) is drawn at the floor
+
+
+def kl_floor(values: Sequence[float], tolerance: float | None = None) -> float:
+    """The log axis's left edge: the smallest positive KL shown, at most a thousandth of the tolerance and
+    never below :data:`KL_FLOOR`."""
+    positive = [v for v in values if math.isfinite(v) and v > KL_FLOOR]
+    lowest = min(positive, default=1e-3)
+    if tolerance:
+        lowest = min(lowest, tolerance / 1e3)
+    return max(KL_FLOOR, 10 ** math.floor(math.log10(lowest)))
 
 
 def kl_figure(
@@ -164,24 +178,46 @@ def kl_figure(
     threshold: float | None = None,
     title: str = "",
 ) -> Any:
-    """The KL plot; its legend counts positions (not ECDF points) and sits beside the axes, off the curves."""
+    """The KL plot on a log axis of positive KL (values at or below the floor drawn at it, and counted in
+    the legend), the tolerance and threshold drawn, the positions above the threshold marked; its legend
+    counts positions (not ECDF points) and sits beside the axes, off the curves."""
     fig = _figure(7.5, 3.4, layout="constrained")
     ax = fig.add_subplot(1, 1, 1)
+    floor = kl_floor([*candidate, *(noise or [])], tolerance)
     for name, vals in (("noise floor (served vs served)", noise), ("candidate vs served", candidate)):
         if vals:
-            xs, ys = _ecdf(vals)
+            shown = [max(v, floor) for v in vals]
+            xs, ys = _ecdf(shown)
+            at_floor = sum(1 for v in vals if math.isfinite(v) and v <= floor)
+            low = f", {at_floor} at or below {floor:g}" if at_floor else ""
             colour = COLOURS["noise"] if name.startswith("noise") else COLOURS["candidate"]
-            ax.step(xs, ys, where="post", label=f"{name}, {positions(vals)} positions", color=colour)
+            ax.step(xs, ys, where="post", label=f"{name}, {positions(vals)} positions{low}", color=colour)
     if tolerance is not None:
         ax.axvline(tolerance, color="#55a868", linestyle="--", linewidth=1, label=f"tolerance (mean) {tolerance:g}")
     if threshold is not None:
         ax.axvline(threshold, color="#c44e52", linestyle=":", linewidth=1, label=f"threshold {threshold:g}")
-    ax.set_xscale("symlog", linthresh=1e-4)
-    ax.set_xlabel("KL per position, nats (top-k lower bound)")
+        _mark_above(ax, candidate, threshold)
+    ax.set_xscale("log")
+    ax.set_xlim(left=floor)
+    ax.set_xlabel("KL per position, nats (log axis; top-k lower bound)")
     ax.set_ylabel("share of positions ≤ x")
     ax.set_title(title, fontsize=10)
     fig.legend(fontsize=7, frameon=False, loc="outside right upper")
     return fig
+
+
+def _mark_above(ax: Any, candidate: Sequence[float], threshold: float) -> None:
+    """A marker on the candidate's curve at each position above the threshold, counted in the legend."""
+    xs, ys = _ecdf(candidate)
+    above = [(x, y) for x, y in zip(xs[1:], ys[1:]) if x > threshold]
+    ax.scatter(
+        [x for x, _ in above],
+        [y for _, y in above],
+        marker="x",
+        color="#c44e52",
+        zorder=3,
+        label=f"{len(above)} candidate position(s) above the threshold",
+    )
 
 
 def plot_pass_matrix(

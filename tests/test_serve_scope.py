@@ -1,0 +1,178 @@
+"""``frank adopt --scope``: what a part is adopted for, as data, held by ``frank serve``.
+
+A campaign's draft part is adopted for concurrency 1 through the real CLI; ``frank serve`` then starts the
+served recipe's real llama-server and two real clients talk to it at once over 127.0.0.1. The first client
+holds its place by sending its request line and headers and only half of its body (the front takes the place
+when the request line is read), so the second one meets a full front deterministically, without timing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import frank
+
+from frankenstein.campaign import open_campaign
+from frankenstein.errors import ConfigError
+from frankenstein.regioncache.service import ServeOptions, serving
+from frankenstein.scope import parse_scope, scope_words, served_scope
+
+from helpers_campaign import make_campaign, make_workload
+from helpers_cli import cli
+from helpers_ledger import CONFIRMED, stored_design
+from test_serve import start_cli, wait_listening
+
+NOTE = "single stream only; concurrency 5 and above is not yet fidelity-checked"
+CHAT = json.dumps({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}).encode()
+
+
+@pytest.fixture
+def adopted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
+    """A campaign serving `draft`, adopted for concurrency 1 through the CLI."""
+    camp = make_campaign(tmp_path / "c")
+    make_workload(camp.root / "workloads" / "w.jsonl")
+    reg = stored_design(camp, name="draft-speed", served=CONFIRMED[0], candidate=CONFIRMED[1])
+    camp.close()
+    code, out, err = cli(
+        capsys, "adopt", "draft", "-d", reg.design_id, "--scope", "concurrency=1", "--scope", f"note={NOTE}",
+        "-c", str(tmp_path / "c"),
+    )  # fmt: skip
+    assert code == 0, err
+    assert f"  adopted for: concurrency 1 (one request at a time); note: {NOTE}" in out
+    return tmp_path / "c"
+
+
+def held_request(url: str) -> socket.socket:
+    """A client that sends a chat request's line, headers and half its body, and waits: its place is taken."""
+    host, port = url.removeprefix("http://").split(":")
+    s = socket.create_connection((host, int(port)), timeout=60)
+    head = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    s.sendall(f"{head}Content-Length: {len(CHAT)}\r\n\r\n".encode() + CHAT[:10])
+    return s
+
+
+def finish(s: socket.socket) -> bytes:
+    """Send the rest of the body and read the whole answer (the front closes after it: Connection: close)."""
+    s.sendall(CHAT[10:])
+    s.shutdown(socket.SHUT_WR)
+    data = b""
+    while chunk := s.recv(65536):
+        data += chunk
+        if data.endswith(b"0\r\n\r\n"):
+            break
+    s.close()
+    return data
+
+
+def until(check: Callable[[], bool], seconds: float = 60.0) -> None:
+    """Poll ``check`` every 10 ms until it holds; fail after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def status(url: str) -> dict:
+    return httpx.get(url + "/frank/status", trust_env=False, timeout=30).json()["admission"]
+
+
+def test_scope_keys_are_checked(tmp_path: Path) -> None:
+    assert parse_scope(["concurrency=1", "context=32768", f"note={NOTE}"]).recorded() == {
+        "concurrency": 1,
+        "context": 32768,
+        "note": NOTE,
+    }
+    for bad, field in (
+        (["threads=4"], "--scope"),
+        (["concurrency=0"], "--scope"),
+        (["concurrency=many"], "--scope"),
+        (["concurrency"], "--scope"),
+        (["note=a", "note=b"], "--scope note"),
+    ):
+        with pytest.raises(ConfigError) as e:
+            parse_scope(bad)
+        assert e.value.field == field, bad
+    with pytest.raises(ConfigError, match="unknown field .*keys: concurrency, context, gpus"):
+        parse_scope(["threads=4"])
+    assert scope_words({"concurrency": 4, "gpus": 2}) == "concurrency up to 4; GPUs 2"
+
+
+def test_a_bad_scope_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    camp = make_campaign(tmp_path / "c")
+    make_workload(camp.root / "workloads" / "w.jsonl")
+    reg = stored_design(camp, name="draft-speed", served=CONFIRMED[0], candidate=CONFIRMED[1])
+    camp.close()
+    r = frank("adopt", "draft", "-d", reg.design_id, "--scope", "concurrency=-1", "-c", str(tmp_path / "c"))
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert "--scope: concurrency" in r.stderr
+    with open_campaign(tmp_path / "c") as c:
+        assert c.store.ledger_steps() == []
+
+
+def test_served_and_the_ledger_show_the_scope(adopted: Path) -> None:
+    r = frank("served", "-c", str(adopted))
+    assert r.returncode == 0, r.stderr
+    assert f"       adopted for: concurrency 1 (one request at a time); note: {NOTE}" in r.stdout
+    with open_campaign(adopted) as c:
+        [step] = c.store.ledger_steps()
+        assert step.scope["adopted_for"] == {"concurrency": 1, "note": NOTE}
+        assert served_scope(c.store.ledger_steps()) == (1, [step])
+
+
+@pytest.mark.engine
+def test_frank_serve_refuses_a_second_simultaneous_request(adopted: Path, tmp_path: Path) -> None:
+    """--over-scope refuse: the real CLI, the real engine, two real clients at once: the second gets 429
+    naming the scope; once the first is answered, the next one is served."""
+    proc = start_cli("-c", str(adopted), "--listen", "127.0.0.1:0", "--over-scope", "refuse", cwd=tmp_path)
+    try:
+        url, _ = wait_listening(proc)
+        assert proc.stdout is not None
+        lines = [proc.stdout.readline() for _ in range(2)]
+        said = next((x for x in lines if x.startswith("frank serve: the served recipe is adopted")), lines)
+        assert said.strip() == (
+            "frank serve: the served recipe is adopted for concurrency 1 (ledger step 1 (draft)): at most 1 "
+            "generation request(s) at once reach the engine; one more is refused with 429 (--over-scope refuse)"
+        )
+        first = held_request(url)
+        until(lambda: status(url)["running"] == 1)  # the first client holds its place
+        second = httpx.post(url + "/v1/chat/completions", content=CHAT, trust_env=False, timeout=60)
+        assert second.status_code == 429
+        assert "adopted for concurrency 1" in second.json()["error"]["message"]
+        answer = finish(first)
+        assert answer.startswith(b"HTTP/1.1 200") and b"choices" in answer
+        third = httpx.post(url + "/v1/chat/completions", content=CHAT, trust_env=False, timeout=60)
+        assert third.status_code == 200 and third.json()["choices"]
+        counted = httpx.post(url + "/count", json={"content": "hi"}, trust_env=False, timeout=30)
+        assert counted.status_code == 200  # counts are not generation: never held
+        assert status(url) == {"limit": 1, "mode": "refuse", "running": 0, "waiting": 0, "refused": 1}
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.communicate(timeout=60)
+
+
+@pytest.mark.engine
+def test_frank_serve_queues_a_second_simultaneous_request(adopted: Path) -> None:
+    """The default, --over-scope queue: the second client waits (the front says so) until the first is
+    answered, then is served."""
+    lines: list[str] = []
+    with serving(ServeOptions(campaign=adopted, listen="127.0.0.1:0"), echo=lines.append) as front:
+        assert any(line.endswith("one more waits for a free place (--over-scope queue)") for line in lines)
+        first = held_request(front.url)
+        with ThreadPoolExecutor(1) as pool:
+            second = pool.submit(
+                httpx.post, front.url + "/v1/chat/completions", content=CHAT, trust_env=False, timeout=120
+            )
+            until(lambda: status(front.url)["waiting"] == 1)  # the front says it queued the second
+            assert not second.done()
+            assert finish(first).startswith(b"HTTP/1.1 200")
+            assert second.result().status_code == 200
+        assert status(front.url) == {"limit": 1, "mode": "queue", "running": 0, "waiting": 0, "refused": 0}
