@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import socket
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -29,7 +30,7 @@ from frankenstein.scope import parse_scope, scope_words, served_scope
 from helpers_campaign import make_campaign, make_workload
 from helpers_cli import cli
 from helpers_ledger import CONFIRMED, stored_design
-from test_serve import start_cli, wait_listening
+from test_serve import TOKENIZER, EngineTestDouble, start_cli, tok, wait_listening
 
 NOTE = "single stream only; concurrency 5 and above is not yet fidelity-checked"
 CHAT = json.dumps({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}).encode()
@@ -51,11 +52,11 @@ def adopted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
     return tmp_path / "c"
 
 
-def held_request(url: str) -> socket.socket:
-    """A client that sends a chat request's line, headers and half its body, and waits: its place is taken."""
+def held_request(url: str, path: str = "/v1/chat/completions") -> socket.socket:
+    """A client that sends a request's line, headers and half its body, and waits: its place is taken."""
     host, port = url.removeprefix("http://").split(":")
     s = socket.create_connection((host, int(port)), timeout=60)
-    head = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    head = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
     s.sendall(f"{head}Content-Length: {len(CHAT)}\r\n\r\n".encode() + CHAT[:10])
     return s
 
@@ -67,7 +68,7 @@ def finish(s: socket.socket) -> bytes:
     data = b""
     while chunk := s.recv(65536):
         data += chunk
-        if data.endswith(b"0\r\n\r\n"):
+        if data.endswith(b"\r\n0\r\n\r\n"):
             break
     s.close()
     return data
@@ -126,6 +127,29 @@ def test_served_and_the_ledger_show_the_scope(adopted: Path) -> None:
         [step] = c.store.ledger_steps()
         assert step.scope["adopted_for"] == {"concurrency": 1, "note": NOTE}
         assert served_scope(c.store.ledger_steps()) == (1, [step])
+
+
+def test_the_front_holds_the_scope_in_front_of_an_engine_double(adopted: Path) -> None:
+    """The admission alone, fast, in front of the test double of test_serve.py (no engine): refuse mode
+    answers 429 while a request holds the one place, and the place is free again once it is answered."""
+    srv = EngineTestDouble(tok())
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    opts = ServeOptions(
+        campaign=adopted, upstream=srv.url, tokenizer=TOKENIZER, listen="127.0.0.1:0", over_scope="refuse"
+    )
+    try:
+        with serving(opts, echo=lambda s: None) as front:
+            first = held_request(front.url, "/echo")
+            until(lambda: status(front.url)["running"] == 1)
+            second = httpx.post(front.url + "/echo", content=b"{}", trust_env=False, timeout=30)
+            assert second.status_code == 429 and second.json()["error"]["type"] == "over_scope"
+            assert b'"echo"' in finish(first)
+            until(lambda: status(front.url)["running"] == 0)
+            assert httpx.post(front.url + "/echo", content=b"{}", trust_env=False, timeout=30).status_code == 200
+            assert status(front.url)["refused"] == 1
+    finally:
+        srv.shutdown()
+        srv.server_close()
 
 
 @pytest.mark.engine
