@@ -28,6 +28,9 @@ def test_frank_demo_runs_the_whole_loop(tmp_path: Path, llama_server_bin: str) -
     assert re.search(r"^verdict: (confirmed|not confirmed|invalid) ", text, re.M)
     assert "candidate: drafted " in text  # speculation per arm
     assert "decided by: " in text  # the fidelity gate says which part of its rule decided
+    # 3 starts per arm: the floor and the candidate as ranges over start pairs, the excess with its bound
+    assert "against the noise floor: two starts of the served engine differed by " in text
+    assert re.search(r"excess \S+ nats, one-sided 95% upper bound \S+ [<≥] margin 0.01", text)
     note = re.search(r"^progress note: (.+)$", text, re.M)
     assert note and Path(note.group(1)).is_file()
     verify = subprocess.run(

@@ -69,11 +69,11 @@ def test_identical_top_k_with_rearranged_tails_is_invalid_not_passed() -> None:
     assert full.mean() > 2.5  # nats of real divergence, all of it in the tail
     candidate, noise = summaries(served, cand)
     assert candidate["kl"]["mean"] == 0.0 and candidate["captured_mass_mean"] == pytest.approx(0.6, abs=1e-3)
-    rule = FidelityRule(tolerance=0.02)
+    rule = FidelityRule(tolerance=0.02, min_captured_mass=0.5)
     word, why = apply_rule(rule, candidate, noise)
     assert word == "invalid"
     assert why.startswith(
-        "captured mass: the shared top-k bins hold 0.6000 of the served mass on average, below the registered 0.9"
+        "captured mass: the shared top-k bins hold 0.6000 of the served mass on average, below the registered 0.99"
     )
     assert decided_by(word, why) == "captured mass"
     # the per-position floor decides when a position is below it
@@ -112,9 +112,9 @@ def test_a_noise_floor_above_the_tolerance_makes_the_verdict_invalid() -> None:
 
 def test_the_rule_fields_are_registered_and_validated() -> None:
     rule = FidelityRule(tolerance=0.02)
-    assert (rule.min_captured_mass, rule.min_captured_mass_mean) == (0.5, 0.9)
+    assert (rule.min_captured_mass, rule.min_captured_mass_mean, rule.margin, rule.alpha) == (0.9, 0.99, None, 0.05)
     line = rule_line(rule)
-    assert "≥ 0.5 of the served mass at every position and ≥ 0.9 on average" in line
+    assert "≥ 0.9 of the served mass at every position and ≥ 0.99 on average" in line
     assert "tail masses below 1e-05 count as rounding" in line and "noise floor's mean KL is ≤ the tolerance" in line
     with pytest.raises(ValidationError):
         FidelityRule(tolerance=0.02, min_captured_mass=1.5)

@@ -125,9 +125,9 @@ provenance = { fork = "https://github.com/ggml-org/llama.cpp", commit = "", auth
 DEMO_DESIGN = """\
 name = "fidelity-q8"
 kind = "fidelity"
-hypothesis = "the Q8_0 target changes next-token distributions by less than 0.02 nats on average"
+hypothesis = "the Q8_0 target adds less than {margin} nats of KL to the served engine's own start-to-start noise"
 blocks = 1
-starts_per_arm = 2
+starts_per_arm = 3
 workload = "{workload}"
 
 [arms.served]
@@ -140,6 +140,7 @@ parts = ["{part}"]
 [rule]
 kind = "fidelity"
 tolerance = {tolerance}
+margin = {margin}
 threshold = 0.5
 max_positions_above = 1
 
@@ -155,6 +156,7 @@ def demo_fidelity(
     echo: Callable[[str], None] = print,
     *,
     tolerance: float = 0.02,
+    margin: float = 0.01,
     max_positions: int = 96,
 ) -> str:
     """Register, run and analyze a small fidelity design of the Q8_0 target against the served recipe.
@@ -168,9 +170,14 @@ def demo_fidelity(
         campaign.config = load_config(toml)
     wl = Path(workload_path).resolve()
     design = campaign.root / "fidelity-q8.toml"
-    design.write_text(DEMO_DESIGN.format(workload=wl, part=DEMO_PART, tolerance=tolerance, max_positions=max_positions))
+    design.write_text(
+        DEMO_DESIGN.format(workload=wl, part=DEMO_PART, tolerance=tolerance, margin=margin, max_positions=max_positions)
+    )
     reg = register(campaign, design)
-    echo(f"registered {reg.design_id} (fidelity, {DEMO_PART} vs served, tolerance {tolerance:g} nats)")
+    echo(
+        f"registered {reg.design_id} (fidelity, {DEMO_PART} vs served, 3 starts per arm, tolerance {tolerance:g} "
+        f"nats, margin over the noise floor {margin:g} nats)"
+    )
     echo(run_design(campaign, reg.design_id, echo=echo))
     a = analyze(campaign, reg.design_id)
     for line in format_analysis(a):

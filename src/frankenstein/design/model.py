@@ -58,15 +58,20 @@ class ArmSpec(UserFile):
 class FidelityRule(UserFile):
     """Mean KL ≤ tolerance and fewer than ``max_positions_above`` positions above ``threshold`` (nats), on a
     lower bound that is only valid where the top-k bins hold the served mass (``min_captured_mass`` per
-    position, ``min_captured_mass_mean`` on average) and the noise floor is below the tolerance
-    (see :mod:`frankenstein.fidelity.gate`)."""
+    position, ``min_captured_mass_mean`` on average) and the noise floor is below the tolerance; with a
+    ``margin``, also an equivalence test against the engine's own noise: the one-sided ``1 - alpha`` upper
+    bound of the candidate's excess KL over the noise floor is below the margin (at least 3 starts per
+    arm; see :mod:`frankenstein.fidelity.equivalence` and :mod:`frankenstein.fidelity.gate`).
+
+    Designs registered before ``margin`` and ``alpha`` existed load with ``margin = None``: their rule is
+    the one they registered (the stored design spells out every field it had, captured-mass floors too)."""
 
     kind: Literal["fidelity"] = "fidelity"
     tolerance: float = Field(ge=0, description="mean KL (nats) allowed")
     threshold: float = Field(default=0.5, gt=0, description="KL (nats) above which a position counts")
     max_positions_above: int = Field(default=1, ge=1, description="fewer than this many positions above threshold")
     min_captured_mass: float = Field(
-        default=0.5,
+        default=0.9,
         ge=0,
         le=1,
         description=(
@@ -75,13 +80,22 @@ class FidelityRule(UserFile):
         ),
     )
     min_captured_mass_mean: float = Field(
-        default=0.9,
+        default=0.99,
         ge=0,
         le=1,
         description=(
             "mean over positions of the served probability in the shared bins; below it the verdict is invalid"
         ),
     )
+    margin: float | None = Field(
+        default=None,
+        gt=0,
+        description=(
+            "largest excess KL (nats) of candidate-vs-served over served-vs-served start pairs that the candidate "
+            "may add; its one-sided upper bound must be below it (needs at least 3 starts per arm)"
+        ),
+    )
+    alpha: float = Field(default=0.05, gt=0, le=0.5, description="one-sided level of the excess bound")
 
 
 DesignRule = Annotated[BlockRule | FidelityRule, RuleField(FidelityRule)]  # any rule in the table, or fidelity

@@ -11,8 +11,17 @@ decides in this order, and the reason names the part that decided:
 3. **invalid: noise floor** — the served recipe against itself (A vs A′) already has a mean KL above
    ``tolerance``: the engine's own run-to-run noise is larger than the change the rule is meant to see.
    Without a noise floor (one served start in all) the reason says it was not compared.
-4. **passed** when mean KL ≤ ``tolerance`` **and** fewer than ``max_positions_above`` positions have KL
-   above ``threshold``; otherwise **failed** (the reason shows which of the two did not hold).
+4. With a registered ``margin``: **invalid: starts** with fewer than 3 ok starts per arm, or fewer than
+   2 turns compared (no bound on the excess can be had).
+5. **passed** when mean KL ≤ ``tolerance`` **and** fewer than ``max_positions_above`` positions have KL
+   above ``threshold`` **and**, with a margin, the one-sided upper bound of the excess KL over the noise
+   floor is below the margin (:mod:`frankenstein.fidelity.equivalence`); otherwise **failed** (the reason
+   shows which did not hold). With a margin the reason begins with the floor and the candidate as ranges
+   over start pairs, and the excess with its upper bound (the analysis prints them for every design).
+
+The captured-mass floors (defaults 0.9 per position, 0.99 on average) refuse identical top-64 lists
+whose tails differ at a captured mass of 0.92-0.97 (the audit's case: full KL 0.58-1.47 nats, a bound
+of 0). What remains unseen is a divergence inside the last 1 % of the served mass on average.
 
 The tail floor: tail masses below ``TAIL_FLOOR`` (1e-5) are float rounding, not mass, and are raised to
 it, so a divergence confined to less than 1e-5 of the served mass at a position contributes nothing.
@@ -24,13 +33,36 @@ import math
 from typing import Any
 
 from frankenstein.design.model import FidelityRule
+from frankenstein.fidelity.equivalence import MIN_STARTS, Excess
 from frankenstein.fidelity.kl import TAIL_FLOOR
 
 BOUND_LABEL = "top-k union + tail bucket: a lower bound of the full-vocabulary KL"
 
 
-def apply_rule(rule: FidelityRule, candidate: dict[str, Any], noise: dict[str, Any] | None = None) -> tuple[str, str]:
-    """(word, one-line reason): ``passed`` | ``failed`` | ``invalid``; see the module docstring for the order."""
+def apply_rule(
+    rule: FidelityRule,
+    candidate: dict[str, Any],
+    noise: dict[str, Any] | None = None,
+    excess: Excess | None = None,
+    starts: dict[str, int] | None = None,
+) -> tuple[str, str]:
+    """(word, one-line reason): ``passed`` | ``failed`` | ``invalid``; see the module docstring for the order.
+
+    ``excess``: the floor and candidate ranges and the excess bound over every start pair (None: no pairs
+    of both kinds); ``starts``: ok starts per arm (the margin needs MIN_STARTS of each)."""
+    word, why = _apply(rule, candidate, noise, excess, starts or {})
+    if rule.margin is None or excess is None or word == "invalid" and not why.startswith("starts:"):
+        return word, why  # a rule without a margin keeps the reason it was registered with
+    return word, f"{excess.ranges()}; {excess.bound()}; {why}"
+
+
+def _apply(
+    rule: FidelityRule,
+    candidate: dict[str, Any],
+    noise: dict[str, Any] | None,
+    excess: Excess | None,
+    starts: dict[str, int],
+) -> tuple[str, str]:
     if not candidate.get("positions"):
         return "invalid", "no positions could be compared"
     if candidate.get("bad_total"):
@@ -42,15 +74,35 @@ def apply_rule(rule: FidelityRule, candidate: dict[str, Any], noise: dict[str, A
     noisy = noise_reason(rule, noise)
     if noisy:
         return "invalid", noisy
+    short = starts_reason(rule, excess, starts)
+    if short:
+        return "invalid", short
     mean, above = candidate["kl"]["mean"], candidate["above_threshold"]
     ok_mean = mean <= rule.tolerance
     ok_above = above < rule.max_positions_above
+    ok_excess = rule.margin is None or (excess is not None and excess.passed)
     reason = (
         f"mean KL {mean:.6f} {'≤' if ok_mean else '>'} {rule.tolerance:g} nats; "
         f"{above} position(s) above {rule.threshold:g} nats ({'fewer than' if ok_above else 'not fewer than'} "
         f"{rule.max_positions_above})"
     )
-    return ("passed" if ok_mean and ok_above else "failed"), reason
+    return ("passed" if ok_mean and ok_above and ok_excess else "failed"), reason
+
+
+def starts_reason(rule: FidelityRule, excess: Excess | None, starts: dict[str, int]) -> str | None:
+    """Why a rule with a margin cannot test the excess here (too few starts or turns), or None."""
+    if rule.margin is None:
+        return None
+    have = {arm: starts.get(arm, 0) for arm in ("served", "candidate")}
+    if min(have.values()) < MIN_STARTS:
+        return (
+            f"starts: the excess test needs at least {MIN_STARTS} ok starts per arm; "
+            f"served {have['served']}, candidate {have['candidate']}"
+        )
+    if excess is None or excess.turns < 2 or excess.upper != excess.upper:
+        turns = 0 if excess is None else excess.turns
+        return f"starts: {turns} turn(s) compared by both kinds of pair; the excess bound needs at least 2"
+    return None
 
 
 def captured_reason(rule: FidelityRule, candidate: dict[str, Any]) -> str | None:
@@ -88,8 +140,14 @@ def noise_reason(rule: FidelityRule, noise: dict[str, Any] | None) -> str | None
 
 def rule_line(rule: FidelityRule) -> str:
     """The registered rule, in one line, as the analysis and the note print it."""
+    excess = (
+        ""
+        if rule.margin is None
+        else f"the one-sided {(1 - rule.alpha) * 100:g}% upper bound of the excess KL over the noise floor "
+        f"(every served-vs-candidate pair over every served-vs-served pair, per turn) < {rule.margin:g} nats, "
+    )
     return (
-        f"rule (registered): mean KL ≤ {rule.tolerance:g} nats and fewer than {rule.max_positions_above} "
+        f"rule (registered): {excess}mean KL ≤ {rule.tolerance:g} nats and fewer than {rule.max_positions_above} "
         f"position(s) above {rule.threshold:g} nats; valid only where the shared top-k bins hold ≥ "
         f"{rule.min_captured_mass:g} of the served mass at every position and ≥ {rule.min_captured_mass_mean:g} "
         f"on average, and the noise floor's mean KL is ≤ the tolerance; tail masses below {TAIL_FLOOR:g} count "
@@ -99,22 +157,34 @@ def rule_line(rule: FidelityRule) -> str:
 
 def decided_by(word: str, reason: str) -> str:
     """Which part of the rule decided, for the note."""
-    for prefix in ("captured mass", "noise floor"):
+    over, tested = " ≥ margin " in reason, " ≥ margin " in reason or " < margin " in reason
+    reason = _rule_part(reason)
+    for prefix in ("captured mass", "noise floor", "starts"):
         if reason.startswith(prefix + ":"):
             return prefix
     if word == "invalid":
         return "the measurement (" + reason.split(";")[0] + ")"
     if word == "passed":
-        return "mean KL and positions above threshold (both held)"
+        both = "the excess bound, mean KL and positions above threshold (all held)"
+        return both if tested else "mean KL and positions above threshold (both held)"
     parts = [
         name
         for name, bad in (
+            ("the excess over the noise floor", over),
             ("mean KL", " > " in reason.split(";")[0]),
             ("positions above threshold", "not fewer than" in reason),
         )
         if bad
     ]
     return " and ".join(parts) or "the rule"
+
+
+def _rule_part(reason: str) -> str:
+    """The reason without its leading ranges and excess (:func:`apply_rule`: three '; ' parts)."""
+    if not reason.startswith("two starts of the served engine"):
+        return reason
+    parts = reason.split("; ", 3)
+    return parts[3] if len(parts) == 4 else reason
 
 
 # ---------------------------------------------------------------- lines

@@ -8,7 +8,11 @@ Pairs, within each block that survives the failure policy:
 * candidate: served start r vs candidate start r.
 
 The registered rule is applied to the candidate pairs, pooled per workload position
-(:func:`frankenstein.fidelity.compare.pool`), and reported beside the noise floor.
+(:func:`frankenstein.fidelity.compare.pool`), and reported beside the noise floor. The equivalence
+test against the noise (:mod:`frankenstein.fidelity.equivalence`) uses every pair of starts instead:
+every two served starts (the floor) and every served start with every candidate start, across blocks;
+the verdict prints both as ranges over those pairs, and a rule with a ``margin`` needs at least 3
+starts per arm (refused at registration otherwise).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from frankenstein.engines import adapter_for
 from frankenstein.measure.resources import ResourceSampler
 from frankenstein.errors import DesignError, EngineError, FidelityError
 from frankenstein.fidelity.compare import PairComparison, compare, pool, summarize_pairs
+from frankenstein.fidelity.equivalence import MIN_STARTS, Excess, excess_test
 from frankenstein.fidelity.forced import (
     ForcedResult,
     ForcedTurn,
@@ -178,6 +183,33 @@ def make_pairs(starts: list[ForcedStart]) -> tuple[list[PairComparison], list[Pa
     return noise, cand
 
 
+def all_pairs(starts: list[ForcedStart]) -> tuple[list[PairComparison], list[PairComparison]]:
+    """(every two served starts, every served start with every candidate start), across blocks."""
+    served = sorted((s for s in starts if s.arm == "served"), key=lambda s: (s.block, s.rep))
+    cands = sorted((s for s in starts if s.arm == "candidate"), key=lambda s: (s.block, s.rep))
+    floor = [
+        compare(x.result, y.result, f"{_name(x)} vs {_name(y)}") for i, x in enumerate(served) for y in served[i + 1 :]
+    ]
+    cand = [compare(x.result, y.result, f"{_name(x)} vs {_name(y)}") for x in served for y in cands]
+    return floor, cand
+
+
+def _name(s: ForcedStart) -> str:
+    return f"block {s.block + 1} {s.arm} {s.rep + 1}"
+
+
+def excess_of(rule: FidelityRule, starts: list[ForcedStart]) -> Excess | None:
+    """The floor and candidate ranges over every start pair and the excess bound; None without pairs of both."""
+    floor, cand = all_pairs(starts)
+    if not floor or not cand:
+        return None
+    return excess_test(floor, cand, rule.margin, rule.alpha)
+
+
+def _starts_per_arm(starts: list[ForcedStart]) -> dict[str, int]:
+    return {arm: sum(1 for s in starts if s.arm == arm) for arm in ("served", "candidate")}
+
+
 def _paths_and_k(starts: list[ForcedStart]) -> tuple[str, dict[str, int]]:
     paths = {s.arm: s.result.path for s in starts}
     k_used = {arm: min(s.result.k_used for s in starts if s.arm == arm) for arm in sorted(paths, reverse=True)}
@@ -218,7 +250,9 @@ def analyze_fidelity(campaign: Campaign, reg: Registered) -> Analysis:
         starts = [s for s in starts if s.block not in bad_blocks]
         notes = [f.dropped_note() for f in failures]
     summary = fidelity_summary(reg, starts)
-    word, why = apply_rule(rule, summary["candidate"], summary["noise_floor"])
+    excess = excess_of(rule, starts)
+    summary["excess"] = _excess_doc(excess)
+    word, why = apply_rule(rule, summary["candidate"], summary["noise_floor"], excess, _starts_per_arm(starts))
     if failures and reg.design.failure_policy == "invalidate":
         word, why = "invalid", f"{len(failures)} failed start(s) and the failure policy is 'invalidate'"
     if word != "invalid" and not summary["noise_floor"]:
@@ -229,6 +263,7 @@ def analyze_fidelity(campaign: Campaign, reg: Registered) -> Analysis:
     lines = [
         rule_line(rule),
         *format_summary(summary),
+        *_excess_lines(excess),
         f"verdict: {word} ({why})",
         f"decided by: {summary['decided_by']}",
     ]
@@ -244,6 +279,30 @@ def analyze_fidelity(campaign: Campaign, reg: Registered) -> Analysis:
         fidelity=json.loads(json.dumps(summary, default=float)),
         kl=kl_series(rule, starts),
     )
+
+
+def _excess_doc(e: Excess | None) -> dict[str, Any] | None:
+    if e is None:
+        return None
+    return {
+        "floor": list(e.floor),
+        "floor_pairs": e.floor_pairs,
+        "candidate": list(e.candidate),
+        "candidate_pairs": e.candidate_pairs,
+        "turns": e.turns,
+        "excess": e.excess,
+        "upper": e.upper if e.upper == e.upper else None,
+        "level": 1 - e.alpha,
+        "margin": e.margin,
+        "passed": e.passed if e.margin is not None else None,
+    }
+
+
+def _excess_lines(e: Excess | None) -> list[str]:
+    """The noise floor and the candidate as ranges over start pairs, and the excess with its bound."""
+    if e is None:
+        return ["against the noise floor: not measured (it needs two served starts and a candidate start)"]
+    return [f"against the noise floor: {e.ranges()}", f"  {e.bound()}"]
 
 
 def kl_series(rule: FidelityRule, starts: list[ForcedStart]) -> dict[str, Any] | None:
@@ -273,6 +332,14 @@ class FidelityKind:
                 'a fidelity design needs rule.kind = "fidelity" with a tolerance', path=path, field="rule.kind"
             )
         check_stopping(self.name, design, path)
+        starts = design.blocks * design.starts_per_arm
+        if design.rule.margin is not None and starts < MIN_STARTS:
+            raise DesignError(
+                f"the fidelity rule's margin needs at least {MIN_STARTS} starts per arm (blocks × starts_per_arm), "
+                f"got {starts}: {MIN_STARTS} give {MIN_STARTS} noise-floor pairs and {MIN_STARTS**2} candidate pairs",
+                path=path,
+                field="starts_per_arm",
+            )
 
     def check_recipes(self, design: DesignFile, recipes: dict[str, ResolvedRecipe | None], path: Path) -> None:
         return None
