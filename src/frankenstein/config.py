@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from frankenstein.errors import ConfigError, UnknownNameError
+from frankenstein.flags import apply_part, is_flag
 from frankenstein.shipped import expand
 from frankenstein.validation import FrozenUserFile, field_error, http_root, read_toml
 
@@ -71,8 +72,15 @@ class NoteHeader(FrozenUserFile):
 
 
 class Part(FrozenUserFile):
+    """A named change to an engine. Its flags, applied in this order: ``remove`` (each flag with its value),
+    ``set`` (one occurrence with this value, where the flag stood or appended; ``""`` for a flag with no
+    value), then ``args`` and ``add`` appended as given (frankenstein/flags.py)."""
+
     description: str = ""
+    remove: list[str] = Field(default_factory=list)
+    set_flags: dict[str, str] = Field(default_factory=dict, alias="set")
     args: list[str] = Field(default_factory=list)
+    add: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     binary: str | None = None
     python: str | None = None
@@ -83,6 +91,24 @@ class Part(FrozenUserFile):
         "frank sets each to a folder of the arm's own inside the campaign, warm or cold as the design says",
     )
     provenance: Provenance = Provenance()
+
+    @field_validator("remove")
+    @classmethod
+    def _remove_flags(cls, flags: list[str]) -> list[str]:
+        return [_a_flag(f, "remove") for f in flags]
+
+    @field_validator("set_flags")
+    @classmethod
+    def _set_flags(cls, flags: dict[str, str]) -> dict[str, str]:
+        for f in flags:
+            _a_flag(f, "set")
+        return flags
+
+
+def _a_flag(token: str, where: str) -> str:
+    if not is_flag(token) or "=" in token:
+        raise ValueError(f"{token!r} is not a flag: {where} takes flag names such as '--threads' (no value, no '=')")
+    return token
 
 
 class Recipe(FrozenUserFile):
@@ -293,7 +319,7 @@ def resolve(
                 index=i - len(r.parts),
             )
         part = config.parts[name]
-        args += part.args
+        args = apply_part(args, part.remove, part.set_flags, [*part.args, *part.add])
         env.update(part.env)
         binary = part.binary or binary
         python = part.python or python

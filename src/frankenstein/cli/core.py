@@ -67,6 +67,25 @@ def engine_check(
         check_recipe(r, c.logs, n_predict=n_predict, requests=requests, port=port, echo=typer.echo)
 
 
+@engine_app.command("command")
+def engine_command(
+    recipe: str | None = typer.Argument(None, help="Recipe name (default: the served recipe)."),
+    campaign: Path = typer.Option(Path("."), "--campaign", "-c", help="Campaign folder."),
+    part: list[str] = typer.Option([], "--part", "-p", help="Add a part to the recipe (repeatable)."),
+) -> None:
+    """Print the command line a start of a recipe would launch, parts applied, without starting anything.
+
+    Example: frank engine command base --part threads2 -c my-campaign
+    """
+    from frankenstein.campaign import open_campaign
+    from frankenstein.design.dryrun import launch_lines, recipe_launch
+
+    with open_campaign(campaign) as c:
+        r = c.recipe(recipe or c.config.served, part)
+        for line in launch_lines(recipe_launch("recipe", r, c.logs)):
+            typer.echo(line)
+
+
 @app.command()
 def demo(
     directory: Path | None = typer.Option(

@@ -191,9 +191,14 @@ def verify(
 
 @app.command()
 def run(
-    design_id: str = typer.Argument(..., help="A registered design id."),
+    design_id: str = typer.Argument(..., help="A registered design id (or, with --dry-run, a design file)."),
     campaign: Path = typer.Option(Path("."), "--campaign", "-c", help="Campaign folder."),
     resume: bool = typer.Option(False, "--resume", help="Continue at the first unfinished start."),
+    dry_run: bool = typer.Option(
+        False,
+        "--dry-run",
+        help="Print each arm's command line and start nothing (a design file is checked, not registered).",
+    ),
     force: bool = typer.Option(False, "--force", help="Resume although the campaign fails verification (needs --why)."),
     why: str | None = typer.Option(None, "--why", help="Why it is forced; recorded in the evidence chain."),
     heartbeat: float | None = typer.Option(
@@ -222,6 +227,9 @@ def run(
     from frankenstein.design.runner import run_design, unfinished
     from frankenstein.progress import RunProgress, heartbeat_seconds
 
+    if dry_run:
+        show_launches(campaign, design_id)
+        return
     try:
         every = heartbeat_seconds(heartbeat)
     except ValueError as exc:
@@ -236,6 +244,19 @@ def run(
             else:
                 summary = run_design(c, design_id, resume=resume, echo=typer.echo, progress_factory=progress.slot)
     typer.echo(summary)
+
+
+def show_launches(campaign: Path, design: str) -> None:
+    """``frank run --dry-run``: each arm's command line; nothing starts, nothing is written."""
+    from frankenstein.campaign import open_campaign
+    from frankenstein.design.dryrun import design_launches, launch_lines
+
+    with open_campaign(campaign) as c:
+        source, launches = design_launches(c, design)
+    typer.echo(f"would launch, for {source}:")
+    for launch in launches:
+        for line in launch_lines(launch):
+            typer.echo(line)
 
 
 def on_cluster(c: Campaign, design_id: str, address: str, *, resume: bool, progress: RunProgress) -> str:

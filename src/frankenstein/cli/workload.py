@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,7 +14,8 @@ from frankenstein.errors import FrankError
 from frankenstein.shipped import expand
 
 if TYPE_CHECKING:
-    from frankenstein.workload.trace import Turn
+    from frankenstein.workload.sample import Cut
+    from frankenstein.workload.trace import Turn, Workload
 
 workload_app = typer.Typer(help="Import and inspect workloads (recorded turns).", no_args_is_help=True)
 app.add_typer(workload_app, name="workload")
@@ -93,11 +95,16 @@ def stats_cmd(trace: str = typer.Argument(..., help="Trace file (JSONL), or pkg:
 
     Example: frank workload stats pkg:demo-workload.jsonl
     """
+    from frankenstein.workload.sample import provenance_lines
     from frankenstein.workload.stats import compute_stats, format_stats
     from frankenstein.workload.trace import load_trace
 
-    for line in format_stats(compute_stats(load_trace(expand(trace))), trace):
+    workload = load_trace(expand(trace))
+    for line in format_stats(compute_stats(workload), trace):
         typer.echo(line)
+    if workload.path is not None:
+        for line in provenance_lines(workload.path, workload.hash):
+            typer.echo(line)
 
 
 @workload_app.command("export")
@@ -134,3 +141,89 @@ def export_cmd(
         typer.echo(f"not carried (vLLM's format has no place for them): {', '.join(result.dropped_keys)}", err=True)
     typer.echo(f"exported {len(result.lines)} turns ({result.endpoint}) to {out}; {len(result.skipped)} skipped")
     typer.echo(f"run: {result.hint.replace('FILE', str(out))}")
+
+
+def _write_cut(trace: str, out: Path, force: bool, cut_of: Callable[[Workload], Cut]) -> None:
+    from frankenstein.workload.sample import write_cut
+    from frankenstein.workload.trace import load_trace
+
+    if out.exists() and not force:
+        raise FrankError(f"{out}: exists; pass --force to overwrite")
+    parent = load_trace(expand(trace))
+    cut = cut_of(parent)
+    child = write_cut(parent, cut, out)
+    for stratum, (drawn, of) in cut.strata.items():
+        typer.echo(f"  {stratum}: {drawn} of {of}")
+    sessions = len(child.sessions)
+    typer.echo(
+        f"wrote {len(child.turns)} of {len(parent.turns)} turns ({sessions} sessions) to {out} (hash {child.hash})"
+    )
+    typer.echo(f"provenance: {out}.provenance.json (parent hash {parent.hash[:16]}…)")
+
+
+@workload_app.command("slice")
+def slice_cmd(
+    trace: str = typer.Argument(..., help="Trace file (JSONL), or pkg:demo-workload.jsonl."),
+    out: Path = typer.Option(..., "-o", "--out", help="Trace file to write (refused if it exists, unless --force)."),
+    session: list[str] = typer.Option(None, "--session", help="Keep this session (repeatable)."),
+    turns: str = typer.Option(None, "--turns", help="Turn indices to keep, as A-B (inclusive), A- or -B."),
+    min_tokens: int = typer.Option(None, "--min-tokens", help="Keep turns with at least this many prompt tokens."),
+    max_tokens: int = typer.Option(None, "--max-tokens", help="Keep turns with at most this many prompt tokens."),
+    endpoint: str = typer.Option(None, "--endpoint", help="Keep one endpoint: chat | completions | completion."),
+    force: bool = typer.Option(False, "--force", help="Overwrite OUT."),
+) -> None:
+    """Keep the turns of a workload that pass every filter given, as a new pinned workload.
+
+    Example: frank workload slice workloads/chat.jsonl --turns 0-3 --max-tokens 2000 -o workloads/short.jsonl
+    """
+    from frankenstein.workload.sample import SliceFilter, endpoint_of, slice_turns
+
+    low, high = _index_range(turns)
+    flt = SliceFilter(
+        sessions=frozenset(session) if session else None,
+        turn_min=low,
+        turn_max=high,
+        tokens_min=min_tokens,
+        tokens_max=max_tokens,
+        endpoint=endpoint_of(endpoint) if endpoint else None,
+    )
+    _write_cut(trace, out, force, lambda w: slice_turns(w, flt))
+
+
+def _index_range(text: str | None) -> tuple[int | None, int | None]:
+    if not text:
+        return None, None
+    low, sep, high = text.partition("-")
+    try:
+        if not sep:
+            return int(low), int(low)
+        return (int(low) if low else None), (int(high) if high else None)
+    except ValueError:
+        raise typer.BadParameter(f"{text!r}: expected A-B, A-, -B or A (turn indices)", param_hint="--turns") from None
+
+
+@workload_app.command("sample")
+def sample_cmd(
+    trace: str = typer.Argument(..., help="Trace file (JSONL), or pkg:demo-workload.jsonl."),
+    out: Path = typer.Option(..., "-o", "--out", help="Trace file to write (refused if it exists, unless --force)."),
+    n: int = typer.Option(..., "--n", help="How many sessions (or turns, with --by turn) to draw."),
+    seed: int = typer.Option(None, "--seed", help="The draw's seed (default: a fresh one, printed and recorded)."),
+    by: str = typer.Option("session", "--by", help="session (whole sessions) | turn."),
+    strata: str = typer.Option("none", "--strata", help="none | endpoint | length (prompt-token terciles)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite OUT."),
+) -> None:
+    """Draw a stratified random sample of a workload's sessions or turns, reproducible from its seed.
+
+    Example: frank workload sample workloads/chat.jsonl --n 8 --strata length --seed 7 -o workloads/s8.jsonl
+    """
+    import secrets
+
+    from frankenstein.workload.sample import sample_turns
+
+    if by not in ("session", "turn"):
+        raise typer.BadParameter(f"{by!r}: expected session or turn", param_hint="--by")
+    if strata not in ("none", "endpoint", "length"):
+        raise typer.BadParameter(f"{strata!r}: expected none, endpoint or length", param_hint="--strata")
+    drawn = seed if seed is not None else secrets.randbelow(2**31)
+    typer.echo(f"seed {drawn}")
+    _write_cut(trace, out, force, lambda w: sample_turns(w, n, drawn, by, strata))  # type: ignore[arg-type]

@@ -73,6 +73,17 @@ def _same(a: ResolvedRecipe | None, b: ResolvedRecipe | None, design: DesignFile
     return not a.launch_differences(b)
 
 
+def _no_op_parts(recipes: dict[str, ResolvedRecipe | None]) -> str:
+    """Words naming the parts that made no difference to what is launched (``frank engine command`` shows it)."""
+    served, cand = recipes.get("served"), recipes.get("candidate")
+    if served is None or cand is None:
+        return ""
+    extra = [p for p in cand.parts if p not in served.parts] or [p for p in served.parts if p not in cand.parts]
+    if not extra:
+        return ""
+    return f": part(s) {', '.join(extra)} resolve to the command line the other arm launches already"
+
+
 def check_design(campaign: Campaign, design: DesignFile, path: Path) -> FrozenDesign:
     """Everything registration refuses, each with the file and field named."""
     kind = kind_of(design.kind)
@@ -111,7 +122,8 @@ def check_design(campaign: Campaign, design: DesignFile, path: Path) -> FrozenDe
     same = _same(recipes["served"], recipes["candidate"], design)
     if same and not kind.same_arms:
         raise DesignError(
-            'the two arms are identical; only an A/A design (kind = "aa") may compare a recipe with itself',
+            f'the two arms are identical{_no_op_parts(recipes)}; only an A/A design (kind = "aa") may compare '
+            "a recipe with itself",
             path=path,
             field="arms",
         )

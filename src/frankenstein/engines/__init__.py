@@ -30,6 +30,7 @@ __all__ = [
     "TopLogprobs",
     "adapter_class",
     "adapter_for",
+    "launch_command",
     "start_engine",
 ]
 
@@ -57,6 +58,19 @@ def adapter_class(recipe: ResolvedRecipe, config_path: object = "frank.toml") ->
 
 def adapter_for(recipe: ResolvedRecipe, log_dir: Path, *, port: int | None = None) -> ProcessEngine:
     return adapter_class(recipe)(recipe, log_dir, port=port)
+
+
+SHOWN_PORT = 65499  # a stand-in port for a command shown before any start; printed as {port}
+
+
+def launch_command(recipe: ResolvedRecipe, log_dir: Path) -> list[str]:
+    """The command line a start of ``recipe`` runs, without starting anything (``{port}`` for the port each
+    start picks); the recipe is checked first, as a start checks it."""
+    engine = adapter_for(recipe, log_dir)
+    engine.check_recipe()
+    if isinstance(engine, ExternalEngine):
+        return []
+    return [a.replace(str(SHOWN_PORT), "{port}") for a in engine.command(SHOWN_PORT)]
 
 
 @contextmanager

@@ -24,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -208,6 +209,12 @@ def log_tail(path: Path, lines: int = 15) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+def launch_line(argv: list[str]) -> bytes:
+    """The first line of an engine log: the command line as launched (environment settings are in the start
+    record), so the log alone says what ran."""
+    return f"# frank launched: {shlex.join(argv)}\n".encode()
+
+
 class EngineProcess:
     """One engine process life (a *start*)."""
 
@@ -225,6 +232,8 @@ class EngineProcess:
     def launch(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
+        log.write(launch_line(self.argv))
+        log.flush()
         try:
             self.proc = subprocess.Popen(
                 self.argv,
