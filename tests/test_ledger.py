@@ -249,7 +249,13 @@ def test_revert_undoes_exactly_the_last_step(camp) -> None:
         ["draft"],
         "slower at concurrency 4",
     )
-    assert r.scope == {"undoes": 2, "undoes_action": "adopt", "parts_before": ["draft", "threads1"]}
+    frozen_a = ledger.history(camp)[0].scope["served_recipe"]
+    assert r.scope == {
+        "undoes": 2,
+        "undoes_action": "adopt",
+        "parts_before": ["draft", "threads1"],
+        "served_recipe": frozen_a,  # the recipe step 1 froze is served again
+    }
     assert ledger.served_recipe(camp) == after_a  # exactly the previous recipe
     rr = ledger.revert(camp)  # a revert of a revert re-applies
     assert (rr.part, rr.parts, rr.scope["undoes_action"]) == ("threads1", ["draft", "threads1"], "revert")
@@ -262,8 +268,10 @@ def test_served_lines_show_recipe_and_history(camp) -> None:
     lines = ledger.format_served(camp)
     assert lines[0] == "served: base + draft"
     assert lines[3].startswith("  args: --ctx-size 2048 --threads 1 --parallel 1 --seed 1 -md ")
-    assert lines[5] == "history:"
-    assert lines[6] == f"    1  {e.at}  adopt draft  design d-1  → [draft]"
-    assert lines[7].startswith("       scope: concurrency=1, workload_hash=") and lines[7].endswith(
+    assert lines[4] == "  recipe: frozen at ledger step 1 (adopt draft on design d-1)"
+    h = lines.index("history:")
+    assert all(x.startswith("  pin: ") for x in lines[5 : h - 1])  # the files registration pinned, then a blank
+    assert lines[h + 1] == f"    1  {e.at}  adopt draft  design d-1  → [draft]"
+    assert lines[h + 2].startswith("       scope: concurrency=1, workload_hash=") and lines[h + 2].endswith(
         ", engine_version=b6000 (test build), kind=speed, verdict=confirmed, p=1/64"
     )

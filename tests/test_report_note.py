@@ -41,7 +41,9 @@ def camp(tmp_path: Path):
 
 
 def normalise(text: str, camp, regs) -> str:
-    text = text.replace(str(camp.root), "<campaign>")
+    text = text.replace(str(camp.root), "<campaign>").replace(str(data_path("tiny-target.gguf").parent), "<data>")
+    machine = ("- engine binary ", "- library ")  # the served recipe's pins that differ per machine and build
+    text = "\n".join(line for line in text.split("\n") if not line.startswith(machine))
     for i, reg in enumerate(regs, 1):
         text = text.replace(reg.registered_at, f"<registered-{i}>").replace(reg.design_hash[:16], f"<hash-{i}>")
     return text

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from frankenstein.campaign import Campaign
+from frankenstein.design import serving
 from frankenstein.design.analysis import Analysis, analyze
 from frankenstein.design.facts import DesignFacts, design_facts
 from frankenstein.design.kinds import kind_of
@@ -94,6 +95,7 @@ def adopt(
     if force:
         ev.scope["overridden"] = list(ev.problems)
     with_adopted_scope(ev.scope, scope)
+    ev.scope[serving.KEY] = serving.freeze(reg, campaign.config.served)
     return _append(
         campaign,
         before,
@@ -255,6 +257,7 @@ def revert(campaign: Campaign, *, why: str | None = None, force: bool = False) -
     last = steps[0]
     previous = steps[1].parts if len(steps) > 1 else []
     scope = {"undoes": last.seq, "undoes_action": last.action, "parts_before": last.parts}
+    scope.update(_restored_recipe(steps[1] if len(steps) > 1 else None))
     return _append(
         campaign,
         last,
@@ -266,6 +269,12 @@ def revert(campaign: Campaign, *, why: str | None = None, force: bool = False) -
         why=why,
         parts=list(previous),
     )
+
+
+def _restored_recipe(previous: LedgerEntry | None) -> dict[str, Any]:
+    """A revert serves again the recipe the step before the undone one froze (nothing frozen: none)."""
+    frozen = serving.frozen_of(previous) if previous is not None and previous.parts else None
+    return {serving.KEY: frozen} if frozen is not None else {}
 
 
 # ---------------------------------------------------------------- formatting
@@ -290,17 +299,9 @@ def format_scope(scope: dict[str, Any]) -> str:
 
 
 def format_served(campaign: Campaign) -> list[str]:
-    """``frank served``: the served recipe as resolved now, then its history."""
-    parts = served_parts(campaign)
-    r = served_recipe(campaign)
-    lines = [
-        f"served: {describe_parts(campaign, parts)}",
-        f"  engine: {r.engine}",
-        f"  model: {r.model}",
-        f"  args: {' '.join(r.args) or '-'}",
-    ]
-    if r.env:
-        lines.append("  env: " + " ".join(f"{k}={v}" for k, v in sorted(r.env.items())))
+    """``frank served``: the served recipe (frozen by the last step, or resolved now), its pins, what disagrees
+    with it, then its history."""
+    lines = serving.served_lines(serving.served_now(campaign))
     steps = history(campaign)
     lines += ["", "history:" if steps else "history: no steps yet (the served recipe is the base recipe)"]
     for e in steps:

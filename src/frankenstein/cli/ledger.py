@@ -15,7 +15,8 @@ CAMPAIGN = typer.Option(Path("."), "--campaign", "-c", help="Campaign folder.")
 
 @app.command()
 def served(campaign: Path = CAMPAIGN) -> None:
-    """Show the served recipe (base recipe + adopted parts) and every adopt and revert step.
+    """Show the served recipe as the last adopt froze it (with its pinned files, and anything in frank.toml or
+    on disk that now disagrees with it), then every adopt and revert step.
 
     Example: frank served -c my-campaign
     """

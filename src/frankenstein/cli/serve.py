@@ -57,11 +57,20 @@ def serve(
         help="Past the served recipe's adopted concurrency (adopt --scope concurrency=N): queue (wait for a "
         "free place) or refuse (answer 429).",
     ),
+    force: bool = typer.Option(
+        False,
+        "--force",
+        help="Serve the frozen recipe although frank.toml or a pinned file now disagrees with it, or the campaign "
+        "fails verification (needs --why).",
+    ),
+    why: str | None = typer.Option(None, "--why", help="Why it is forced; recorded in the evidence chain."),
 ) -> None:
     """Start the served recipe behind an OpenAI-compatible front that counts tokens from an exact cache.
 
     /tokenize, /count and /v1/messages/count_tokens are answered from the region cache; everything
     else (streaming included) is passed to the engine. Stop with Ctrl-C; the engine is always reaped.
+    The recipe served is the one the last adopt froze (what its design tested); frank.toml or a pinned file
+    that now disagrees with it is refused, naming the difference (--force --why TEXT serves it anyway, recorded).
     Serving the campaign's recipe (or --upstream with --campaign), each request's route, status and time
     is kept, tagged with the ledger step served (frank report prints them as observations).
 
@@ -70,6 +79,8 @@ def serve(
     from frankenstein.errors import FrankError
     from frankenstein.regioncache.service import ServeOptions, serve_until_interrupted
 
+    if force and not (why or "").strip():
+        raise FrankError("--force needs --why TEXT: a forced serve is recorded with its reason")
     if not 0.0 <= shadow <= 1.0:
         raise FrankError(f"--shadow {shadow}: expected a fraction between 0 and 1")
     if over_scope not in ("queue", "refuse"):
@@ -83,5 +94,7 @@ def serve(
         max_bytes=cache_mb * 1024 * 1024,
         shadow_rate=shadow,
         over_scope="queue" if over_scope == "queue" else "refuse",
+        force=force,
+        why=why,
     )
     serve_until_interrupted(opts, echo=lambda line: typer.echo(line, err=line.startswith("frank serve: region")))

@@ -2,7 +2,8 @@
 
     client ──► front (counts from the cache) ──► [recording proxy, --record] ──► engine
 
-The engine is the campaign's served recipe (base recipe + parts the ledger adopted), started with
+The engine is the campaign's served recipe as the last adopt froze it (:mod:`frankenstein.design.serving`:
+refused when frank.toml or a pinned file now disagrees, unless forced and recorded), started with
 ``frankenstein.engines.start_engine`` and always reaped; ``--upstream URL`` fronts an engine that is
 already running instead. Before serving, the tokenizer is checked against the engine's own
 ``/tokenize`` on a few probe texts, with and without special tokens: a tokenizer that does not match
@@ -39,6 +40,7 @@ from tokenizers import Tokenizer
 
 from frankenstein.campaign import Campaign, open_campaign
 from frankenstein.design.registry import verified
+from frankenstein.design.serving import checked
 from frankenstein.engines import start_engine
 from frankenstein.engines.external import listed_model
 from frankenstein.errors import ConfigError, FrankError
@@ -51,7 +53,6 @@ from frankenstein.regioncache.proxy import Counter, Front, start_front
 from frankenstein.regioncache.render import Renderer, engine_template, find_template
 from frankenstein.regioncache.tokenize_api import TokenizeApi, find_tokenize
 from frankenstein.scope import served_scope
-from frankenstein.served import served_recipe
 from frankenstein.shipped import data_path
 from frankenstein.workload.record import serve_recorder
 
@@ -72,6 +73,8 @@ class ServeOptions:
     max_bytes: int = DEFAULT_MAX_BYTES
     shadow_rate: float = 0.0
     over_scope: OverScope = "queue"  # past the served recipe's adopted concurrency: queue or refuse (429)
+    force: bool = False  # serve although the campaign disagrees with the frozen recipe (recorded, with ``why``)
+    why: str | None = None
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -231,8 +234,9 @@ def _upstream(opts: ServeOptions, stack: ExitStack) -> tuple[str, str | None, st
     if opts.upstream and opts.campaign is None:
         return opts.upstream.rstrip("/"), None, None, None
     campaign = stack.enter_context(open_campaign(opts.campaign or Path(".")))
-    verified(campaign, "serve")  # a ledger row written outside frank must not change what is served
-    recipe = served_recipe(campaign)
+    verified(campaign, "serve", force=opts.force, why=opts.why)  # a ledger row written outside frank changes nothing
+    served = checked(campaign, "serve", force=opts.force, why=opts.why)  # the recipe adopt froze, as tested
+    recipe = served.recipe
     if opts.upstream:
         return opts.upstream.rstrip("/"), None, recipe.model, campaign
     engine = stack.enter_context(start_engine(recipe, campaign.logs))

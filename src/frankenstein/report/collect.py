@@ -18,7 +18,8 @@ from frankenstein.design.kinds import Description, kind_of
 from frankenstein.design.model import Registered
 from frankenstein.design.percentiles import Percentiles, arm_percentiles
 from frankenstein.design.registry import get, verify
-from frankenstein.errors import FrankError, RegistryError
+from frankenstein.design.serving import Served, served_now
+from frankenstein.errors import ConfigError, FrankError, RegistryError
 from frankenstein.served import served_parts
 from frankenstein.store import EpisodeRow, LedgerEntry, Override, Refusal
 
@@ -87,6 +88,7 @@ class NoteData:
     verification: str | None = None  # the first broken record when the note was written; None: verified
     pieces: list[PieceCredit] = field(default_factory=list)  # the base recipe, models, engines, formats
     header: NoteHeader = field(default_factory=NoteHeader)  # frank.toml's [note], printed as given
+    served_recipe: Served | None = None  # the recipe `frank serve` launches (frozen by adopt), with its pins
 
 
 def collect(campaign: Campaign, since: str | None = None) -> NoteData:
@@ -112,6 +114,7 @@ def collect(campaign: Campaign, since: str | None = None) -> NoteData:
         verification=problem,
         pieces=piece_credits(campaign),
         header=campaign.config.note,
+        served_recipe=_served(campaign),
     )
 
 
@@ -122,6 +125,14 @@ def piece_credits(campaign: Campaign) -> list[PieceCredit]:
     for kind, table in (("model", cfg.models), ("engine", cfg.engines), ("format", cfg.formats)):
         out += [PieceCredit(kind, name, prov) for name, prov in table.items()]
     return out
+
+
+def _served(campaign: Campaign) -> Served | None:
+    """The served recipe as ``frank serve`` would launch it, or None where frank.toml no longer resolves it."""
+    try:
+        return served_now(campaign)
+    except ConfigError:
+        return None
 
 
 def design_report(campaign: Campaign, reg: Registered) -> DesignReport:

@@ -534,6 +534,28 @@ def format_verification(data: NoteData) -> list[str]:
     ]
 
 
+def format_served(data: NoteData) -> list[str]:
+    """The recipe `frank serve` launches, as adopt froze it, with its pinned files and anything that now
+    disagrees with it; nothing for a campaign with nothing frozen (the base recipe, or steps from before)."""
+    s = data.served_recipe
+    if s is None or not s.frozen:
+        return []
+    r = s.recipe
+    lines = [
+        "## Served recipe",
+        "",
+        f"What `frank serve` launches: {code(' + '.join([s.base, *s.parts]))}, {s.why}; engine {code(r.engine)}, "
+        f"model {code(r.model)}, args {code(' '.join(r.args) or '-')}.",
+    ]
+    if s.pins:
+        lines += ["", "Its pinned files, each checked by sha256 before `frank serve` launches it:", ""]
+        lines += [f"- {p.role} {code(Path(p.path).name)} sha256 {code(p.sha256[:16])}" for p in s.pins]
+    if s.problems:
+        lines += ["", "**frank.toml or a pinned file now disagrees with it** (`frank serve` refuses):", ""]
+        lines += [f"- {p}" for p in s.problems]
+    return lines
+
+
 def format_credits(data: NoteData) -> list[str]:
     if not data.credits:
         return [
@@ -607,6 +629,9 @@ def render_note(data: NoteData, plots: Plots) -> list[str]:
     lines += ["", *format_didnt_work(data)]
     if data.overrides:
         lines += ["", *format_overrides(data)]
+    served = format_served(data)
+    if served:
+        lines += ["", *served]
     lines += ["", *format_credits(data)]
     if data.header.assistance:
         lines += ["", "## Assistance and method", "", data.header.assistance.strip()]
