@@ -111,3 +111,80 @@ def test_a_kept_head_that_holds_no_head_is_one_line(kept: tuple[Path, str], caps
     empty.write_text("")
     code, _, err = cli(capsys, "verify", "-c", str(root), "--expect-head", str(empty))
     assert code == 1 and f"{empty}: no chain head in it" in err
+
+
+# ---------------------------------------------------------------- FRANK_EXPECT_HEAD: every command that verifies
+
+
+def _rollback_both(root: Path, saved: Path) -> None:
+    """Put back the database and head file as they were when ``saved`` was taken (a restore from backup)."""
+    for name in ("frank.db", "frank.head"):
+        (root / name).write_bytes((saved / name).read_bytes())
+    for extra in ("frank.db-wal", "frank.db-shm"):
+        (root / extra).unlink(missing_ok=True)
+
+
+def _save(root: Path, to: Path) -> None:
+    with open_campaign(root) as c:
+        c.store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    to.mkdir()
+    for name in ("frank.db", "frank.head"):
+        (to / name).write_bytes((root / name).read_bytes())
+
+
+def _cut_tail(root: Path, n: int) -> None:
+    """Delete the last ``n`` records (starts, with their turns) and their chain rows, and cut frank.head to match."""
+    conn = sqlite3.connect(root / "frank.db")
+    for seq, kind, ref in conn.execute("SELECT seq, kind, ref FROM chain ORDER BY seq DESC LIMIT ?", (n,)).fetchall():
+        assert kind == "start"
+        conn.execute("DELETE FROM starts WHERE id = ?", (ref,))
+        conn.execute("DELETE FROM chain WHERE seq = ?", (seq,))
+    conn.commit()
+    conn.close()
+    lines = (root / "frank.head").read_text().splitlines()[:-n]
+    (root / "frank.head").write_text("".join(f"{x}\n" for x in lines))
+
+
+@pytest.mark.parametrize("attack", ["rewrite", "rollback", "cut tail"])
+def test_analyze_and_adopt_refuse_what_only_the_kept_head_catches(
+    kept: tuple[Path, str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, attack: str
+) -> None:
+    root, _ = kept
+    if attack == "rollback":
+        _save(root, root.parent / "backup")
+        _design(root, "later")  # the chain grows; its head is the one kept
+    code, out, _ = cli(capsys, "verify", "-c", str(root))
+    line = next(x for x in out.splitlines() if x.startswith("evidence chain verified: "))
+    if attack == "rewrite":
+        _rewrite_everything(root)
+    elif attack == "rollback":
+        _rollback_both(root, root.parent / "backup")
+    else:
+        _cut_tail(root, 2)
+    assert cli(capsys, "verify", "-c", str(root))[0] == 0  # inside the folder everything agrees
+    kept_file = root.parent / "kept.txt"
+    kept_file.write_text(line + "\n")
+    for value in (line, str(kept_file)):
+        monkeypatch.setenv("FRANK_EXPECT_HEAD", value)
+        for args in (
+            ["analyze", "kernel-1"],
+            ["adopt", "draft", "--design", "kernel-1"],
+            ["run", "kernel-1", "--resume"],
+        ):
+            code, _, err = cli(capsys, *args, "-c", str(root))
+            assert code == 1 and "Traceback" not in err, (args, err)
+            assert "FRANK_EXPECT_HEAD" in err and "refuses to work from a campaign that fails verification" in err, err
+        code, _, err = cli(capsys, "verify", "-c", str(root))
+        assert code == 1 and "FRANK_EXPECT_HEAD" in err
+
+
+def test_the_kept_head_in_the_environment_passes_an_untouched_campaign(
+    kept: tuple[Path, str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, line = kept
+    monkeypatch.setenv("FRANK_EXPECT_HEAD", line)
+    code, out, err = cli(capsys, "analyze", "kernel-1", "-c", str(root))
+    assert code == 0, err
+    monkeypatch.setenv("FRANK_EXPECT_HEAD", "not a head")
+    code, _, err = cli(capsys, "analyze", "kernel-1", "-c", str(root))
+    assert code == 1 and "FRANK_EXPECT_HEAD: no chain head in it" in err and "Traceback" not in err

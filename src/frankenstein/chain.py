@@ -13,17 +13,22 @@ failed verification). Each chain row holds::
 So editing a record breaks its digest, deleting or inserting a chain row breaks the links, and a record
 written outside frank (raw SQL) has no chain row. Rewriting the whole chain with recomputed hashes is
 caught by the head file beside the database (``frank.head``): append-only, one line ``seq row_hash``
-per record, written in the same write lock as the record, just before the commit. Keep a copy of its last
-line elsewhere (``frank verify`` prints it) and nothing in the campaign folder can be rewritten quietly.
+per record, written in the same write lock as the record, just after the commit. The lines a commit is
+about to make are first written to ``frank.head.pending``; a crash between the two leaves that file, and
+the next open appends the lines of records the database holds (or drops them when it holds none, the commit
+never happened). Keep a copy of the head's last line elsewhere (``frank verify`` prints it) and nothing in
+the campaign folder can be rewritten quietly.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import fcntl
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -109,15 +114,67 @@ def head_path(db_path: Path) -> Path:
     return db_path.with_suffix(".head")
 
 
-def append_head(path: Path, links: Sequence[Link]) -> None:
-    """Append one line per link; O_APPEND, flushed before the database commits."""
-    if not links:
-        return
+def pending_path(head: Path) -> Path:
+    """The lines a transaction is about to commit (``frank.head.pending``), written before its COMMIT."""
+    return head.with_name(head.name + ".pending")
+
+
+@contextmanager
+def head_lock(path: Path) -> Iterator[int]:
+    """The head file opened for appending, under an exclusive ``flock``: a commit's pending file, COMMIT and
+    head lines happen under it, and so does the repair on open, so one never sees the other half done."""
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        os.write(fd, "".join(f"{x.seq} {x.row_hash}\n" for x in links).encode())
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield fd
     finally:
         os.close(fd)
+
+
+@contextmanager
+def head_read_lock(path: Path) -> Iterator[None]:
+    """A shared ``flock`` on the head file while the chain and the head are read together (so a reader never
+    sees a commit whose head line is still to come); no file, no lock (and none is made)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)
+
+
+def head_lines(links: Sequence[Link | tuple[int, str]]) -> bytes:
+    pairs = [(x.seq, x.row_hash) if isinstance(x, Link) else x for x in links]
+    return "".join(f"{seq} {h}\n" for seq, h in pairs).encode()
+
+
+def write_pending(head: Path, links: Sequence[Link]) -> None:
+    """Say which records the coming COMMIT holds, before it (replacing any older pending file)."""
+    pending_path(head).write_bytes(head_lines(links))
+
+
+def append_head(fd: int, links: Sequence[Link | tuple[int, str]]) -> None:
+    """Append one ``seq row_hash`` line per record, after its COMMIT (O_APPEND)."""
+    if links:
+        os.write(fd, head_lines(links))
+
+
+def repair_plan(
+    pending: list[tuple[int, str]], committed: Mapping[int, str], head: list[tuple[int, str]] | None
+) -> list[tuple[int, str]]:
+    """After a crash inside a commit (a pending file left): the head lines still to append. Records the
+    database holds (the crash came after COMMIT) that the head file lacks are appended; records it does not
+    hold (the crash came before COMMIT: nothing was written) need nothing. A pending file that is neither
+    (some committed, some not) is no crash frank leaves; nothing is appended and ``verify`` judges."""
+    done = [(seq, h) for seq, h in pending if committed.get(seq) == h]
+    if len(done) != len(pending):
+        return []
+    have = set(head or [])
+    return [x for x in done if x not in have]
 
 
 def read_head(path: Path) -> list[tuple[int, str]] | None:

@@ -34,18 +34,20 @@ Typed reads:
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
+import signal
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from frankenstein import chain
+from frankenstein import chain, schema
 from frankenstein.chain import Link
 from frankenstein.errors import RegistryError, StoreError
 
@@ -203,6 +205,17 @@ MIGRATIONS: list[tuple[str, str]] = [
     ),
 ]
 
+BOOTSTRAP = (
+    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS migrations (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, applied_at TEXT NOT NULL)",
+)
+
+
+def statements(sql: str) -> list[str]:
+    """A migration's statements, one by one."""
+    return [x for x in sql.split(";") if x.strip()]
+
+
 # Each record kind: its table, its key column, and its child tables (rows keyed by the record's id).
 RECORD_TABLES: dict[str, tuple[str, str]] = {
     "registry": ("registry", "seq"),
@@ -251,6 +264,19 @@ def _seconds(env: Mapping[str, str], name: str, default: str) -> float:
     return value
 
 
+def _disk_full(exc: BaseException) -> bool:
+    """SQLite's SQLITE_FULL ("database or disk is full") or the OS's ENOSPC / EDQUOT."""
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    return "database or disk is full" in str(exc)
+
+
+def _test_kill(point: str) -> None:
+    """Test hook: ``FRANK_TEST_KILL_AT=POINT`` makes frank SIGKILL itself here (tests of a crash inside a commit)."""
+    if os.environ.get("FRANK_TEST_KILL_AT") == point:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def now_iso() -> str:
     """UTC timestamp with milliseconds, sortable as text."""
     t = time.time()
@@ -264,6 +290,7 @@ class Store:
         self.path = Path(path)
         self.head_path = chain.head_path(self.path)
         self._links: list[Link] = []  # appended in the open transaction; their head lines go out before COMMIT
+        self._schema = schema.expected((*BOOTSTRAP, *(x for _, sql in MIGRATIONS for x in statements(sql))))
         try:
             self.conn = sqlite3.connect(
                 self.path, timeout=busy_timeout_s(os.environ), isolation_level=None, check_same_thread=False
@@ -273,6 +300,7 @@ class Store:
             self.conn.execute("PRAGMA foreign_keys=ON")
             self.conn.execute("PRAGMA synchronous=NORMAL")
             self._migrate()
+            self._repair_head()
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{self.path}: cannot open the store: {exc}") from exc
 
@@ -287,19 +315,70 @@ class Store:
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        """The one way to write: BEGIN IMMEDIATE … COMMIT, rolled back on any exception."""
+        """The one way to write: BEGIN IMMEDIATE … COMMIT, rolled back on any exception. A transaction that
+        appended chain records commits under the head file's lock: the pending lines, COMMIT, the head lines
+        (:meth:`_commit`). A full disk is named as such; nothing of the transaction is then written."""
         self._begin()
         self._links = []
         try:
-            yield self.conn
-            chain.append_head(self.head_path, self._links)
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
-        else:
+            try:
+                yield self.conn
+                self._commit(self._links)
+            except BaseException:
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
+                raise
+            finally:
+                self._links = []
+        except (sqlite3.OperationalError, OSError) as exc:
+            if not _disk_full(exc):
+                raise
+            raise StoreError(
+                f"{self.path}: disk full ({exc}): nothing of this record was written and nothing recorded before it "
+                "was lost; free some space and run the command again (`frank run ID --resume` goes on where it "
+                "stopped)"
+            ) from exc
+
+    def _commit(self, links: list[Link]) -> None:
+        """COMMIT; with chain records, under the head file's lock: ``frank.head.pending`` first, then COMMIT,
+        then the head lines, then the pending file goes. A kill anywhere in between is repaired on the next open
+        (:meth:`_repair_head`). ``FRANK_TEST_KILL_AT`` (``before-commit`` | ``after-commit``) is a test hook:
+        frank SIGKILLs itself at that point, so the tests can show the repair on a real kill."""
+        if not links:
             self.conn.execute("COMMIT")
-        finally:
-            self._links = []
+            return
+        pending = chain.pending_path(self.head_path)
+        with chain.head_lock(self.head_path) as fd:
+            try:
+                chain.write_pending(self.head_path, links)
+                _test_kill("before-commit")
+                self.conn.execute("COMMIT")
+            except BaseException:
+                pending.unlink(missing_ok=True)
+                raise
+            _test_kill("after-commit")
+            try:
+                chain.append_head(fd, links)
+            except OSError as exc:
+                raise StoreError(
+                    f"{self.head_path}: cannot append the head line ({exc}); the record was committed and "
+                    f"{pending.name} keeps its line: the next frank command on this campaign appends it"
+                ) from exc
+            pending.unlink(missing_ok=True)
+
+    def _repair_head(self) -> None:
+        """A pending file left by a kill inside a commit: append the head lines of the records the database
+        holds; when it holds none of them, the commit never happened and there is nothing to add."""
+        pending = chain.pending_path(self.head_path)
+        if not pending.exists():
+            return
+        with chain.head_lock(self.head_path) as fd:
+            lines = chain.read_head(pending)
+            if lines is None:  # another process repaired it while this one waited for the lock
+                return
+            committed = {x.seq: x.row_hash for x in self.chain_links()}
+            chain.append_head(fd, chain.repair_plan(lines, committed, chain.read_head(self.head_path)))
+            pending.unlink(missing_ok=True)
 
     def _begin(self) -> None:
         """Take the write lock, waiting while another process holds it: SQLite's busy timeout per try,
@@ -325,10 +404,8 @@ class Store:
 
     def _migrate(self) -> None:
         with self.transaction() as c:
-            c.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-            c.execute(
-                "CREATE TABLE IF NOT EXISTS migrations (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, applied_at TEXT NOT NULL)"
-            )
+            for statement in BOOTSTRAP:
+                c.execute(statement)
             row = c.execute("SELECT value FROM meta WHERE key='format_version'").fetchone()
             if row is None:
                 c.execute("INSERT INTO meta VALUES ('format_version', ?)", (str(FORMAT_VERSION),))
@@ -341,9 +418,8 @@ class Store:
             for name, sql in MIGRATIONS:
                 if name in done:
                     continue
-                for statement in sql.split(";"):
-                    if statement.strip():
-                        c.execute(statement)
+                for statement in statements(sql):
+                    c.execute(statement)
                 c.execute("INSERT INTO migrations (name, applied_at) VALUES (?, ?)", (name, now_iso()))
                 if name == "0004_chain":
                     self._seal_existing(c)
@@ -392,56 +468,43 @@ class Store:
                     f"start refused: design {design_id}, block {_one(block)}, position {_one(position)}, "
                     f"rep {rep}, arm {arm}: {problem}"
                 )
-            cur = c.execute(
-                """INSERT INTO starts (design_id, block, position, arm, rep, status, reason, started_at, finished_at,
-                   engine, engine_version, recipe, metrics, resources, capabilities)
-                   VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)""",
-                (
-                    design_id,
-                    block,
-                    position,
-                    arm,
-                    rep,
-                    status,
-                    reason,
-                    started_at,
-                    now_iso(),
-                    engine,
-                    engine_version,
-                    _dumps(recipe) if recipe is not None else None,
-                    _dumps(metrics),
-                    _dumps(resources or {}),
-                    _dumps(capabilities or {}),
+            row: dict[str, Any] = {
+                "design_id": design_id,
+                "block": block,
+                "position": position,
+                "arm": arm,
+                "rep": rep,
+                "status": status,
+                "reason": reason,
+                "started_at": started_at,
+                "finished_at": now_iso(),
+                "engine": engine,
+                "engine_version": engine_version,
+                "recipe": _dumps(recipe) if recipe is not None else None,
+                "metrics": _dumps(metrics),
+                "resources": _dumps(resources or {}),
+                "capabilities": _dumps(capabilities or {}),
+            }
+            start_id = _insert(c, "starts", row)
+            meant: dict[str, list[dict[str, Any]]] = {
+                "starts": [],
+                "turns": sorted((_turn_row(start_id, t) for t in turns), key=lambda r: r["idx"]),
+                "artifacts": [
+                    {"start_id": start_id, "name": n, "data": d} for n, d in sorted((artifacts or {}).items())
+                ],
+                "episodes": sorted(
+                    (_episode_row(start_id, e) for e in episodes), key=lambda r: (r["task_id"], r["draw"])
                 ),
-            )
-            start_id = int(cur.lastrowid or 0)
-            for t in turns:
-                values = {k: v for k, v in t.items() if k not in TURN_KEYS}
-                c.execute(
-                    "INSERT INTO turns (start_id, idx, turn_id, warmup, error, metrics) VALUES (?,?,?,?,?,?)",
-                    (start_id, t["idx"], t["turn_id"], int(t["warmup"]), t.get("error"), _dumps(values)),
-                )
-            for name, data in (artifacts or {}).items():
-                c.execute("INSERT INTO artifacts VALUES (?,?,?)", (start_id, name, data))
-            for e in episodes:
-                c.execute(
-                    "INSERT INTO episodes VALUES (?,?,?,?,?,?,?,?,?)",
-                    (
-                        start_id,
-                        e["task_id"],
-                        e["draw"],
-                        e["task_hash"],
-                        e["status"],
-                        int(e["passed"]),
-                        e.get("grader_rc"),
-                        e["turns"],
-                        _dumps(e.get("detail", {})),
-                    ),
-                )
+            }
+            for table in ("turns", "artifacts", "episodes"):
+                for r in meant[table]:
+                    _insert(c, table, r)
             if resources is not None and isinstance(resources.get("phases"), Mapping):  # the caller's dict gets it too
                 resources["phases"] = {**resources["phases"], "write_s": round(time.monotonic() - t0, 4)}
-                c.execute("UPDATE starts SET resources = ? WHERE id = ?", (_dumps(resources), start_id))
-            self._chain(c, "start", start_id)
+                row["resources"] = _dumps(resources)
+                c.execute("UPDATE starts SET resources = ? WHERE id = ?", (row["resources"], start_id))
+            meant["starts"] = [{"id": start_id, **row}]
+            self._chain(c, "start", start_id, meant)
         return start_id
 
     def append_registry(self, build: Callable[[RegistryRow | None], RegistryRow]) -> RegistryRow:
@@ -467,7 +530,7 @@ class Store:
                     row.row_hash,
                 ),
             )
-            self._chain(c, "registry", row.seq)
+            self._chain(c, "registry", row.seq, {"registry": [asdict(row)]})
         return row
 
     def append_ledger(self, build: Callable[[LedgerEntry | None], LedgerEntry]) -> LedgerEntry:
@@ -477,13 +540,20 @@ class Store:
             last = c.execute("SELECT * FROM ledger ORDER BY seq DESC LIMIT 1").fetchone()
             e = build(_ledger(last) if last else None)
             at = now_iso()
-            cur = c.execute(
-                "INSERT INTO ledger (action, part, design_id, scope, forced, why, parts, at) VALUES (?,?,?,?,?,?,?,?)",
-                (e.action, e.part, e.design_id, _dumps(e.scope), int(e.forced), e.why, json.dumps(e.parts), at),
-            )
-            self._chain(c, "ledger", int(cur.lastrowid or 0))
+            row = {
+                "action": e.action,
+                "part": e.part,
+                "design_id": e.design_id,
+                "scope": _dumps(e.scope),
+                "forced": int(e.forced),
+                "why": e.why,
+                "parts": json.dumps(e.parts),
+                "at": at,
+            }
+            seq = _insert(c, "ledger", row)
+            self._chain(c, "ledger", seq, {"ledger": [{"seq": seq, **row}]})
         return LedgerEntry(
-            seq=int(cur.lastrowid or 0),
+            seq=seq,
             action=e.action,
             part=e.part,
             design_id=e.design_id,
@@ -498,22 +568,20 @@ class Store:
         self, *, what: RefusalWhat, name: str, reason: str, part: str | None = None, path: str | None = None
     ) -> int:
         """Append one refusal in its own transaction; returns its seq."""
-        with self.transaction() as c:
-            cur = c.execute(
-                "INSERT INTO refusals (what, name, part, path, reason, at) VALUES (?,?,?,?,?,?)",
-                (what, name, part, path, reason, now_iso()),
-            )
-            self._chain(c, "refusal", int(cur.lastrowid or 0))
-        return int(cur.lastrowid or 0)
+        row = {"what": what, "name": name, "part": part, "path": path, "reason": reason, "at": now_iso()}
+        return self._append_one("refusal", row)
 
     def insert_override(self, *, command: str, why: str, problem: str) -> int:
         """Record that ``command`` was forced on a campaign that failed verification (``problem``), and why."""
+        return self._append_one("override", {"command": command, "why": why, "problem": problem, "at": now_iso()})
+
+    def _append_one(self, kind: str, row: dict[str, Any]) -> int:
+        """Insert one single-row record and chain it, in its own transaction; returns its seq."""
+        table, key = RECORD_TABLES[kind]
         with self.transaction() as c:
-            cur = c.execute(
-                "INSERT INTO overrides (command, why, problem, at) VALUES (?,?,?,?)", (command, why, problem, now_iso())
-            )
-            self._chain(c, "override", int(cur.lastrowid or 0))
-        return int(cur.lastrowid or 0)
+            seq = _insert(c, table, row)
+            self._chain(c, kind, seq, {table: [{key: seq, **row}]})
+        return seq
 
     # ------------------------------------------------------------ the evidence chain
 
@@ -527,13 +595,25 @@ class Store:
                 [(r.at, r.step, r.route, r.status, r.ms, int(r.engine_error)) for r in rows],
             )
 
-    def _chain(self, c: sqlite3.Connection, kind: str, ref: int) -> Link:
-        """Append record (kind, ref), as it now reads in this transaction, to the chain."""
-        found = _record(c, kind, ref)
-        assert found is not None, (kind, ref)
-        label, tables = found
+    def _chain(
+        self, c: sqlite3.Connection, kind: str, ref: int, meant: Mapping[str, Sequence[Mapping[str, Any]]] | None = None
+    ) -> Link:
+        """Append record (kind, ref) to the chain. Its digest is of ``meant``, the rows frank built in memory
+        and inserted, never of what the database hands back (a trigger could have rewritten them); a database
+        holding a trigger, view or table frank did not create is refused before anything is sealed. Without
+        ``meant`` (sealing records written before the chain existed) the record is digested as it reads now."""
+        problem = schema.foreign(c, self._schema)
+        if problem:
+            raise StoreError(f"{self.path}: {problem}; nothing was written (verify names it; remove it first)")
+        if meant is None:
+            found = _record(c, kind, ref)
+            assert found is not None, (kind, ref)
+            label, record_digest = found[0], chain.digest(found[1])
+        else:
+            table = RECORD_TABLES[kind][0]
+            label, record_digest = chain.label_of(kind, meant[table][0]), chain.digest(_as_meant(c, kind, ref, meant))
         last = c.execute("SELECT * FROM chain ORDER BY seq DESC LIMIT 1").fetchone()
-        link = chain.make_link(_link(last) if last else None, kind, ref, label, chain.digest(tables))
+        link = chain.make_link(_link(last) if last else None, kind, ref, label, record_digest)
         c.execute(
             "INSERT INTO chain VALUES (?,?,?,?,?,?,?)",
             (link.seq, link.kind, link.ref, link.label, link.digest, link.prev_hash, link.row_hash),
@@ -552,8 +632,14 @@ class Store:
         """Check the evidence chain end to end; return the number of records. Raises :class:`RegistryError`
         naming the first broken record: a chain row changed or removed, a record changed or deleted, the head
         file disagreeing (the chain rewritten, the last records deleted), a record written outside frank, a
-        start outside its design's registered slots, rows of a start that is not recorded."""
-        links = self.chain_links()
+        start outside its design's registered slots, rows of a start that is not recorded; first of all, a
+        trigger, view or table in the database that frank did not create."""
+        problem = schema.foreign(self.conn, self._schema)
+        if problem:
+            raise RegistryError(f"{self.path.name}: {problem}")
+        with chain.head_read_lock(self.head_path):
+            links = self.chain_links()
+            head = chain.read_head(self.head_path)
         prev: Link | None = None
         for link in links:
             problem = chain.check_link(prev, link)
@@ -566,7 +652,7 @@ class Store:
             if problem:
                 raise RegistryError(problem)
             prev = link
-        problem = chain.check_head(links, chain.read_head(self.head_path), self.head_path)
+        problem = chain.check_head(links, head, self.head_path)
         if problem:
             raise RegistryError(problem)
         problem = self._outside_chain(links) or self._outside_slots() or self._orphans()
@@ -878,6 +964,52 @@ def _slot_problem(
 
 def _one(v: int | None) -> int | None:
     return v + 1 if v is not None else None
+
+
+def _as_meant(
+    c: sqlite3.Connection, kind: str, ref: int, meant: Mapping[str, Sequence[Mapping[str, Any]]]
+) -> dict[str, list[dict[str, Any]]]:
+    """The record as frank meant it: every value frank set is its own, never the database's; only a column
+    frank does not set (a default a later migration adds) is taken from the row as stored. A table whose row
+    count differs from what was inserted is taken as meant (the extra or missing rows then fail ``verify``)."""
+    found = _record(c, kind, ref)
+    stored = found[1] if found else {}
+    out = {}
+    for table, rows in meant.items():
+        back = stored.get(table, [])
+        if len(back) != len(rows):
+            out[table] = [dict(r) for r in rows]
+        else:
+            out[table] = [{**dict(b), **r} for b, r in zip(back, rows, strict=True)]
+    return out
+
+
+def _insert(c: sqlite3.Connection, table: str, row: Mapping[str, Any]) -> int:
+    """INSERT one row given as column -> value; returns its rowid."""
+    cols = ", ".join(row)
+    cur = c.execute(f"INSERT INTO {table} ({cols}) VALUES ({','.join('?' * len(row))})", tuple(row.values()))
+    return int(cur.lastrowid or 0)
+
+
+def _turn_row(start_id: int, t: Mapping[str, Any]) -> dict[str, Any]:
+    """A turn as its row reads back (the fixed metric columns of 0001 stay NULL: metrics are one JSON object)."""
+    values = {k: v for k, v in t.items() if k not in TURN_KEYS}
+    row = {"start_id": start_id, "idx": t["idx"], "turn_id": t["turn_id"], "warmup": int(t["warmup"])}
+    return {**row, **dict.fromkeys(LEGACY_TURN_METRICS), "error": t.get("error"), "metrics": _dumps(values)}
+
+
+def _episode_row(start_id: int, e: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "start_id": start_id,
+        "task_id": e["task_id"],
+        "draw": e["draw"],
+        "task_hash": e["task_hash"],
+        "status": e["status"],
+        "passed": int(e["passed"]),
+        "grader_rc": e.get("grader_rc"),
+        "turns": e["turns"],
+        "detail": _dumps(e.get("detail", {})),
+    }
 
 
 def _record(c: sqlite3.Connection, kind: str, ref: int) -> tuple[str, dict[str, list[sqlite3.Row]]] | None:

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -307,10 +308,32 @@ def verify(campaign: Campaign) -> list[str]:
         prev = row.row_hash
         lines.append(f"ok  {did}  {row.design_hash[:16]}  {row.registered_at}")
     campaign.store.verify()
+    for text, source in kept_heads(os.environ):
+        campaign.store.verify_kept(text, source)
     for row in campaign.store.registry_rows():
         _check_pinned_workload(_from_row(row))
     campaign.verified_through = prev
     return lines
+
+
+EXPECT_HEAD = "FRANK_EXPECT_HEAD"
+
+
+def kept_heads(env: Mapping[str, str]) -> list[tuple[str, str]]:
+    """(text, source) of every head kept outside the campaign that verification checks besides frank.head:
+    ``FRANK_EXPECT_HEAD`` (a head as ``frank verify`` prints it, ``SEQ HASH``, the bare hash, or a file holding
+    one, such as a copy of frank.head kept elsewhere). So every command that verifies (analyze, adopt, revert,
+    run, serve, report, verify) also refuses a chain that no longer holds the kept head."""
+    value = env.get(EXPECT_HEAD, "").strip()
+    if not value:
+        return []
+    path = Path(value)
+    if path.is_file():
+        try:
+            return [(path.read_text(errors="replace"), f"{EXPECT_HEAD}={value}")]
+        except OSError as exc:
+            raise RegistryError(f"{EXPECT_HEAD}={value}: {exc.strerror}") from exc
+    return [(value, EXPECT_HEAD)]
 
 
 def _check_pinned_workload(reg: Registered) -> None:
