@@ -14,7 +14,7 @@ from frankenstein.design.kinds import kind_of
 from frankenstein.design.model import load_design
 from frankenstein.design.registry import register
 from frankenstein.design.runner import run_design
-from frankenstein.design.start import speculation
+from frankenstein.measure.timings import aggregate, speculation
 from frankenstein.errors import DesignError
 from frankenstein.report.note import write_report
 
@@ -35,6 +35,13 @@ def test_speculation_is_summed_over_the_turns_that_drafted() -> None:
     assert speculation(ROWS) == {"drafted": 20.0, "accepted": 8.0, "acceptance_rate": 0.4, "drafting_turns": 2.0}
     no_drafts = [r for r in ROWS if r["idx"] in (2, 3)]
     assert speculation(no_drafts) == {"drafted": None, "accepted": None, "acceptance_rate": None, "drafting_turns": 0.0}
+
+
+def test_the_start_metric_acceptance_rate_has_one_definition() -> None:
+    """aggregate (what a start stores) folds acceptance_rate over the turns that drafted, as speculation does:
+    a measured turn without draft fields does not blank the start's rate."""
+    measured = [r for r in ROWS if not r["warmup"] and not r["error"]]
+    assert aggregate(measured)["acceptance_rate"] == speculation(ROWS)["acceptance_rate"] == 0.4
 
 
 BENCH = """\

@@ -23,6 +23,7 @@ from pydantic import (
 
 from frankenstein.errors import ConfigError, UnknownNameError
 from frankenstein.flags import apply_part, is_flag
+from frankenstein.measure.usermetrics import UserMetric, check_metric_name
 from frankenstein.shipped import expand
 from frankenstein.validation import FrozenUserFile, field_error, http_root, read_toml
 
@@ -180,6 +181,7 @@ class CampaignConfig(FrozenUserFile):
     engines: dict[str, Provenance] = Field(default_factory=dict)
     formats: dict[str, Provenance] = Field(default_factory=dict)
     note: NoteHeader = NoteHeader()
+    metrics: dict[str, UserMetric] = Field(default_factory=dict)  # user metrics (measure/usermetrics.py)
 
     @field_validator("recipes", "parts")
     @classmethod
@@ -275,6 +277,11 @@ def load_config(path: str | Path) -> CampaignConfig:
                     path=path,
                     field=f"{table}.{name}.cache_vars",
                 )
+    for mname in config.metrics:
+        try:
+            check_metric_name(mname)
+        except ValueError as exc:
+            raise ConfigError(str(exc), path=path, field=f"metrics.{mname}") from exc
     for rname, recipe in config.recipes.items():
         for i, p in enumerate(recipe.parts):
             if p not in config.parts:

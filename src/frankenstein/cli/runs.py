@@ -108,16 +108,9 @@ def replay(
         from frankenstein.engines.external import NOT_FRESH
 
         typer.echo(f"  not a fresh start: {NOT_FRESH} ({url})")
-    for key in (
-        "verify_step_ms",
-        "decode_ms_per_token",
-        "tokens_per_step",
-        "acceptance_rate",
-        "ttft_ms",
-        "e2e_ms",
-        "pre_ms",
-        "post_ms",
-    ):
+    from frankenstein.measure.metrics import names
+
+    for key in (*names(scope="step"), *names(scope="request")):
         v = out.metrics.get(key)
         typer.echo(f"  {key:<20} {'-' if v is None else f'{v:.4f}'}")
     from frankenstein.design.percentiles import percentile_lines, rows_percentiles

@@ -28,6 +28,8 @@ from pydantic_core import PydanticCustomError
 from frankenstein.config import Name, ResolvedRecipe, launch_problem
 from frankenstein.design.rules import BlockRule, RuleField
 from frankenstein.errors import ConfigError, DesignError
+from frankenstein.measure.metrics import Metric
+from frankenstein.measure.usermetrics import UserMetric, known
 from frankenstein.validation import UserFile, field_error, read_toml
 from frankenstein.workload.replay import ReplaySettings
 
@@ -267,6 +269,8 @@ class FrozenDesign(UserFile):
     # arm -> the files its starts run ({arm, role, path, sha256}, design/pins.py), pinned at registration.
     # Designs registered before this field have none: a cluster run then pins the driver's files at its start.
     files: dict[str, list[dict[str, str]]] = Field(default_factory=dict)
+    # The user metrics (frank.toml [metrics.NAME]) the design names, as declared when it was registered.
+    metrics: dict[str, UserMetric] = Field(default_factory=dict)
 
 
 def load_design(path: str | Path) -> DesignFile:
@@ -299,6 +303,15 @@ class Registered:
     def order(self) -> Literal["independent", "balanced"]:
         """How the arm orders were drawn (a design registered before ``order`` existed: independently)."""
         return self.design.order or "independent"
+
+    def metric(self, name: str) -> Metric | None:
+        """A metric the design can name: built-in, or a user metric as registered."""
+        return known(self.frozen.metrics).get(name)
+
+    def unit(self, name: str) -> str:
+        """The unit of a metric the design names ("" for one the registry does not know)."""
+        m = self.metric(name)
+        return m.unit if m else ""
 
     def slots(self) -> list[Slot]:
         """Every start the design registered, in run order: block, position in the block, arm, repeat."""

@@ -43,10 +43,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from frankenstein.design.table import render_table
+from frankenstein.measure.metrics import names
 from frankenstein.measure.timings import chunk_gaps
 from frankenstein.store import Store
 
-LATENCY_METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "pre_ms", "post_ms")
+LATENCY_METRICS = names(percentiles=True)  # the registry's per-turn metrics
 QUANTILES = (("p50", 0.50), ("p90", 0.90), ("p99", 0.99))
 
 Percentiles = dict[str, dict[str, dict[str, float | int | None]]]  # arm -> metric -> {"n", "p50", "p90", "p99"}

@@ -27,7 +27,9 @@ from frankenstein.engines import ADAPTERS
 from frankenstein.design.pins import pins_of_arm
 from frankenstein.design.model import ARMS, DesignFile, FrozenDesign, Registered, load_design, resolve_arms
 from frankenstein.errors import ConfigError, DesignError, FrankError, RegistryError, UnknownNameError
-from frankenstein.measure.timings import METRICS
+from frankenstein.measure.metrics import BUILTIN
+from frankenstein.measure.usermetrics import Declared
+from frankenstein.measure.usermetrics import known as metric_table
 from frankenstein.served import served_parts
 from frankenstein.shipped import expand
 from frankenstein.store import RegistryRow, now_iso
@@ -88,10 +90,10 @@ def _no_op_parts(recipes: dict[str, ResolvedRecipe | None]) -> str:
 def check_design(campaign: Campaign, design: DesignFile, path: Path) -> FrozenDesign:
     """Everything registration refuses, each with the file and field named."""
     kind = kind_of(design.kind)
+    declared = design_metrics(campaign, design, path)
+    table = metric_table(declared)
     kind.check(design, path)
-    direction: Literal["lower", "higher"] = design.direction or (
-        "higher" if METRICS.get(design.primary_metric) == "higher" else "lower"
-    )
+    direction: Literal["lower", "higher"] = design.direction or table[design.primary_metric].direction
     recipes = resolve_arms(lambda arm: resolve_arm(campaign, design, arm, path), path)
     for arm, recipe in recipes.items():
         if recipe is not None and recipe.engine not in ADAPTERS:
@@ -119,7 +121,7 @@ def check_design(campaign: Campaign, design: DesignFile, path: Path) -> FrozenDe
         )
     if fresh := fresh_start_problem(design.replay, {a: r.engine for a, r in recipes.items() if r is not None}):
         raise DesignError(f"arm {fresh[0]}: {fresh[1]}", path=path, field="replay.fresh_starts")
-    kind.check_recipes(design, recipes, path)
+    kind.check_recipes(design, recipes, path, table)
     same = _same(recipes["served"], recipes["candidate"], design)
     if same and not kind.same_arms:
         raise DesignError(
@@ -139,7 +141,22 @@ def check_design(campaign: Campaign, design: DesignFile, path: Path) -> FrozenDe
         workload_hash=wl_hash,
         direction=direction,
         files=files,
+        metrics=declared,
     )
+
+
+def design_metrics(campaign: Campaign, design: DesignFile, path: Path) -> dict[str, Declared]:
+    """The user metrics (frank.toml ``[metrics.NAME]``) the design names; a metric neither built in nor
+    declared there is refused naming the design file and the field."""
+    declared = campaign.config.metrics
+    for field, name in [
+        ("primary_metric", design.primary_metric),
+        *((f"secondary[{i}]", s) for i, s in enumerate(design.secondary)),
+    ]:
+        if name not in BUILTIN and name not in declared:
+            names = ", ".join(sorted({*BUILTIN, *declared}))
+            raise DesignError(f"unknown metric {name!r} (known: {names})", path=path, field=field)
+    return {n: declared[n] for n in (design.primary_metric, *design.secondary) if n in declared}
 
 
 def _check_workload(campaign: Campaign, design: DesignFile, path: Path) -> tuple[str | None, str | None]:

@@ -46,6 +46,7 @@ class StartOutcome:
     capabilities: dict[str, Any] = field(default_factory=dict)
     resources: dict[str, Any] = field(default_factory=dict)
     scrape: dict[str, float] = field(default_factory=dict)
+    scrapes: tuple[dict[str, float], dict[str, float]] = field(default_factory=lambda: ({}, {}))  # before, after
     artifacts: dict[str, bytes] = field(default_factory=dict)
     episodes: list[dict[str, Any]] = field(default_factory=list)
 
@@ -76,8 +77,9 @@ def measure_start(
             before = _metrics_or_empty(engine)
         result: ReplayResult = timed_replay(engine, workload, settings, progress)
         with phases.phase("scrape"):
-            out.scrape = _scrape_delta(before, _metrics_or_empty(engine))
-        out.rows, out.metrics = result.rows, {**result.metrics, **speculation(result.rows)}
+            after = _metrics_or_empty(engine)
+        out.scrape, out.scrapes = _scrape_delta(before, after), (before, after)
+        out.rows, out.metrics = result.rows, result.metrics
         out.status, out.reason = ("ok", None) if result.valid else ("invalid", "; ".join(result.invalid[:5]))
     except EngineError as exc:
         out.status, out.reason = "failed", str(exc)
@@ -140,25 +142,6 @@ def timed_replay(
         mid = split[0] if split else (t0 if warm == 0 else end)
         phases.add("warmup", mid - t0)
         phases.add("replay", end - mid)
-
-
-def speculation(rows: list[dict[str, Any]]) -> dict[str, float | None]:
-    """Drafted and accepted tokens summed over the measured turns that drafted, and their ratio.
-
-    llama-server omits the draft fields on a turn where nothing was drafted (n-gram speculation often
-    drafts nothing); such a turn is left out of the sums instead of making the start's rate None. An
-    arm that never drafted has ``drafting_turns = 0`` and no rate: it cannot produce one."""
-    drafting = [r for r in rows if not r.get("warmup") and not r.get("error") and r.get("drafted") is not None]
-    if not drafting:
-        return {"drafted": None, "accepted": None, "acceptance_rate": None, "drafting_turns": 0.0}
-    drafted = float(sum(r["drafted"] for r in drafting))
-    accepted = float(sum(r.get("accepted") or 0 for r in drafting))
-    return {
-        "drafted": drafted,
-        "accepted": accepted,
-        "acceptance_rate": accepted / drafted if drafted else None,
-        "drafting_turns": float(len(drafting)),
-    }
 
 
 def watched(run: Callable[[], StartOutcome]) -> StartOutcome:

@@ -1,4 +1,5 @@
-"""Engine-independent step metrics.
+"""Engine-independent step metrics: how a start folds its measured turns into the metrics the registry
+(:mod:`frankenstein.measure.metrics`) declares with ``sums`` (:func:`turn_sums`, :func:`aggregate`).
 
 Per turn an adapter fills a :class:`StepTiming` from what the *server* reports. Per start the
 metrics are ratios of sums over the measured turns (never means of per-turn ratios):
@@ -36,23 +37,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
-METRICS: dict[str, str] = {
-    "verify_step_ms": "lower",
-    "decode_ms_per_token": "lower",
-    "tokens_per_step": "higher",
-    "prompt_ms": "lower",
-    "prefill_tokens_per_s": "higher",
-    "ttft_ms": "lower",
-    "e2e_ms": "lower",
-    "acceptance_rate": "higher",
-    "passes": "higher",
-    "pre_ms": "lower",
-    "post_ms": "lower",
-    "tpot_ms": "lower",
-    "itl_ms": "lower",
-}
-"""Known metrics and the direction that is better."""
+from frankenstein.measure.metrics import BUILTIN
 
 
 @dataclass(frozen=True)
@@ -122,37 +109,57 @@ def _gaps(turns: Sequence[Mapping[str, object]]) -> list[float] | None:
     return out
 
 
-def aggregate(turns: list[dict[str, float | int | None]]) -> dict[str, float | None]:
-    """Start-level metrics as ratios of sums over measured turns (rows with StepTiming keys + client times)."""
-    decode = _sum(turns, "decode_ms")
-    steps = _sum(turns, "target_steps")
-    gen = _sum(turns, "generated_tokens")
-    decode_tokens = None if gen is None else gen - len(turns)
-    prompt_ms = _sum(turns, "prompt_ms")
-    prompt_tokens = _sum(turns, "prompt_tokens")
-    cached = _sum(turns, "cached_tokens") or 0.0
-    drafted = _sum(turns, "drafted")
-    accepted = _sum(turns, "accepted")
-    ttft = _sum(turns, "ttft_ms")
-    e2e = _sum(turns, "e2e_ms")
-    pre, post = _sum(turns, "pre_ms"), _sum(turns, "post_ms")
-    gaps = _gaps(turns)
-    n = len(turns) or None
+def speculation(turns: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:
+    """Drafted and accepted tokens summed over the measured turns that drafted, and their ratio.
+
+    llama-server omits the draft fields on a turn where nothing was drafted (n-gram speculation often
+    drafts nothing); such a turn is left out of the sums instead of making the start's rate None. An
+    arm that never drafted has ``drafting_turns = 0`` and no rate: it cannot produce one."""
+    drafting = [t for t in turns if not t.get("warmup") and not t.get("error") and t.get("drafted") is not None]
+    if not drafting:
+        return {"drafted": None, "accepted": None, "acceptance_rate": None, "drafting_turns": 0.0}
+    drafted = float(sum(t["drafted"] for t in drafting))
+    accepted = float(sum(t.get("accepted") or 0 for t in drafting))
     return {
-        "verify_step_ms": _div(decode, steps),
-        "decode_ms_per_token": _div(decode, decode_tokens),
-        "tokens_per_step": _div(decode_tokens, steps),
-        "prompt_ms": _div(prompt_ms, n),
-        "prefill_tokens_per_s": _div(None if prompt_tokens is None else (prompt_tokens - cached) * 1000.0, prompt_ms),
-        "ttft_ms": _div(ttft, n),
-        "e2e_ms": _div(e2e, n),
+        "drafted": drafted,
+        "accepted": accepted,
         "acceptance_rate": _div(accepted, drafted),
-        "pre_ms": _div(pre, n),
-        "post_ms": _div(post, n),
-        "tpot_ms": _div(None if ttft is None or e2e is None else e2e - ttft, decode_tokens),
-        "itl_ms": None if gaps is None else _div(sum(gaps), float(len(gaps))),
-        "decode_ms": decode,
-        "target_steps": steps,
-        "generated_tokens": gen,
-        "turns": float(len(turns)),
+        "drafting_turns": float(len(drafting)),
     }
+
+
+def turn_sums(turns: list[dict[str, float | int | None]]) -> dict[str, float | None]:
+    """The sums over a start's measured turns that the registry's ``sums`` name (None where some turn lacks
+    a value): every ``ratio_of_sums`` metric is one of these over another."""
+    gen, n = _sum(turns, "generated_tokens"), float(len(turns))
+    prompt_tokens, cached = _sum(turns, "prompt_tokens"), _sum(turns, "cached_tokens") or 0.0
+    ttft, e2e = _sum(turns, "ttft_ms"), _sum(turns, "e2e_ms")
+    gaps = _gaps(turns)
+    spec = speculation(turns)
+    return {
+        **{k: _sum(turns, k) for k in ("decode_ms", "target_steps", "prompt_ms", "pre_ms", "post_ms")},
+        "turns": n,
+        "generated_tokens": gen,
+        "decode_tokens": None if gen is None else gen - n,
+        "new_prompt_tokens_x1000": None if prompt_tokens is None else (prompt_tokens - cached) * 1000.0,
+        "ttft_ms": ttft,
+        "e2e_ms": e2e,
+        "after_first_ms": None if ttft is None or e2e is None else e2e - ttft,
+        "gaps_ms": None if gaps is None else sum(gaps),
+        "gaps": None if gaps is None else float(len(gaps)),
+        "drafted": spec["drafted"],
+        "accepted": spec["accepted"],
+        "drafting_turns": spec["drafting_turns"],
+    }
+
+
+RAW_SUMS = ("decode_ms", "target_steps", "generated_tokens", "turns", "drafted", "accepted", "drafting_turns")
+"""Sums a start also stores beside its metrics."""
+
+
+def aggregate(turns: list[dict[str, float | int | None]]) -> dict[str, float | None]:
+    """Start-level metrics over measured turns (rows with StepTiming keys + client times): each registered
+    ``ratio_of_sums`` metric (:data:`~frankenstein.measure.metrics.BUILTIN`), then the raw sums."""
+    sums = turn_sums(turns)
+    folded = {m.name: _div(sums[m.sums[0]], sums[m.sums[1]]) for m in BUILTIN.values() if m.sums}
+    return {**folded, **{k: sums[k] for k in RAW_SUMS}}

@@ -116,6 +116,7 @@ def analysis_doc(a: Analysis, percentiles: Percentiles | None = None, not_fresh:
                 "kind": d.kind,
                 "hypothesis": d.hypothesis,
                 "primary_metric": d.primary_metric,
+                "units": {m: reg.unit(m) for m in (d.primary_metric, *d.secondary)},
                 "direction": reg.frozen.direction,
                 "blocks": d.blocks,
                 "registered_at": reg.registered_at,

@@ -16,7 +16,7 @@ class AAKind(SpeedKind):
     def describe(self, reg: Registered) -> Description:
         return Description(
             measures="It is an A/A design: it measures how often the rule fires on no change, for "
-            f"{metric_scope(reg.design.primary_metric)}.",
+            f"{metric_scope(reg.design.primary_metric, reg.metric(reg.design.primary_metric))}.",
             head=metric_head(reg),
         )
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from frankenstein.design import phases
 from frankenstein.design.start import StartOutcome, start_engine, stop_engine
 from frankenstein.design.table import format_verdict
 from frankenstein.engines import adapter_for
+from frankenstein.measure.metrics import BUILTIN, Metric
 from frankenstein.measure.resources import ResourceSampler
 from frankenstein.errors import ConfigError, DesignError, EngineError, SandboxError, TaskError
 from frankenstein.shipped import expand
@@ -175,7 +177,13 @@ class AgentKind:
         check_stopping(self.name, design, path)
         check_agent_spec(design, path)
 
-    def check_recipes(self, design: DesignFile, recipes: dict[str, ResolvedRecipe | None], path: Path) -> None:
+    def check_recipes(
+        self,
+        design: DesignFile,
+        recipes: dict[str, ResolvedRecipe | None],
+        path: Path,
+        table: Mapping[str, Metric] = BUILTIN,
+    ) -> None:
         return None
 
     def check_workload(self, turns: list[Turn], workload: Path, path: Path) -> None:

@@ -21,7 +21,7 @@ attributes and :class:`Description`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -33,20 +33,11 @@ from frankenstein.design.phases import TimeSummary
 from frankenstein.design.model import ARMS, DesignFile, FidelityRule, Registered, Slot
 from frankenstein.design.start import StartOutcome
 from frankenstein.errors import DesignError
+from frankenstein.measure import metrics
 from frankenstein.store import StartRow
 from frankenstein.workload.trace import Turn, Workload
 
 Progress = Callable[[int, int], None]
-
-STEP_METRICS = ("verify_step_ms", "decode_ms_per_token", "tokens_per_step", "acceptance_rate")
-REQUEST_METRICS = ("ttft_ms", "e2e_ms", "prompt_ms", "prefill_tokens_per_s", "pre_ms", "post_ms", "tpot_ms", "itl_ms")
-# Metrics that can be zero or negative by their definition (measure/timings.py), so a ratio of them means
-# nothing: ``post_ms`` = client e2e − TTFT − server decode ms is often slightly negative with llama.cpp,
-# whose decode clock starts before the first token reaches the client. ``pre_ms`` = client TTFT − server
-# prompt ms is not here: the client's wait for the first token contains the server's prompt time plus
-# templating, tokenization and transport, so it is positive unless an engine's clocks disagree; a block
-# where it is not positive makes the ratio verdict invalid (rules.evaluate), it does not crash.
-SIGNED_METRICS = ("post_ms",)
 
 
 @dataclass(frozen=True)
@@ -128,8 +119,15 @@ class DesignKind(Protocol):
     def check_workload(self, turns: list[Turn], workload: Path, path: Path) -> None:
         """Refuse a workload this kind cannot use."""
 
-    def check_recipes(self, design: DesignFile, recipes: dict[str, ResolvedRecipe | None], path: Path) -> None:
-        """Refuse, once the arms are resolved, a primary metric an arm cannot produce."""
+    def check_recipes(
+        self,
+        design: DesignFile,
+        recipes: dict[str, ResolvedRecipe | None],
+        path: Path,
+        table: Mapping[str, metrics.Metric] = metrics.BUILTIN,
+    ) -> None:
+        """Refuse, once the arms are resolved, a primary metric an arm cannot produce (``table``: the metrics
+        the design can name, built-in and its user metrics)."""
 
     def start(
         self,
@@ -234,7 +232,6 @@ DRAFT_FLAGS = {
     "vllm": ("--speculative-config", "--speculative-model", "--speculative_config"),
     "sglang": ("--speculative-algorithm", "--speculative-draft-model-path"),
 }
-DRAFT_METRICS = ("acceptance_rate",)
 
 
 def drafts(recipe: ResolvedRecipe) -> bool:
@@ -243,33 +240,44 @@ def drafts(recipe: ResolvedRecipe) -> bool:
     return any(a.split("=", 1)[0] in flags for a in recipe.args)
 
 
-STREAM_METRICS = ("ttft_ms", "pre_ms", "post_ms", "tpot_ms", "itl_ms")
-"""Metrics of the client's clock on a stream (first token, chunk gaps): a design that replays without
-streaming can never produce them."""
-
-
-def check_primary_metric(design: DesignFile, recipes: dict[str, ResolvedRecipe | None], path: Path) -> None:
-    """A primary metric the arms can produce: a stream metric needs ``replay.stream``, and a draft metric
-    needs both arms to draft (a ratio against an arm that cannot produce the metric means nothing; report it
-    per arm as a secondary metric instead)."""
-    if design.primary_metric in STREAM_METRICS and not design.replay.stream and any(recipes.values()):
+def check_primary_metric(
+    design: DesignFile,
+    recipes: dict[str, ResolvedRecipe | None],
+    path: Path,
+    table: Mapping[str, metrics.Metric] = metrics.BUILTIN,
+) -> None:
+    """A primary metric the arms can produce (what it ``needs`` in the registry, :mod:`frankenstein.measure.metrics`):
+    a stream metric needs ``replay.stream``, a draft metric needs both arms to draft (a ratio against an arm
+    that cannot produce the metric means nothing; report it per arm as a secondary metric instead), a
+    metric a command arm prints needs command arms, and one read from an engine's ``/metrics`` needs engines."""
+    metric = table.get(design.primary_metric)
+    needs = metric.needs if metric else ()
+    if "stream" in needs and not design.replay.stream and any(recipes.values()):
         raise DesignError(
             f"{design.primary_metric} is timed on the client's stream (first token, chunk gaps), and this design "
             "replays with replay.stream = false, so no start could produce it; stream, or test another metric",
             path=path,
             field="primary_metric",
         )
-    if design.primary_metric not in DRAFT_METRICS:
-        return
     for arm, recipe in recipes.items():
-        if recipe is not None and not drafts(recipe):
+        if why := _cannot_produce(needs, recipe):
             raise DesignError(
-                f"arm {arm} ({recipe.name}) launches no speculative decoding, so it cannot produce "
-                f"{design.primary_metric}; test a metric both arms have and list {design.primary_metric} under "
-                "secondary (it is then reported per arm)",
+                f"arm {arm} {why}, so it cannot produce {design.primary_metric}; test a metric both arms have "
+                f"and list {design.primary_metric} under secondary (it is then reported per arm)",
                 path=path,
                 field="primary_metric",
             )
+
+
+def _cannot_produce(needs: tuple[str, ...], recipe: ResolvedRecipe | None) -> str | None:
+    """Why an arm (``None``: a command arm) cannot produce a metric with these needs, or None."""
+    if recipe is None:
+        return "is a command arm, not an engine with a /metrics to read" if "engine_metrics" in needs else None
+    if "command" in needs:
+        return f"({recipe.name}) is an engine recipe, not a command arm that prints the metric"
+    if "drafting" in needs and not drafts(recipe):
+        return f"({recipe.name}) launches no speculative decoding"
+    return None
 
 
 def can_still_change(reg: Registered, served: list[float], candidate: list[float], remaining: int) -> bool:
@@ -336,18 +344,23 @@ def speculation_lines(per_arm: dict[str, dict[str, float | None]]) -> list[str]:
     return out
 
 
-def metric_scope(metric: str) -> str:
-    """What a metric measures, for the sentence on step time versus task time."""
-    if metric == "passes":
-        return "graded passes per start, not speed: a part that keeps every pass can still be slower"
-    if metric in STEP_METRICS:
+def metric_scope(metric: str, declared: metrics.Metric | None = None) -> str:
+    """What a metric measures, for the sentence on step time versus task time (``declared``: the design's
+    own metric of that name, a user metric; else the built-in one)."""
+    m = declared or metrics.BUILTIN.get(metric)
+    scope = m.scope if m else None
+    if scope == "task":
+        return f"graded {metric} per start, not speed: a part that keeps every pass can still be slower"
+    if scope == "step":
         return (
             f"step time (`{metric}`, from the server's own timings), not task time: it does not show that a task "
             "finishes sooner or still passes; an agent design shows that"
         )
-    if metric in REQUEST_METRICS:
+    if scope == "request":
         return (
             f"per-request time (`{metric}`), not task time: it does not show that a whole task finishes sooner "
             "or still passes"
         )
+    if m is not None:
+        return f"`{metric}` in {m.unit} ({m.meaning}), as the arms reported it"
     return f"`{metric}` as the arms reported it"

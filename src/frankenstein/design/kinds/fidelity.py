@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from frankenstein.design.model import DesignFile, FidelityRule, Registered, Slot
 from frankenstein.design import phases
 from frankenstein.design.start import StartOutcome, start_engine, stop_engine
 from frankenstein.engines import adapter_for
+from frankenstein.measure.metrics import BUILTIN, Metric
 from frankenstein.measure.resources import ResourceSampler
 from frankenstein.errors import DesignError, EngineError, FidelityError
 from frankenstein.fidelity.compare import PairComparison, compare, pool, summarize_pairs
@@ -341,7 +343,13 @@ class FidelityKind:
                 field="starts_per_arm",
             )
 
-    def check_recipes(self, design: DesignFile, recipes: dict[str, ResolvedRecipe | None], path: Path) -> None:
+    def check_recipes(
+        self,
+        design: DesignFile,
+        recipes: dict[str, ResolvedRecipe | None],
+        path: Path,
+        table: Mapping[str, Metric] = BUILTIN,
+    ) -> None:
         return None
 
     def check_workload(self, turns: list[Turn], workload: Path, path: Path) -> None:

@@ -14,6 +14,7 @@ remaining blocks with no effect, which gives the same word as any completion wou
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,6 @@ from frankenstein.design import rules, stats
 from frankenstein.design.kinds.base import (
     Analysis,
     Description,
-    SIGNED_METRICS,
     Progress,
     arm_values,
     block_values,
@@ -38,7 +38,8 @@ from frankenstein.design.rules import DataKind
 from frankenstein.design.start import StartOutcome, measure_start
 from frankenstein.errors import DesignError
 from frankenstein.measure.noise import judge_spread, resolvable_effect
-from frankenstein.measure.timings import METRICS
+from frankenstein.measure.metrics import BUILTIN, Metric
+from frankenstein.measure.usermetrics import start_values
 from frankenstein.workload.trace import Turn, Workload
 
 
@@ -52,23 +53,20 @@ class SpeedKind:
     data: DataKind = "ratio"  # what the block rule tests: per-block log ratios of the primary metric
 
     def check(self, design: DesignFile, path: Path) -> None:
-        known = dict(METRICS)
-        for field, metric in [
-            ("primary_metric", design.primary_metric),
-            *((f"secondary[{i}]", s) for i, s in enumerate(design.secondary)),
-        ]:
-            if metric not in known:
-                raise DesignError(
-                    f"unknown metric {metric!r} (known: {', '.join(sorted(known))})", path=path, field=field
-                )
         if design.layout == "unpaired":
             check_unpaired_rule(design, path)
         else:
             check_block_rule(design, path, self.data)
-        check_signed_primary(design, path, self.data)
 
-    def check_recipes(self, design: DesignFile, recipes: dict[str, ResolvedRecipe | None], path: Path) -> None:
-        check_primary_metric(design, recipes, path)
+    def check_recipes(
+        self,
+        design: DesignFile,
+        recipes: dict[str, ResolvedRecipe | None],
+        path: Path,
+        table: Mapping[str, Metric] = BUILTIN,
+    ) -> None:
+        check_signed_primary(design, path, self.data, table)
+        check_primary_metric(design, recipes, path, table)
 
     def check_workload(self, turns: list[Turn], workload: Path, path: Path) -> None:
         return None
@@ -84,7 +82,9 @@ class SpeedKind:
     ) -> StartOutcome:
         if workload is None:
             raise DesignError(f"design {reg.design_id}: a {self.name} design with recipe arms needs a workload")
-        return measure_start(recipe, workload, reg.design.replay, campaign.logs, progress)
+        out = measure_start(recipe, workload, reg.design.replay, campaign.logs, progress)
+        out.metrics.update(start_values(reg.frozen.metrics, out.rows, *out.scrapes))
+        return out
 
     def start_value(self, reg: Registered, out: StartOutcome) -> str:
         return primary_value(reg, out)
@@ -95,7 +95,8 @@ class SpeedKind:
         return analyze_blocks(campaign, reg)
 
     def describe(self, reg: Registered) -> Description:
-        return Description(measures=f"It measures {metric_scope(reg.design.primary_metric)}.", head=metric_head(reg))
+        m = reg.design.primary_metric
+        return Description(measures=f"It measures {metric_scope(m, reg.metric(m))}.", head=metric_head(reg))
 
     def went_wrong(self, word: str) -> bool:
         return word != "confirmed"
@@ -118,15 +119,16 @@ def check_warmup(design: DesignFile, turns: list[Turn], path: Path) -> None:
         )
 
 
-def check_signed_primary(design: DesignFile, path: Path, data: DataKind) -> None:
-    """Refuse a primary metric that can be zero or negative (``SIGNED_METRICS``) under a rule that tests
+def check_signed_primary(design: DesignFile, path: Path, data: DataKind, table: Mapping[str, Metric] = BUILTIN) -> None:
+    """Refuse a primary metric that can be zero or negative (``signed`` in the registry) under a rule that tests
     ratios: the geometric-mean ratio and the log ratio per block of such a metric mean nothing. A kind
     whose rule tests differences (``data = "difference"``) may register it."""
     m = design.primary_metric
-    if m not in SIGNED_METRICS or data != "ratio":
+    metric = table.get(m)
+    if metric is None or not metric.signed or data != "ratio":
         return
     raise DesignError(
-        f"{m!r} can be zero or negative (client e2e − TTFT − server decode time; with llama.cpp it often is), "
+        f"{m!r} can be zero or negative ({metric.meaning}), "
         f"and a {design.kind} design's rule {design.rule.kind!r} tests per-block ratios of its primary metric "
         "(log ratio, geometric mean), which mean nothing for such a metric; test a metric that is "
         f"positive (e.g. pre_ms or e2e_ms) and list {m} under secondary (reported per arm, with its percentiles)",
@@ -162,7 +164,9 @@ def primary_value(reg: Registered, out: StartOutcome) -> str:
 
 
 def metric_head(reg: Registered) -> str:
-    return f"- Primary metric: `{reg.design.primary_metric}` ({reg.frozen.direction} is better)."
+    m = reg.design.primary_metric
+    user = f"{reg.unit(m)}, a user metric: {reg.frozen.metrics[m].source}; " if m in reg.frozen.metrics else ""
+    return f"- Primary metric: `{m}` ({user}{reg.frozen.direction} is better)."
 
 
 def analyze_blocks(campaign: Campaign, reg: Registered) -> Analysis:
