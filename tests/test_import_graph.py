@@ -1,4 +1,8 @@
-"""The import graph of ``src/frankenstein`` has no cycle, and no module hides an import inside a function.
+"""The import graph of ``src/frankenstein`` has no cycle, no import runs up a floor, and no module hides an
+import inside a function.
+
+``FLOORS`` gives every module its floor (docs/architecture.md, "Floors"), as import-linter's layers
+contract would: a module may import modules on its own floor or below, never above.
 
 Built with ``ast`` from the source files (nothing is imported): module-level imports and imports inside
 functions both count as edges; imports under ``if TYPE_CHECKING:`` do not (they never run). A function-local
@@ -19,6 +23,35 @@ EXCLUDED = (PKG / "agent" / "suite",)
 
 # (importing module, imported module): why it is imported on first use.
 ALLOWED_LOCAL: dict[tuple[str, str], str] = {}
+
+# Floors, bottom (0) to top. A module's floor is that of the longest entry naming it or a package above it
+# (``design.kinds`` covers ``design.kinds.speed``); ``frankenstein`` itself (``__version__``) is ground.
+FLOORS: dict[str, int] = {
+    # ground: no frank room above
+    "frankenstein": 0, "errors": 0, "shipped": 0, "validation": 0, "chain": 0, "progress": 0, "store": 0,
+    "config": 0, "measure": 0, "workload.trace": 0,
+    # the served recipe, a campaign folder
+    "campaign": 1, "served": 1,
+    # engine adapters
+    "engines": 2,
+    # measurements a start makes; pure design files, rules and statistics
+    "workload": 3, "agent": 3, "fidelity": 3, "regioncache": 3,
+    "design": 3, "design.model": 3, "design.rules": 3, "design.stats": 3, "design.plan": 3, "design.table": 3,
+    "design.blockcsv": 3, "design.phases": 3, "design.command_guard": 3,
+    # one start and what is read back from stored starts
+    "design.start": 4, "design.pins": 4, "design.percentiles": 4, "design.walltime": 4,
+    # the kinds, and what a start is wrapped in
+    "design.kinds": 5, "design.command": 5, "design.failed": 5, "design.prefetch": 5, "design.caches": 5,
+    # register, verify, get
+    "design.registry": 6,
+    # analyze and run a design; use cases that act on a verified campaign
+    "design.analysis": 7, "design.runner": 7, "design.quickcheck": 7, "regioncache.service": 7,
+    "cluster": 8,
+    "design.facts": 9,
+    "ledger": 10, "gates": 10,
+    "report": 11,
+    "demo": 12, "cli": 12, "__main__": 12,
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -133,6 +166,36 @@ def cycles(edges: list[Edge]) -> list[list[str]]:
     return out
 
 
+def floor_of(module: str) -> int | None:
+    """The floor of the longest ``FLOORS`` entry that is the module or a package above it."""
+    parts = module.split(".")
+    for n in range(len(parts), 0, -1):
+        name = ".".join(parts[1:n]) or "frankenstein"
+        if name in FLOORS and (n > 1 or module == "frankenstein"):
+            return FLOORS[name]
+    return None
+
+
+def upward(edges: list[Edge]) -> list[str]:
+    """Each import that runs up a floor, named with both floors."""
+    out = []
+    for e in edges:
+        src, dst = floor_of(e.src), floor_of(e.dst)
+        if src is not None and dst is not None and dst > src:
+            out.append(f"{e.src} (floor {src}, line {e.line}) imports {e.dst} (floor {dst})")
+    return out
+
+
+def test_every_module_has_a_floor() -> None:
+    missing = sorted(m for m in map(module_name, source_files()) if floor_of(m) is None)
+    assert not missing, "modules without a floor in FLOORS (add them, docs/architecture.md):\n" + "\n".join(missing)
+
+
+def test_no_import_runs_up_a_floor() -> None:
+    found = upward(import_graph())
+    assert not found, "imports that run up a floor (docs/architecture.md, Floors):\n" + "\n".join(found)
+
+
 def test_the_import_graph_has_no_cycle() -> None:
     found = cycles(import_graph())
     assert not found, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)
@@ -171,3 +234,26 @@ def test_the_graph_builder_sees_local_imports_and_skips_type_checking(tmp_path: 
         ("frankenstein.b", "frankenstein.a", True),
     }
     assert cycles(edges) == [["frankenstein.a", "frankenstein.b"]]
+
+
+def test_the_floor_check_fails_on_an_upward_import(tmp_path: Path) -> None:
+    """The checker itself, on a tiny package written here: ``store`` (ground) importing ``ledger`` (floor 10)
+    is found and named, an import downwards or on the same floor is not, and no cycle is needed to fail."""
+    global SRC, PKG
+    saved = SRC, PKG
+    pkg = tmp_path / "frankenstein"
+    (pkg / "design" / "kinds").mkdir(parents=True)
+    for init in (pkg, pkg / "design", pkg / "design" / "kinds"):
+        (init / "__init__.py").write_text("")
+    (pkg / "errors.py").write_text("")
+    (pkg / "ledger.py").write_text("from frankenstein import errors\nfrom frankenstein.design.kinds import speed\n")
+    (pkg / "design" / "kinds" / "speed.py").write_text("from frankenstein.design.kinds import base\n")
+    (pkg / "design" / "kinds" / "base.py").write_text("import frankenstein.errors\n")
+    (pkg / "store.py").write_text("import json\n\nfrom frankenstein.ledger import adopt\n")
+    SRC, PKG = tmp_path, pkg
+    try:
+        edges = import_graph()
+    finally:
+        SRC, PKG = saved
+    assert cycles(edges) == []
+    assert upward(edges) == ["frankenstein.store (floor 0, line 3) imports frankenstein.ledger (floor 10)"]

@@ -36,7 +36,7 @@ def check(
 
     Example: frank fidelity check base --part q8 --workload workloads/w.jsonl -c camp --top-k 64
     """
-    from frankenstein.fidelity.check import check_fidelity
+    from frankenstein.design.quickcheck import check_fidelity
 
     check_fidelity(
         campaign,
@@ -66,6 +66,6 @@ def fill(
 
     Example: frank fidelity fill served -w workloads/w.jsonl -o workloads/w-filled.jsonl -c camp
     """
-    from frankenstein.fidelity.check import fill_outputs
+    from frankenstein.design.quickcheck import fill_outputs
 
     fill_outputs(campaign, recipe, workload, out, tokens=tokens, echo=typer.echo)

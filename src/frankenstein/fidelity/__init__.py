@@ -5,8 +5,9 @@
     forced.py   forced decode of recorded continuations, per engine; the top-k artifact of a start
     compare.py  line up two starts, count bad engine output, pool pairs per workload position
     gate.py     the registered rule, its report lines, the gate a speed design names, the demo step
-    check.py    ``frank fidelity check`` (unregistered A, B, A′) and ``frank fidelity fill``
 
-Designs of kind ``fidelity`` run and analyze through :mod:`frankenstein.design.kinds.fidelity`.
+Designs of kind ``fidelity`` run and analyze through :mod:`frankenstein.design.kinds.fidelity`;
+``frank fidelity check`` (unregistered A, B, A′) and ``frank fidelity fill`` are a use case above the
+kinds, :mod:`frankenstein.design.quickcheck`.
 See docs/fidelity.md.
 """
