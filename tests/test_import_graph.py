@@ -29,7 +29,7 @@ ALLOWED_LOCAL: dict[tuple[str, str], str] = {}
 FLOORS: dict[str, int] = {
     # ground: no frank room above
     "frankenstein": 0, "errors": 0, "shipped": 0, "validation": 0, "chain": 0, "progress": 0, "store": 0,
-    "config": 0, "measure": 0, "workload.trace": 0, "scope": 0, "flags": 0,
+    "config": 0, "measure": 0, "workload.trace": 0, "scope": 0, "flags": 0, "schema": 0,
     # the served recipe, a campaign folder
     "campaign": 1, "served": 1,
     # engine adapters
@@ -45,7 +45,7 @@ FLOORS: dict[str, int] = {
     # register, verify, get
     "design.registry": 6,
     # analyze and run a design; use cases that act on a verified campaign
-    "design.analysis": 7, "design.runner": 7, "design.quickcheck": 7, "design.dryrun": 7, "regioncache.service": 7,
+    "design.analysis": 7, "design.runner": 7, "design.quickcheck": 7, "design.dryrun": 7, "design.serving": 7, "regioncache.service": 7,
     "cluster": 8,
     "design.facts": 9,
     "ledger": 10, "gates": 10,
