@@ -30,6 +30,7 @@ Typed reads:
     episodes_of(design_id) -> list[EpisodeRow]
     ledger_steps(), last_steps(n), refusals(since), overrides(), chain_links()
     served_requests() -> list[ServedRequest]       observations of `frank serve` (insert_served: outside the chain)
+    observed_draws() -> list[ObservedDraw]         agent draws outside designs (insert_observed_draw: outside the chain)
 """
 
 from __future__ import annotations
@@ -201,6 +202,25 @@ MIGRATIONS: list[tuple[str, str]] = [
             engine_error  INTEGER NOT NULL DEFAULT 0
         );
         CREATE INDEX served_requests_step ON served_requests (step, route)
+        """,
+    ),
+    (
+        # Agent draws run outside any design (`frank tasks draw --campaign`), one row per draw, tagged with the
+        # ledger step served when it ran (NULL: the base recipe). Observations, not evidence: outside the chain,
+        # never read by a verdict (report/observed.py prints them per ledger step as such).
+        "0006_observed_draws",
+        """
+        CREATE TABLE observed_draws (
+            seq             INTEGER PRIMARY KEY,
+            at              TEXT NOT NULL,
+            step            INTEGER,
+            draw            INTEGER NOT NULL,
+            episodes        INTEGER NOT NULL,
+            passed          INTEGER NOT NULL,
+            engine_errors   INTEGER NOT NULL,
+            episode_errors  INTEGER NOT NULL
+        );
+        CREATE INDEX observed_draws_step ON observed_draws (step)
         """,
     ),
 ]
@@ -595,6 +615,16 @@ class Store:
                 [(r.at, r.step, r.route, r.status, r.ms, int(r.engine_error)) for r in rows],
             )
 
+    def insert_observed_draw(self, row: ObservedDraw) -> int:
+        """Append one agent draw run outside any design (not part of the evidence chain); its seq."""
+        with self.transaction() as c:
+            cur = c.execute(
+                "INSERT INTO observed_draws (at, step, draw, episodes, passed, engine_errors, episode_errors) "
+                "VALUES (?,?,?,?,?,?,?)",
+                (row.at, row.step, row.draw, row.episodes, row.passed, row.engine_errors, row.episode_errors),
+            )
+        return int(cur.lastrowid or 0)
+
     def _chain(
         self, c: sqlite3.Connection, kind: str, ref: int, meant: Mapping[str, Sequence[Mapping[str, Any]]] | None = None
     ) -> Link:
@@ -802,6 +832,11 @@ class Store:
             for r in self.query("SELECT * FROM served_requests ORDER BY seq")
         ]
 
+    def observed_draws(self) -> list[ObservedDraw]:
+        """Every agent draw run outside a design (``frank tasks draw --campaign``), oldest first."""
+        keys = ("at", "step", "draw", "episodes", "passed", "engine_errors", "episode_errors", "seq")
+        return [ObservedDraw(*(r[k] for k in keys)) for r in self.query("SELECT * FROM observed_draws ORDER BY seq")]
+
     def overrides(self) -> list[Override]:
         """Every forced override of a failed verification, oldest first."""
         return [
@@ -915,6 +950,22 @@ class ServedRequest:
     status: int
     ms: float
     engine_error: bool
+    seq: int | None = None
+
+
+@dataclass(frozen=True)
+class ObservedDraw:
+    """One agent draw (every task once) run outside any design: when, the ledger step served (None: no step
+    yet), the draw number, its episodes, how many passed, how many the engine failed (``engine_error``) and
+    how many ended in another error (format, grader)."""
+
+    at: str
+    step: int | None
+    draw: int
+    episodes: int
+    passed: int
+    engine_errors: int
+    episode_errors: int
     seq: int | None = None
 
 

@@ -8,13 +8,15 @@ of the store's ``episodes`` table (:meth:`EpisodeResult.row`).
 from __future__ import annotations
 
 import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from frankenstein.agent.grade import ERROR, Verdict, grade
-from frankenstein.agent.loop import GRADER_ERROR, AgentLoop, ChatClient
+from frankenstein.agent.loop import ENGINE_ERROR, FORMAT_ERROR, GRADER_ERROR, AgentLoop, ChatClient
 from frankenstein.agent.sandbox import Isolation, Sandbox, detect_isolation
 from frankenstein.agent.tasks import Limits, Task, load_suite, make_workspace
 from frankenstein.errors import ConfigError
@@ -37,6 +39,26 @@ class EpisodeResult(BaseModel):
     def row(self) -> dict[str, Any]:
         """The dict ``Store.insert_start(episodes=[...])`` takes."""
         return self.model_dump(mode="json")
+
+
+@dataclass(frozen=True)
+class DrawOutcome:
+    """A draw in four counts: its episodes, how many passed, how many the engine failed, how many ended in
+    another error (the model's format, the grader)."""
+
+    episodes: int
+    passed: int
+    engine_errors: int
+    episode_errors: int
+
+
+def draw_outcome(results: Sequence[EpisodeResult]) -> DrawOutcome:
+    return DrawOutcome(
+        episodes=len(results),
+        passed=sum(1 for r in results if r.passed),
+        engine_errors=sum(1 for r in results if r.status == ENGINE_ERROR),
+        episode_errors=sum(1 for r in results if r.status in (FORMAT_ERROR, GRADER_ERROR)),
+    )
 
 
 def session_id(task_id: str, draw: int) -> str:

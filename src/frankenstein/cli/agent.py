@@ -75,12 +75,24 @@ def draw_cmd(
     model: str = typer.Option("tiny", help="Model name sent in requests."),
     turns: int | None = typer.Option(None, help="Override every task's turn limit."),
     output_tokens: int | None = typer.Option(None, help="Override every task's output tokens per turn."),
+    campaign: Path | None = typer.Option(
+        None,
+        "--campaign",
+        "-c",
+        help="Keep the draw's outcome in this campaign, under the ledger step served now (an observation outside "
+        "any design; the note summarises them per step).",
+    ),
 ) -> None:
     """Run one draw (every task once) against a running engine and print one JSON line per episode.
 
-    Example: frank tasks draw http://127.0.0.1:8080 --trace draw0.jsonl --work-dir /tmp/episodes
+    Example: frank tasks draw http://127.0.0.1:8080 --trace draw0.jsonl --work-dir /tmp/episodes -c my-campaign
     """
-    from frankenstein.agent.draw import run_draw
+    from frankenstein.agent.draw import draw_outcome, run_draw
+    from frankenstein.campaign import open_campaign
+    from frankenstein.store import ObservedDraw, now_iso
+
+    if campaign is not None:  # a campaign that cannot be opened is refused before the draw runs
+        open_campaign(campaign).close()
 
     overrides = {k: v for k, v in (("turns", turns), ("output_tokens", output_tokens)) if v is not None}
     suite = _load(directory, task)
@@ -89,3 +101,14 @@ def draw_cmd(
     )
     for r in results:
         typer.echo(json.dumps({k: v for k, v in r.row().items() if k != "detail"}, sort_keys=True))
+    if campaign is None:
+        return
+    out = draw_outcome(results)
+    with open_campaign(campaign) as c:
+        last = c.store.last_steps(1)
+        step = last[0].seq if last else None
+        c.store.insert_observed_draw(
+            ObservedDraw(now_iso(), step, draw, out.episodes, out.passed, out.engine_errors, out.episode_errors)
+        )
+    under = f"ledger step {step}" if step is not None else "the base recipe"
+    typer.echo(f"draw {draw} kept in {campaign} under {under} (observational)", err=True)

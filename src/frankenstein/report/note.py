@@ -38,7 +38,7 @@ from frankenstein.report.export import dumps, note_doc
 from frankenstein.report.facts import stated_limits, what_it_shows
 from frankenstein.report.html import note_html
 from frankenstein.report.hosts import host_row, hosts_sentence
-from frankenstein.report.observed import observed_lines
+from frankenstein.report.observed import draw_lines, observed_lines
 from frankenstein.report.phases import format_time_spent
 from frankenstein.report.markdown import capture_tables, code, difference, md_table, num, pct, row_nums, slug, unit
 from frankenstein.scope import adopted_for, scope_words
@@ -749,7 +749,7 @@ def write_report(campaign: Campaign, out_dir: str | Path, since: date | datetime
     }
     draw_plots(data, plots, out, orders)
     with capture_tables() as tables:
-        lines = render_note(data, plots) + observed_lines(campaign, data.since)
+        lines = render_note(data, plots) + observed_lines(campaign, data.since) + draw_lines(campaign, data.since)
     note = out / NOTE_NAME
     note.write_text("\n".join(lines) + "\n", encoding="utf-8")
     (out / NOTE_JSON).write_text(dumps(note_doc(data, tables, lines)), encoding="utf-8")

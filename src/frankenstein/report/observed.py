@@ -17,6 +17,12 @@ gets no section of its own. Without any ledger step, the base recipe's requests 
 ``since``).
 
     observed_lines(campaign, since=None) -> list[str]      Markdown; empty when there is nothing to show
+    draw_lines(campaign, since=None) -> list[str]          agent draws run outside designs, per ledger step
+
+Agent draws run outside any design (``frank tasks draw --campaign``, ``Store.observed_draws``) get their own
+section, "Agent draws outside designs (observational)": per ledger step served when they ran, the draws,
+episodes, passes, engine errors and other episode errors, and one sentence ("5 draws since step 1, 30
+episodes, 25 passed; no engine or episode error"); never set beside a design's result.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from statistics import median
 
 from frankenstein.campaign import Campaign
 from frankenstein.report.markdown import code, md_table, num
-from frankenstein.store import LedgerEntry, ServedRequest
+from frankenstein.store import LedgerEntry, ObservedDraw, ServedRequest
 
 LABEL = "different occasions, not a controlled comparison"
 HEADER = (
@@ -114,3 +120,60 @@ def observed_lines(campaign: Campaign, since: str | None = None) -> list[str]:
             "them beside.",
         ]
     return lines
+
+
+DRAW_HEADER = ("served", "draws", "episodes", "passed", "engine errors", "episode errors")
+
+
+def draw_lines(campaign: Campaign, since: str | None = None) -> list[str]:
+    """The agent-draw section (module docstring): draws at or after ``since``; none, no section."""
+    draws = [d for d in campaign.store.observed_draws() if d.at >= (since or "")]
+    if not draws:
+        return []
+    steps = {e.seq: e for e in campaign.store.ledger_steps()}
+    groups: dict[int | None, list[ObservedDraw]] = defaultdict(list)
+    for d in draws:
+        groups[d.step].append(d)
+    order = sorted(groups, key=lambda s: -1 if s is None else s)
+    rows = [[_served(steps, s), *_draw_cells(groups[s])] for s in order]
+    return [
+        "",
+        "## Agent draws outside designs (observational)",
+        "",
+        f"Agent-task draws run against the served recipe outside any design (`frank tasks draw --campaign`), by "
+        f"the ledger step served when they ran. These are {LABEL}, and no design's result rests on them.",
+        "",
+        *(f"- {draw_sentence(_served(steps, s), groups[s])}" for s in order),
+        "",
+        *md_table(DRAW_HEADER, rows, "lrrrrr"),
+    ]
+
+
+def _served(steps: dict[int, LedgerEntry], seq: int | None) -> str:
+    if seq is None:
+        return "the base recipe"
+    e = steps.get(seq)
+    return f"step {seq}" + (f" ({e.action} {code(e.part)})" if e is not None else "")
+
+
+def _draw_cells(draws: list[ObservedDraw]) -> list[str]:
+    sums = (
+        sum(d.episodes for d in draws),
+        sum(d.passed for d in draws),
+        sum(d.engine_errors for d in draws),
+        sum(d.episode_errors for d in draws),
+    )
+    return [str(len(draws)), *(str(n) for n in sums)]
+
+
+def draw_sentence(served: str, draws: list[ObservedDraw]) -> str:
+    """'Under step 1 (adopt `draft`): 5 draws, 30 episodes, 25 passed; no engine or episode error.'"""
+    episodes = sum(d.episodes for d in draws)
+    passed = sum(d.passed for d in draws)
+    engine, other = sum(d.engine_errors for d in draws), sum(d.episode_errors for d in draws)
+    errors = (
+        "no engine or episode error"
+        if not engine and not other
+        else f"{engine} engine error(s), {other} other episode error(s)"
+    )
+    return f"Under {served}: {len(draws)} draw(s), {episodes} episodes, {passed} passed; {errors}."
