@@ -137,6 +137,11 @@ def _check_design_shape(reg: Registered, part: str) -> None:
             f"design {did} is a {kind} design; a part is adopted on a speed design "
             "(fidelity and memory are its gates, an agent design guards against harm)"
         )
+    if reg.design.family:
+        raise LedgerError(
+            f"design {did} screens a family of candidates ({', '.join(reg.design.candidates)}); a part is adopted "
+            "on a design of the chosen candidate against served"
+        )
     served, cand = reg.frozen.recipes["served"], reg.frozen.recipes["candidate"]
     if served is None or cand is None:
         raise LedgerError(f"design {did} compares command arms, not recipes; there is no part to adopt")

@@ -25,7 +25,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from frankenstein.config import Name, ResolvedRecipe, launch_problem
+from frankenstein.config import Name, ResolvedRecipe, check_name, launch_problem
 from frankenstein.design.rules import BlockRule, RuleField
 from frankenstein.errors import ConfigError, DesignError
 from frankenstein.measure.metrics import Metric
@@ -178,11 +178,38 @@ class DesignFile(UserFile):
 
     @model_validator(mode="after")
     def _arms(self) -> DesignFile:
+        if self.family:  # served and two or more named candidates
+            for name in self.candidates:
+                try:
+                    check_name(name)
+                except ValueError as exc:
+                    raise PydanticCustomError("family", "{field}: {why}", {"field": f"arms.{name}", "why": str(exc)})
+            if self.layout == "unpaired":
+                why = "a family of candidates runs in paired blocks (one start of each arm per block)"
+                raise PydanticCustomError("family", "{field}: {why}", {"field": "layout", "why": why})
+            return self
         if sorted(self.arms) != sorted(ARMS):
             raise ValueError(
-                f"arms must be exactly `served` and `candidate` (got {', '.join(sorted(self.arms)) or 'none'})"
+                f"arms must be exactly `served` and `candidate`, or `served` and two or more named candidates "
+                f"(got {', '.join(sorted(self.arms)) or 'none'})"
             )
         return self
+
+    # -- candidate families (issue 28, decide): kept together
+    @property
+    def family(self) -> bool:
+        """Served and two or more candidates, each tested against served in the same blocks."""
+        return len(self.arms) > 2 and "served" in self.arms
+
+    @property
+    def candidates(self) -> tuple[str, ...]:
+        """The arms tested against served, in file order (``candidate`` in a two-arm design)."""
+        return tuple(a for a in self.arms if a != "served")
+
+    @property
+    def arm_names(self) -> tuple[str, ...]:
+        """Every arm, served first: ARMS for a two-arm design (the order its draw has always used)."""
+        return ("served", *self.candidates) if self.family else ARMS
 
     @field_validator("rule", mode="before")
     @classmethod
@@ -234,11 +261,13 @@ def finish_problem(design: DesignFile) -> tuple[str, str] | None:
     return None
 
 
-def resolve_arms(resolve: Callable[[str], ResolvedRecipe | None], path: Path) -> dict[str, ResolvedRecipe | None]:
+def resolve_arms(
+    resolve: Callable[[str], ResolvedRecipe | None], path: Path, arms: tuple[str, ...] = ARMS
+) -> dict[str, ResolvedRecipe | None]:
     """Each arm's recipe via ``resolve(arm)``; an unknown recipe or part is refused naming the design
     file and the arm, and so is a recipe that cannot start (:func:`check_launchable`)."""
     recipes = {}
-    for arm in ARMS:
+    for arm in arms:
         try:
             recipes[arm] = resolve(arm)
         except ConfigError as exc:

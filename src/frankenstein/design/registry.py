@@ -25,7 +25,7 @@ from frankenstein.design.kinds import kind_of
 from frankenstein.design.kinds.speed import SpeedKind, check_warmup
 from frankenstein.engines import ADAPTERS
 from frankenstein.design.pins import pins_of_arm
-from frankenstein.design.model import ARMS, DesignFile, FrozenDesign, Registered, load_design, resolve_arms
+from frankenstein.design.model import DesignFile, FrozenDesign, Registered, load_design, resolve_arms
 from frankenstein.errors import ConfigError, DesignError, FrankError, RegistryError, UnknownNameError
 from frankenstein.measure.metrics import BUILTIN
 from frankenstein.measure.usermetrics import Declared
@@ -70,9 +70,9 @@ def resolve_arm(campaign: Campaign, design: DesignFile, arm: str, path: Path | N
         raise DesignError(exc.message, path=path, field=field) from exc
 
 
-def _same(a: ResolvedRecipe | None, b: ResolvedRecipe | None, design: DesignFile) -> bool:
+def _same(a: ResolvedRecipe | None, b: ResolvedRecipe | None, design: DesignFile, arm: str = "candidate") -> bool:
     if a is None or b is None:
-        return design.arms["served"].command == design.arms["candidate"].command
+        return design.arms["served"].command == design.arms[arm].command
     return not a.launch_differences(b)
 
 
@@ -87,6 +87,13 @@ def _no_op_parts(recipes: dict[str, ResolvedRecipe | None]) -> str:
     return f": part(s) {', '.join(extra)} resolve to the command line the other arm launches already"
 
 
+def _check_family(design: DesignFile, recipes: dict[str, ResolvedRecipe | None], path: Path) -> None:
+    """A family screens candidates against served: none may be the served arm again."""
+    for arm in design.candidates:
+        if _same(recipes["served"], recipes[arm], design, arm):
+            raise DesignError(f"candidate {arm} is identical to the served arm", path=path, field=f"arms.{arm}")
+
+
 def check_design(campaign: Campaign, design: DesignFile, path: Path) -> FrozenDesign:
     """Everything registration refuses, each with the file and field named."""
     kind = kind_of(design.kind)
@@ -94,7 +101,7 @@ def check_design(campaign: Campaign, design: DesignFile, path: Path) -> FrozenDe
     table = metric_table(declared)
     kind.check(design, path)
     direction: Literal["lower", "higher"] = design.direction or table[design.primary_metric].direction
-    recipes = resolve_arms(lambda arm: resolve_arm(campaign, design, arm, path), path)
+    recipes = resolve_arms(lambda arm: resolve_arm(campaign, design, arm, path), path, design.arm_names)
     for arm, recipe in recipes.items():
         if recipe is not None and recipe.engine not in ADAPTERS:
             known = ", ".join(ADAPTERS)
@@ -122,7 +129,11 @@ def check_design(campaign: Campaign, design: DesignFile, path: Path) -> FrozenDe
     if fresh := fresh_start_problem(design.replay, {a: r.engine for a, r in recipes.items() if r is not None}):
         raise DesignError(f"arm {fresh[0]}: {fresh[1]}", path=path, field="replay.fresh_starts")
     kind.check_recipes(design, recipes, path, table)
-    same = _same(recipes["served"], recipes["candidate"], design)
+    if design.family:
+        _check_family(design, recipes, path)
+        same = False
+    else:
+        same = _same(recipes["served"], recipes["candidate"], design)
     if same and not kind.same_arms:
         raise DesignError(
             f'the two arms are identical{_no_op_parts(recipes)}; only an A/A design (kind = "aa") may compare '
@@ -193,13 +204,14 @@ def make_schedule(seed: str, design: DesignFile) -> list[list[str]]:
     (``independent``, and every design registered before ``order`` existed) each block is shuffled on its
     own: the draw those designs registered, unchanged."""
     rng = random.Random(int(seed, 16))
+    arms = design.arm_names  # ARMS for two arms: the draw older designs registered
     out: list[list[str]] = []
     for b in range(design.blocks):
         if design.order == "balanced" and b % 2 == 1:
-            swap = {arm: ARMS[(i + 1) % len(ARMS)] for i, arm in enumerate(ARMS)}
+            swap = {arm: arms[(i + 1) % len(arms)] for i, arm in enumerate(arms)}
             out.append([swap[arm] for arm in out[-1]])
             continue
-        order = [arm for arm in ARMS for _ in range(design.starts_per_arm)]
+        order = [arm for arm in arms for _ in range(design.starts_per_arm)]
         rng.shuffle(order)
         out.append(order)
     return out

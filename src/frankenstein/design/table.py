@@ -20,6 +20,7 @@ from fractions import Fraction
 from frankenstein.design.plan import SIM_BOUND_LEVEL, UPPER_BOUND_LEVEL, Plan, PlanRow
 from frankenstein.design.rules import (
     AllBlocksBetter,
+    Family,
     HarmRule,
     PermutationRule,
     Rule,
@@ -178,6 +179,29 @@ def descriptive_label(v: Verdict) -> str:
 def format_verdict(v: Verdict) -> list[str]:
     """The block table, a blank line, and the summary."""
     return [*format_block_table(v), "", *format_summary(v)]
+
+
+def format_family(family: Family, rule: Rule) -> list[str]:
+    """The ranked table of a family of candidates, each one's reason, and the family's outcome."""
+    cells = []
+    for r in family.rows:
+        v = r.verdict
+        estimate = (
+            _pct(v.geomean_ratio - 1)
+            if v.geomean_ratio is not None
+            else "-"
+            if v.mean_difference is None
+            else format_difference(v.mean_difference)
+        )
+        p = "-" if v.p is None else format_p(v.p)
+        level = "-" if r.level is None else format_p(r.level)
+        family_word = "passes" if r.passes else "no"
+        cells.append([str(r.rank), r.arm, estimate, f"{v.in_favour} of {v.n_blocks}", p, level, v.says, family_word])
+    header = ["rank", "candidate", "estimate", "blocks better", "p", "Holm level", "rule says", "passes"]
+    lines = [f"rule: {rule.kind} ({describe_rule(rule)}), each candidate against served in the same blocks"]
+    lines += ["", *render_table(header, cells, "llrrrrll"), ""]
+    lines += [f"{r.arm}: {r.verdict.reason}" for r in family.rows]
+    return [*lines, "", f"outcome: {family.word} ({family.why})"]
 
 
 def format_plan(plan: Plan, pilot: str | None = None) -> list[str]:

@@ -154,6 +154,8 @@ def design_report(campaign: Campaign, reg: Registered) -> DesignReport:
 
 def tested_part(reg: Registered) -> str:
     """The parts the candidate arm adds to the served arm, as frozen at registration."""
+    if reg.design.family:
+        return f"a family of {len(reg.design.candidates)} candidates ({', '.join(reg.design.candidates)})"
     s, c = reg.frozen.recipes["served"], reg.frozen.recipes["candidate"]
     if s is None or c is None:
         return "command arms"

@@ -142,7 +142,7 @@ def format_summary(data: NoteData) -> list[str]:
 
 
 def _part(d: DesignReport) -> str:
-    return f"part {code(d.part)}" if d.reg.frozen.recipes["candidate"] is not None and " " not in d.part else d.part
+    return f"part {code(d.part)}" if d.reg.frozen.recipes.get("candidate") is not None and " " not in d.part else d.part
 
 
 def _no_decision(d: DesignReport) -> str:
@@ -275,8 +275,10 @@ def format_machines(d: DesignReport) -> list[str]:
 
 def _design_head(d: DesignReport, base: str) -> list[str]:
     reg, design = d.reg, d.reg.design
-    s, c = reg.frozen.recipes["served"], reg.frozen.recipes["candidate"]
-    if s is None or c is None:
+    s, c = reg.frozen.recipes["served"], reg.frozen.recipes.get("candidate")
+    if design.family:
+        tests = f"{_part(d)}; served and {len(design.candidates)} candidates in the same blocks"
+    elif s is None or c is None:
         tests = _part(d) if d.part == "command arms" else f"{_part(d)}; command arms"
     else:
         arms = f"served = {code(' + '.join([base, *s.parts]))}, candidate = {code(' + '.join([base, *c.parts]))}"
@@ -377,7 +379,7 @@ def format_rule(d: DesignReport) -> list[str]:
             f"**It said:** {a.word} ({a.why or ''})." + (f" Decided by: {decided}." if decided else ""),
         ]
     if a is None or a.verdict is None:
-        return [f"**Verdict:** {d.word}."]
+        return [f"**Verdict:** {d.word}" + (f" ({a.why})." if a is not None and a.why else ".")]
     v = a.verdict
     said = (
         f"**It said:** {d.says} ({v.reason}). {v.in_favour} of {v.n_blocks} blocks favour the candidate, "

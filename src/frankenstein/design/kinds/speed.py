@@ -36,6 +36,7 @@ from frankenstein.design.kinds.base import (
 from frankenstein.design.model import DesignFile, FidelityRule, Registered, Slot
 from frankenstein.design.rules import DataKind
 from frankenstein.design.start import StartOutcome, measure_start
+from frankenstein.design.table import format_family
 from frankenstein.errors import DesignError
 from frankenstein.measure.noise import judge_spread, resolvable_effect
 from frankenstein.measure.metrics import BUILTIN, Metric
@@ -57,6 +58,8 @@ class SpeedKind:
             check_unpaired_rule(design, path)
         else:
             check_block_rule(design, path, self.data)
+        if design.family:
+            check_family(design, path)
 
     def check_recipes(
         self,
@@ -92,6 +95,8 @@ class SpeedKind:
     def analyze(self, campaign: Campaign, reg: Registered) -> Analysis:
         if reg.design.layout == "unpaired":
             return analyze_unpaired(campaign, reg, self.data)
+        if reg.design.family:
+            return analyze_family(campaign, reg)
         return analyze_blocks(campaign, reg)
 
     def describe(self, reg: Registered) -> Description:
@@ -156,6 +161,39 @@ def check_unpaired_rule(design: DesignFile, path: Path) -> None:
     if reason:
         field = "rule.kind" if rule.test_name != "permutation" else "starts_per_arm"
         raise DesignError(reason, path=path, field=field)
+
+
+def check_family(design: DesignFile, path: Path) -> None:
+    """A family needs a rule that looks for better, blocks enough for Holm's first level, and no curtailment."""
+    if design.stopping != "none":
+        raise DesignError('a family of candidates runs every block: stopping = "none"', path=path, field="stopping")
+    rule = design.rule
+    if isinstance(rule, FidelityRule) or rule.looks_for() != "better":
+        why = f"a family screens for candidates better than served; the {rule.kind} rule does not look for better"
+        raise DesignError(why, path=path, field="rule.kind")
+    reason = rules.family_reason(rule, design.blocks, len(design.candidates))
+    if reason:
+        raise DesignError(reason, path=path, field="blocks")
+
+
+def analyze_family(campaign: Campaign, reg: Registered) -> Analysis:
+    """Each candidate against served in the blocks where every arm has a value, Holm across the family
+    (rules.decide_family); the outcome is "confirmed" when one passes, else "no candidate"."""
+    d = reg.design
+    values, failures = arm_values(campaign, reg, d.primary_metric)
+    bad = dropped_blocks(reg, failures)
+    blocks = sorted(b for b, arms in values.items() if b not in bad and all(a in arms for a in d.arm_names))
+    out = Analysis(reg=reg, verdict=None, blocks_done=len(blocks), failures=failures)
+    out.dropped = [f.dropped_note() for f in failures] if d.failure_policy == "drop_block" else []
+    if failures and d.failure_policy == "invalidate":
+        out.invalidated = f"{len(failures)} failed start(s) and the failure policy is 'invalidate'"
+    served = [values[b]["served"] for b in blocks]
+    candidates = {arm: [values[b][arm] for b in blocks] for arm in d.candidates}
+    family = rules.decide_family(d.rule, served, candidates, reg.frozen.direction, [b + 1 for b in blocks])  # type: ignore[arg-type]
+    out.outcome, out.why = family.word, family.why
+    out.lines = format_family(family, d.rule)  # type: ignore[arg-type]
+    out.per_block[d.primary_metric] = values
+    return out
 
 
 def primary_value(reg: Registered, out: StartOutcome) -> str:

@@ -32,6 +32,8 @@ Public functions:
     evaluate_differences(rule, differences, direction) -> Verdict (from candidate - served)
     evaluate_unpaired(rule, served, candidate, direction, data) -> Verdict (unpaired starts, two-sample test)
     unpaired_reason(rule, n_served, n_candidate)        why a rule cannot decide unpaired starts, or None
+    decide_family(rule, served, candidates, direction)  -> Family (k candidates, Holm over exact p-values)
+    family_reason(rule, n_blocks, k)                    why no candidate of k could pass, or None
     curtailed(rule, done_gains, remaining, direction, data) -> Decision every completion gives, or None
     can_change(rule, done_gains, remaining)            curtailment: can the verdict still change?
     format_difference(x)       a mean difference as read ('0 (no difference)', '+1')
@@ -79,6 +81,7 @@ from frankenstein.design.rules.evaluate import (
     smallest_p,
     unreachable_reason,
 )
+from frankenstein.design.rules.family import CandidateResult, Family, decide_family, family_reason, holm
 from frankenstein.design.rules.harm import HarmRule
 from frankenstein.design.rules.permutation import PermutationRule
 from frankenstein.design.rules.sign import SignRule
@@ -93,6 +96,8 @@ __all__ = [
     "RULE_KINDS",
     "AllBlocksBetter",
     "AllBlocksBy",
+    "CandidateResult",
+    "Family",
     "BlockRow",
     "BlockRule",
     "ConfidenceInterval",
@@ -115,12 +120,15 @@ __all__ = [
     "check_computable",
     "curtailed",
     "decide",
+    "decide_family",
     "effect_thresholds",
     "evaluate",
     "evaluate_differences",
     "evaluate_unpaired",
+    "family_reason",
     "format_difference",
     "gains",
+    "holm",
     "min_blocks",
     "outcomes",
     "parse_rule",
