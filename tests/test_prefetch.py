@@ -6,6 +6,7 @@ The run through a real design is in tests/test_phases.py."""
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -107,6 +108,19 @@ def test_a_prefetched_model_launches_without_cold_reads(llama_server_bin: str, t
     )
     if not model.is_file():
         pytest.fail(f"{model}: the real model is missing; run `make real-model`")
+    # Its own copy: a file that another process maps (a llama-server started elsewhere on the machine on the
+    # shared model) cannot be evicted from the page cache, so the test must not depend on who else runs.
+    own = (
+        Path(os.environ.get("FRANK_TEST_DISK_DIR", str(Path(__file__).parent))) / f".prefetch-model-{os.getpid()}.gguf"
+    )
+    try:
+        shutil.copyfile(model, own)
+        _alternate_starts(own, tmp_path)
+    finally:
+        own.unlink(missing_ok=True)
+
+
+def _alternate_starts(model: Path, tmp_path: Path) -> None:
     recipe = ResolvedRecipe(
         name="real",
         engine="llamacpp",
