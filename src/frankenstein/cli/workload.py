@@ -110,7 +110,12 @@ def stats_cmd(trace: str = typer.Argument(..., help="Trace file (JSONL), or pkg:
 @workload_app.command("export")
 def export_cmd(
     trace: str = typer.Argument(..., help="Trace file (JSONL), or pkg:demo-workload.jsonl."),
-    to: str = typer.Option(..., "--to", help="aiperf (mooncake_trace, verbatim payloads) | vllm (custom dataset)."),
+    to: str = typer.Option(
+        ...,
+        "--to",
+        help="aiperf (mooncake_trace, verbatim payloads) | vllm (custom dataset, one-prompt turns) | "
+        "vllm-multiturn (benchmark_serving_multi_turn.py conversations: chats with history).",
+    ),
     out: Path = typer.Option(..., "-o", "--out", help="File to write (refused if it exists, unless --force)."),
     as_recorded: bool = typer.Option(
         False, "--as-recorded", help="aiperf: the recorded bodies untouched (default: the bodies frank's replay sends)."
@@ -125,11 +130,11 @@ def export_cmd(
     Example: frank workload export workloads/chat.jsonl --to aiperf -o chat.aiperf.jsonl
     """
     from frankenstein.design.model import load_design
-    from frankenstein.workload.export import PEERS, export_workload, write_export
+    from frankenstein.workload.export import MULTITURN_CAVEAT, PEERS, export_workload, write_export
     from frankenstein.workload.trace import load_trace
 
     if to not in PEERS:
-        raise typer.BadParameter(f"{to!r}: expected aiperf or vllm", param_hint="--to")
+        raise typer.BadParameter(f"{to!r}: expected {', '.join(PEERS)}", param_hint="--to")
     if out.exists() and not force:
         raise FrankError(f"{out}: exists; pass --force to overwrite")
     settings = load_design(design).replay if design is not None else None
@@ -139,7 +144,14 @@ def export_cmd(
         typer.echo(f"skipped: {line}", err=True)
     if result.dropped_keys:
         typer.echo(f"not carried (vLLM's format has no place for them): {', '.join(result.dropped_keys)}", err=True)
-    typer.echo(f"exported {len(result.lines)} turns ({result.endpoint}) to {out}; {len(result.skipped)} skipped")
+    if to == "vllm" and result.skipped:
+        typer.echo("chats with history: --to vllm-multiturn holds them as conversations", err=True)
+    if to == "vllm-multiturn":
+        typer.echo(f"note: {MULTITURN_CAVEAT}", err=True)
+    typer.echo(
+        f"exported {result.turns} turns ({result.endpoint}, {len(result.lines)} lines) to {out}; "
+        f"{len(result.skipped)} skipped"
+    )
     typer.echo(f"run: {result.hint.replace('FILE', str(out))}")
 
 

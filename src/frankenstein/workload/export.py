@@ -14,6 +14,15 @@
   token-id prompt) is skipped with its reason; the other fields of the body (tools, stop, ...) are not
   carried, and the export names them.
 
+- ``vllm-multiturn``: vLLM's multi-turn benchmark (``benchmarks/multi_turn/benchmark_serving_multi_turn.py
+  --input-file``): one JSON list of conversations ``{"id": session, "messages": [user, assistant, user, ...]}``,
+  each the session's last turn's messages plus its recorded answer. It holds chats with history, but only
+  plain-text messages alternating user/assistant from a user message, and every turn of a session must
+  repeat the one before it as its prefix; a session that breaks this is skipped whole, each of its turns
+  named with why (a system message, tool calls, a history that differs from the recorded answers). That
+  benchmark feeds its live answers back as the next turn's history, so past the first turn of a
+  conversation its requests are not byte-identical to frank's replay; the export says so.
+
 AIPerf sends every payload to one endpoint, and vLLM bench runs one backend, so a workload that mixes
 endpoints is refused. The llama.cpp native ``/completion`` endpoint is not one of theirs and is refused.
 """
@@ -31,8 +40,12 @@ from frankenstein.errors import TraceError
 from frankenstein.workload.replay import ReplaySettings, recorded_length, replay_body
 from frankenstein.workload.trace import CHAT, Turn, Workload, request_bytes
 
-Peer = Literal["aiperf", "vllm"]
-PEERS: tuple[str, ...] = ("aiperf", "vllm")
+Peer = Literal["aiperf", "vllm", "vllm-multiturn"]
+PEERS: tuple[str, ...] = ("aiperf", "vllm", "vllm-multiturn")
+MULTITURN_CAVEAT = (
+    "vLLM's multi-turn benchmark sends its live answers back as history: past each conversation's first turn its "
+    "requests differ from frank's replay"
+)
 # Body keys vLLM's custom dataset carries (the prompt and its length); anything else is reported as dropped.
 _VLLM_CARRIED = frozenset({"messages", "prompt", "max_tokens", "max_completion_tokens", "n_predict"})
 _PEER_ENDPOINTS = ("/v1/chat/completions", "/v1/completions")
@@ -47,6 +60,8 @@ class Export:
     dropped_keys: list[str] = field(default_factory=list)
     endpoint: str = CHAT
     hint: str = ""
+    one_document: bool = False  # one JSON document (a list) instead of one object per line
+    turns: int = 0  # turns the lines hold (a conversation holds several)
 
 
 def export_workload(
@@ -56,8 +71,12 @@ def export_workload(
     where = str(workload.path or "workload")
     turns = list(workload.turns[: settings.max_turns] if settings and settings.max_turns else workload.turns)
     endpoint = _one_endpoint(turns, where, peer)
+    if peer == "vllm-multiturn" and endpoint != CHAT:
+        raise TraceError(
+            f"vLLM's multi-turn benchmark sends chat requests only; this workload is {endpoint}", path=where
+        )
     settings = settings or ReplaySettings()
-    out = _aiperf(turns, settings, as_recorded) if peer == "aiperf" else _vllm(turns)
+    out = _EXPORTERS[peer](turns, settings, as_recorded)
     out.endpoint = endpoint
     out.hint = _hint(peer, endpoint, settings, len(out.lines))
     if not out.lines:
@@ -89,7 +108,7 @@ def _aiperf(turns: Sequence[Turn], settings: ReplaySettings, as_recorded: bool) 
     for t in turns:
         body = request_bytes(t) if as_recorded else replay_body(t, settings)
         lines.append({"session_id": t.session_id, "payload": json.loads(body)})
-    return Export(lines=lines)
+    return Export(lines=lines, turns=len(lines))
 
 
 def vllm_prompt(turn: Turn) -> tuple[str | None, str]:
@@ -126,7 +145,49 @@ def _vllm(turns: Sequence[Turn]) -> Export:
             continue
         dropped |= {k for k in t.request if k not in _VLLM_CARRIED and k not in ("model", "stream")}
         lines.append(line)
-    return Export(lines=lines, skipped=skipped, dropped_keys=sorted(dropped))
+    return Export(lines=lines, skipped=skipped, dropped_keys=sorted(dropped), turns=len(lines))
+
+
+def conversation(turns: Sequence[Turn]) -> tuple[list[dict[str, str]] | None, str]:
+    """The session's messages (its last turn's plus the recorded answer) when vLLM's multi-turn format can hold
+    every turn of it, else (None, why not)."""
+    last = turns[-1]
+    messages = [*last.request.get("messages", []), {"role": "assistant", "content": last.output.text}]
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or set(m) != {"role", "content"} or not isinstance(m["content"], str):
+            return None, f"message {i} is not plain text (role and content only: no tool calls, no content parts)"
+        if m["role"] != ("user" if i % 2 == 0 else "assistant"):
+            return None, f"message {i} is a {m['role']} message (the format alternates user and assistant from a user)"
+    if last.output.tool_calls:
+        return None, "its recorded answer holds tool calls"
+    for t in turns[:-1]:
+        mine = [*t.request["messages"], {"role": "assistant", "content": t.output.text}]
+        if messages[: len(mine)] != mine:
+            return None, f"turn {t.turn_id} and its recorded answer are not the history the next turn sends"
+    return messages, ""
+
+
+def _vllm_multiturn(turns: Sequence[Turn], settings: ReplaySettings, as_recorded: bool) -> Export:
+    sessions: dict[str, list[Turn]] = {}
+    for t in turns:
+        sessions.setdefault(t.session_id, []).append(t)
+    lines, skipped, dropped, held = [], [], set(), 0
+    for sid, group in sessions.items():
+        messages, why = conversation(sorted(group, key=lambda t: t.turn_index))
+        if messages is None:
+            skipped += [f"turn {t.turn_id}: session {sid}: {why}" for t in group]
+            continue
+        lines.append({"id": sid, "messages": messages})
+        held += len(group)
+        dropped |= {k for t in group for k in t.request if k not in _VLLM_CARRIED and k not in ("model", "stream")}
+    return Export(lines=lines, skipped=skipped, dropped_keys=sorted(dropped), one_document=True, turns=held)
+
+
+_EXPORTERS = {
+    "aiperf": _aiperf,
+    "vllm": lambda turns, settings, as_recorded: _vllm(turns),
+    "vllm-multiturn": _vllm_multiturn,
+}
 
 
 def _hint(peer: Peer, endpoint: str, settings: ReplaySettings, n: int) -> str:
@@ -138,6 +199,11 @@ def _hint(peer: Peer, endpoint: str, settings: ReplaySettings, n: int) -> str:
         return (
             f"aiperf profile --custom-dataset-type mooncake_trace --input-file FILE --endpoint-type {kind}{stream} "
             f"--url http://HOST:PORT -m MODEL --concurrency 1 --request-count {n}"
+        )
+    if peer == "vllm-multiturn":
+        return (
+            "python benchmarks/multi_turn/benchmark_serving_multi_turn.py --input-file FILE --model MODEL "
+            "--url http://HOST:PORT --num-clients 1 --max-active-conversations 1"
         )
     backend = "openai-chat" if endpoint == CHAT else "openai"
     return (
@@ -152,7 +218,9 @@ def write_export(path: str | Path, export: Export) -> None:
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
-        for line in export.lines:
+        if export.one_document:
+            f.write(json.dumps(export.lines, ensure_ascii=False, indent=1, allow_nan=False) + "\n")
+        for line in [] if export.one_document else export.lines:
             f.write(json.dumps(line, ensure_ascii=False, separators=(",", ":"), allow_nan=False) + "\n")
         f.flush()
         os.fsync(f.fileno())
