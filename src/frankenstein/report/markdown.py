@@ -9,6 +9,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
+from frankenstein.measure.metrics import BUILTIN
+
 
 @dataclass(frozen=True)
 class Table:
@@ -73,22 +75,16 @@ def row_nums(xs: Sequence[float | None], extra: Sequence[float | None] = (), sig
     return [fmt(x, places) for x in xs] + [fmt(x, places + 1) for x in extra]
 
 
-UNITS = {
-    "verify_step_ms": "ms per step",
-    "decode_ms_per_token": "ms per token",
-    "tokens_per_step": "tokens per step",
-    "passes": "passes per start",
-}
+PER = {"verify_step_ms": "ms per step", "decode_ms_per_token": "ms per token"}  # the unit with what it is per
 
 
 def unit(metric: str) -> str:
-    """The metric's unit in words ('ms per step'), from its name; the name itself where none is known."""
-    if metric in UNITS:
-        return UNITS[metric]
-    for suffix, word in (("_ms", "ms"), ("_s", "s"), ("_mib", "MiB"), ("_w", "W")):
-        if metric.endswith(suffix):
-            return word
-    return metric
+    """The metric's unit in words beside a difference ('ms per step'): the metric registry's unit
+    (:mod:`frankenstein.measure.metrics`), with what it is per where the name says; the name where unknown."""
+    if metric in PER:
+        return PER[metric]
+    m = BUILTIN.get(metric)
+    return m.unit if m is not None else metric
 
 
 def difference(x: float | None, metric: str) -> str:
