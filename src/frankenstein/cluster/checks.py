@@ -46,7 +46,7 @@ def recorded_pins(rows: list[StartRow]) -> list[Pin]:
 def check(pins: list[Pin], reg: Registered, arm: str, host: str) -> str | None:
     """Why a start of ``arm`` cannot run on this host (a pinned file missing or different), else None."""
     by = "the design registered" if reg.frozen.files else "the run pinned"
-    return check_arm(pins, reg.frozen.recipes[arm], arm, host, by)
+    return check_arm(pins, reg.frozen.recipes[arm], arm, host, by, reg.design.arms[arm].command)
 
 
 def pins_of(pins: list[Pin], arm: str) -> list[dict[str, Any]]:

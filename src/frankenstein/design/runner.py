@@ -161,7 +161,8 @@ def pinned_files_check(reg: Registered) -> Check | None:
     pins, host = registered(reg.frozen.files), socket.gethostname()
 
     def check(slot: Slot) -> StartOutcome | None:
-        why = check_arm(pins, reg.frozen.recipes[slot.arm], slot.arm, host, "the design registered")
+        recipe, command = reg.frozen.recipes[slot.arm], reg.design.arms[slot.arm].command
+        why = check_arm(pins, recipe, slot.arm, host, "the design registered", command)
         return None if why is None else failed_start(reg, slot, why)
 
     return check
