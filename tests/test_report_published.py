@@ -25,6 +25,7 @@ from frankenstein import ledger
 from frankenstein.design.registry import register
 from frankenstein.report import write_report
 from frankenstein.scope import parse_scope
+from frankenstein.store import ObservedDraw
 
 from helpers_campaign import TOML, make_campaign, make_workload
 from helpers_ledger import CONFIRMED, stored_design
@@ -110,6 +111,8 @@ def published(tmp_path_factory: pytest.TempPathFactory) -> Path:
         camp, name="draft-speed", served=CONFIRMED[0], candidate=CONFIRMED[1], extra=f"limits = {json.dumps(LIMITS)}"
     )
     ledger.adopt(camp, "draft", speed.design_id, scope=parse_scope(["concurrency=1", f"note={NOTE}"]))
+    for n in range(5):  # agent draws run since, outside any design (frank tasks draw -c; test_observed_draws.py)
+        camp.store.insert_observed_draw(ObservedDraw(f"2025-03-07T10:0{n}:00.000Z", 1, n, 6, 5, 0, 0))
     stored_fidelity(camp, "fid", 0.3)
     stored_agent(camp)
     write_report(camp, root / "out")
@@ -151,9 +154,11 @@ def test_the_note_says_scope_limits_verdicts_and_credits(published: Path) -> Non
         "| `draft` | https://github.com/ggml-org/llama.cpp | abc123 | ggml-org | MIT | step 1 |",
     ):
         assert row in credits, row
-    assert text.rstrip().endswith(
-        "## Assistance and method\n\nAI agents designed and ran these tests; an AI agent drafted this note."
+    assert (
+        "## Assistance and method\n\nAI agents designed and ran these tests; an AI agent drafted this note.\n" in text
     )
+    observed = section(text, "## Agent draws outside designs (observational)")
+    assert "- Under step 1 (adopt `draft`): 5 draw(s), 30 episodes, 25 passed; no engine or episode error." in observed
 
 
 def chromium(*args: str, profile: Path) -> subprocess.CompletedProcess[str]:
@@ -167,7 +172,7 @@ def chromium(*args: str, profile: Path) -> subprocess.CompletedProcess[str]:
 
 def visible_text(dom: str) -> str:
     """The text of the dumped DOM's body, whitespace collapsed (no tags, entities decoded)."""
-    body = dom.split("<body>", 1)[1]
+    body = re.sub(r"</?(code|strong)>", "", dom.split("<body>", 1)[1])  # inline tags join their text
     return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", body))).strip()
 
 
