@@ -333,3 +333,9 @@ def test_vllm_multiturn_names_a_history_that_is_not_the_recording(tmp_path: Path
 def test_vllm_points_chats_with_history_at_the_multiturn_format(workload: Path, tmp_path: Path) -> None:
     r = frank("workload", "export", str(workload), "--to", "vllm", "-o", str(tmp_path / "w.vllm.jsonl"))
     assert r.returncode == 0 and "--to vllm-multiturn holds them" in r.stderr
+
+
+def test_a_missing_output_folder_is_named(workload: Path, tmp_path: Path) -> None:
+    out = tmp_path / "nowhere" / "w.aiperf.jsonl"
+    r = frank("workload", "export", str(workload), "--to", "aiperf", "-o", str(out))
+    assert r.returncode == 1 and f"the folder {out.parent} does not exist" in r.stderr and ".tmp" not in r.stderr

@@ -216,6 +216,8 @@ def _hint(peer: Peer, endpoint: str, settings: ReplaySettings, n: int) -> str:
 def write_export(path: str | Path, export: Export) -> None:
     """One JSON object per line (UTF-8, compact), written to a temporary file and renamed into place."""
     path = Path(path)
+    if not path.parent.is_dir():
+        raise TraceError(f"the folder {path.parent} does not exist; create it or write elsewhere", path=path)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         if export.one_document:
