@@ -113,6 +113,13 @@ def replay(
     for key in (*names(scope="step"), *names(scope="request")):
         v = out.metrics.get(key)
         typer.echo(f"  {key:<20} {'-' if v is None else f'{v:.4f}'}")
+    from frankenstein.workload.replay import prompt_count_note, reproduced
+
+    matched, compared = reproduced(out.rows)
+    if compared:
+        typer.echo(f"  reproduced the recorded text on {matched} of {compared} turns")
+    if note := prompt_count_note(list(wl.turns[: len(out.rows)]), out.rows):
+        typer.echo(f"  note: {note}")
     from frankenstein.design.percentiles import percentile_lines, rows_percentiles
 
     if per := rows_percentiles(out.rows):

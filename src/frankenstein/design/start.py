@@ -80,6 +80,8 @@ def measure_start(
             after = _metrics_or_empty(engine)
         out.scrape, out.scrapes = _scrape_delta(before, after), (before, after)
         out.rows, out.metrics = result.rows, result.metrics
+        for note in result.notes:
+            phases.note("replay_note", note)
         out.status, out.reason = ("ok", None) if result.valid else ("invalid", "; ".join(result.invalid[:5]))
     except EngineError as exc:
         out.status, out.reason = "failed", str(exc)

@@ -123,6 +123,7 @@ class ReplayResult:
     metrics: dict[str, float | None]
     invalid: list[str] = field(default_factory=list)
     sent: list[bytes] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def valid(self) -> bool:
@@ -137,14 +138,27 @@ def _row(idx: int, turn: Turn, warmup: bool, reply: Reply | None, error: str | N
         row.update(outside_ms(reply.timing, reply.ttft_ms, reply.e2e_ms))
         if reply.chunk_gaps_ms is not None:
             row[GAPS_KEY] = [round(g, 3) for g in reply.chunk_gaps_ms]  # 1 µs
+        if turn.output.text:
+            row[TEXT_MATCH_KEY] = int(reply.text == turn.output.text)
     return row
 
 
+TEXT_MATCH_KEY = "text_match"  # 1 when the reply's text is the recorded text, 0 when not; absent when none recorded
+
+
+def reproduced(rows: list[dict[str, Any]]) -> tuple[int, int]:
+    """(turns whose reply reproduced the recorded text, turns with a recorded text to compare)."""
+    compared = [r[TEXT_MATCH_KEY] for r in rows if TEXT_MATCH_KEY in r]
+    return sum(compared), len(compared)
+
+
 def check_validity(turns: list[Turn], rows: list[dict[str, Any]], settings: ReplaySettings) -> list[str]:
-    """Turns, prompt tokens and generated tokens must match the workload."""
+    """Turns and generated tokens must match the workload, and prompt tokens too unless every compared turn
+    differs (:func:`prompt_count_note`: another tokenizer recorded them)."""
     problems = []
     if len(rows) != len(turns):
         problems.append(f"{len(rows)} turns replayed, workload has {len(turns)}")
+    prompt = _prompt_mismatches(turns, rows)
     for turn, row in zip(turns, rows):
         if row.get("error"):
             problems.append(str(row["error"]))  # already names the turn
@@ -152,10 +166,40 @@ def check_validity(turns: list[Turn], rows: list[dict[str, Any]], settings: Repl
         want = recorded_length(turn)
         if settings.force_length and want is not None and row.get("generated_tokens") not in (None, want):
             problems.append(f"turn {turn.turn_id}: generated {row['generated_tokens']} tokens, recorded {want}")
-        rp = turn.output.prompt_tokens
-        if rp is not None and row.get("prompt_tokens") not in (None, rp):
-            problems.append(f"turn {turn.turn_id}: prompt has {row['prompt_tokens']} tokens, recorded {rp}")
+    if prompt and not prompt_count_note(turns, rows):
+        problems += prompt
     return problems
+
+
+def _prompt_mismatches(turns: list[Turn], rows: list[dict[str, Any]]) -> list[str]:
+    out = []
+    for turn, row in zip(turns, rows):
+        rp = turn.output.prompt_tokens
+        if not row.get("error") and rp is not None and row.get("prompt_tokens") not in (None, rp):
+            out.append(f"turn {turn.turn_id}: prompt has {row['prompt_tokens']} tokens, recorded {rp}")
+    return out
+
+
+def _compared_prompts(turns: list[Turn], rows: list[dict[str, Any]]) -> int:
+    return sum(
+        1
+        for turn, row in zip(turns, rows)
+        if not row.get("error") and turn.output.prompt_tokens is not None and row.get("prompt_tokens") is not None
+    )
+
+
+def prompt_count_note(turns: list[Turn], rows: list[dict[str, Any]]) -> str | None:
+    """When the engine's prompt count differs from the recorded one on every compared turn (two or more), the
+    recording's tokenizer is not this engine's: the recorded counts are then metadata, not a check, and this
+    says so. A difference on some turns only stays a problem (the prompt sent was not the one recorded)."""
+    compared = _compared_prompts(turns, rows)
+    differ = len(_prompt_mismatches(turns, rows))
+    if compared < 2 or differ < compared:
+        return None
+    return (
+        f"the engine counted a different number of prompt tokens than recorded on all {compared} compared turns: "
+        "the workload was recorded with another tokenizer, so its counts are kept as metadata, not checked"
+    )
 
 
 def replay(
@@ -202,6 +246,11 @@ def replay(
             list(pool.map(send, range(settings.warmup_turns, len(turns))))
     final = [r for r in rows if r is not None]
     measured = [r for r in final if not r["warmup"] and not r.get("error")]
+    note = prompt_count_note(turns, final)
     return ReplayResult(
-        rows=final, metrics=aggregate(measured), invalid=check_validity(turns, final, settings), sent=bodies
+        rows=final,
+        metrics=aggregate(measured),
+        invalid=check_validity(turns, final, settings),
+        sent=bodies,
+        notes=[note] if note else [],
     )
