@@ -16,7 +16,7 @@ import pytest
 from frankenstein.design.registry import register
 from frankenstein.design.runner import run_design
 from frankenstein.design.start import machine_differences, start_label
-from frankenstein.engines.process import inherited_settings
+from frankenstein.engines import engine_settings
 from frankenstein.report.note import write_report
 
 from helpers_campaign import make_campaign
@@ -90,11 +90,23 @@ def test_inherited_engine_settings_are_recorded_shown_and_flagged(tmp_path: Path
 
 @pytest.mark.parametrize("name", ["OPENAI_API_KEY_FOR_VLLM", "VLLM_API_KEY", "HF_AUTH_TOKEN", "NCCL_PASSWORD"])
 def test_a_credential_named_any_way_is_redacted(name: str) -> None:
-    got = inherited_settings({}, {name: "s3cr3t", "PATH": "/bin"})
+    got = engine_settings("openai", {}, {name: "s3cr3t", "PATH": "/bin"})  # a recipe command: every engine's
     assert "s3cr3t" not in repr(got) and "PATH" not in got
     assert got == ({name: "<redacted>"} if name.startswith(("VLLM_", "HF_", "NCCL_")) else {})
 
 
 def test_a_variable_frank_sets_for_the_start_is_not_the_shells() -> None:
-    got = inherited_settings({"LLAMA_CACHE": "/c/caches/x"}, {"LLAMA_CACHE": "/shell", "OMP_NUM_THREADS": "2"})
+    got = engine_settings("llamacpp", {"LLAMA_CACHE": "/c/caches/x"}, {"LLAMA_CACHE": "/shell", "OMP_NUM_THREADS": "2"})
     assert got == {"OMP_NUM_THREADS": "2"}
+
+
+def test_an_engines_settings_are_its_own_and_the_libraries() -> None:
+    """Each adapter names its variables (``EngineTraits.settings``): a llama.cpp start records ``LLAMA_*`` and the
+    libraries' (``OMP_*``), not vLLM's; a vLLM start the reverse; a server frank did not start records none of
+    its own; a recipe command (program unknown) every adapter's."""
+    shell = {"LLAMA_ARG_UBATCH": "64", "VLLM_USE_V1": "1", "SGL_X": "1", "OMP_NUM_THREADS": "2", "PATH": "/bin"}
+    assert engine_settings("llamacpp", {}, shell) == {"LLAMA_ARG_UBATCH": "64", "OMP_NUM_THREADS": "2"}
+    assert engine_settings("vllm", {}, shell) == {"VLLM_USE_V1": "1", "OMP_NUM_THREADS": "2"}
+    assert engine_settings("sglang", {}, shell) == {"SGL_X": "1", "OMP_NUM_THREADS": "2"}
+    assert engine_settings("external", {}, shell) == {"OMP_NUM_THREADS": "2"}
+    assert engine_settings("openai", {}, shell) == {k: v for k, v in shell.items() if k != "PATH"}

@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from frankenstein.engines import process_names
 from frankenstein.measure.machine import snapshot
 from frankenstein.measure.noise import (
     LoadRecord,
@@ -168,9 +169,10 @@ def test_doctor_lines() -> None:
 @pytest.mark.engine
 def test_other_engines_sees_a_real_llama_server(llama_server_bin: str, tmp_path: Path) -> None:
     with tiny_server(llama_server_bin, tmp_path / "engine.log") as (proc, _):
-        found = dict(other_engines())
+        found = dict(other_engines(process_names()))
         assert proc.pid in found and "llama-server" in found[proc.pid]
-        assert proc.pid not in dict(other_engines(exclude=[proc.pid]))
+        assert proc.pid not in dict(other_engines(process_names(), exclude=[proc.pid]))
+        assert proc.pid not in dict(other_engines(("vllm", "sglang")))  # the adapters' names choose what is seen
 
 
 @pytest.mark.engine

@@ -223,43 +223,6 @@ class ResolvedRecipe(FrozenUserFile):
 LAUNCH_FIELDS = ("engine", "model", "args", "env", "binary", "python", "command", "cache_vars")
 
 
-def launch_problem(recipe: ResolvedRecipe) -> str | None:
-    """Why a start of ``recipe`` cannot succeed before anything is launched, or None: a llama.cpp
-    model file, or a draft model file (``-md``/``--model-draft``), that does not exist (every start of
-    such a design would fail at the same slot)."""
-    if recipe.engine != "llamacpp" or recipe.command is not None:
-        return None
-    if not recipe.model:
-        return "the recipe names no model file"
-    model = Path(recipe.model)
-    if not model.is_file():
-        return f"model file {model} {'is a directory' if model.is_dir() else 'does not exist'}"
-    for flag, value in draft_model_args(recipe.args):
-        if not value:
-            return f"{flag} names no draft model file"
-        draft = Path(expand(value))
-        if not draft.is_file():
-            return f"draft model file {draft} ({flag}) {'is a directory' if draft.is_dir() else 'does not exist'}"
-    return None
-
-
-DRAFT_MODEL_FLAGS = ("-md", "--model-draft")
-"""llama-server flags whose value is a draft model file."""
-
-
-def draft_model_args(args: Sequence[str]) -> list[tuple[str, str]]:
-    """(flag, file) for every draft model file named in ``args`` (``-md FILE`` or ``--model-draft=FILE``).
-    A relative file is left as is: llama-server resolves it against its working directory, which is ours."""
-    out = []
-    for i, a in enumerate(args):
-        flag, eq, value = a.partition("=")
-        if flag in DRAFT_MODEL_FLAGS and eq:
-            out.append((flag, value))
-        elif a in DRAFT_MODEL_FLAGS:
-            out.append((a, args[i + 1] if i + 1 < len(args) else ""))
-    return out
-
-
 def load_config(path: str | Path) -> CampaignConfig:
     path = Path(path)
     data = read_toml(path)

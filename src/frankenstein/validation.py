@@ -79,6 +79,15 @@ def read_text(path: str | Path, error_cls: type[ConfigError] = ConfigError) -> s
         raise error_cls(f"not UTF-8 text (byte 0x{data[exc.start]:02x} at line {line})", path=path) from exc
 
 
+def listen_address(value: str) -> tuple[str, int]:
+    """(host, port) of a listen address, ``HOST:PORT`` or ``PORT`` (host 127.0.0.1), a port from 0 to 65535;
+    anything else is a ValueError naming the value (the one parser of ``--listen``)."""
+    host, _, port = value.strip().rpartition(":")
+    if not (port.isascii() and port.isdigit()) or not 0 <= int(port) <= 65535:
+        raise ValueError(f"{value!r}: expected HOST:PORT with a port from 0 to 65535")
+    return host or "127.0.0.1", int(port)
+
+
 def http_root(url: str) -> tuple[str, int]:
     """(host, port) of a server's root, ``http://HOST:PORT``; anything else is a ValueError saying what is
     wrong (only plain http: the one stdlib client, :mod:`frankenstein.engines.http`)."""

@@ -36,13 +36,13 @@ def doctor() -> None:
 
     Example: frank doctor
     """
-    from frankenstein.engines.llamacpp import binary_version, find_llama_server
+    from frankenstein.engines import process_names, version_lines
     from frankenstein.measure.machine import snapshot
     from frankenstein.measure.noise import other_engines, quiet_lines
 
-    path = find_llama_server()
-    typer.echo(f"llama-server: {path} ({binary_version(path)})")
-    for line in quiet_lines(snapshot(), other_engines()):
+    for line in version_lines():
+        typer.echo(line)
+    for line in quiet_lines(snapshot(), other_engines(process_names())):
         typer.echo(f"machine: {line}")
 
 

@@ -31,9 +31,10 @@ def record(
 
     Example: frank record --upstream http://127.0.0.1:8080 --listen 127.0.0.1:8081 --out turns.jsonl
     """
-    from frankenstein.workload.record import parse_listen, serve_recorder
+    from frankenstein.validation import listen_address
+    from frankenstein.workload.record import serve_recorder
 
-    host, port = parse_listen(listen)
+    host, port = listen_address(listen)  # checked by check_listen
 
     def on_turn(t: Turn) -> None:
         typer.echo(f"recorded {t.turn_id} ({t.endpoint}, {t.output.completion_tokens} tokens)")

@@ -48,6 +48,7 @@ from frankenstein.campaign import Campaign
 from frankenstein.config import LAUNCH_FIELDS, ResolvedRecipe
 from frankenstein.design import phases, prefetch
 from frankenstein.design.model import Registered, Slot
+from frankenstein.engines import traits_of
 from frankenstein.engines.process import launch_env
 
 CACHE_VARS = {
@@ -136,7 +137,7 @@ def folder_applied(
 ) -> Iterator[dict[str, Any]]:
     """Make the start's cache folders (empty ones for ``cold``), set the launch environment, attach
     the record to the current start's phase recorder; a cold folder is removed after the start."""
-    if recipe is not None and recipe.engine == "external":  # a server frank did not start: nothing to give it
+    if recipe is not None and not traits_of(recipe.engine).launched:  # a server frank did not start: nothing to give
         record_na: dict[str, Any] = {"policy": "not applicable", "why": "a server frank did not start"}
         rec_na = phases.current()
         if rec_na is not None:

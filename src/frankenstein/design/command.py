@@ -25,9 +25,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from frankenstein.config import ResolvedRecipe
 from frankenstein.design import command_guard
 from frankenstein.design.start import StartOutcome
+from frankenstein.engines import command_recipe
 from frankenstein.engines.process import engine_env, extra_env, runtime_dir, wait_group_gone
 from frankenstein.store import now_iso
 
@@ -36,7 +36,7 @@ COMMAND_TIMEOUT_S = 3600.0
 
 def run_command_arm(command: list[str], log_dir: Path, timeout_s: float = COMMAND_TIMEOUT_S) -> StartOutcome:
     """Run a command arm once; an ``ok`` start carries the numbers of its last stdout line."""
-    recipe = ResolvedRecipe(name="command", engine="openai", model="", args=[], env={}, command=command)
+    recipe = command_recipe(command)
     out = StartOutcome(status="failed", reason=None, started_at=now_iso(), recipe=recipe, engine="command")
     log_dir.mkdir(parents=True, exist_ok=True)
     stem = log_dir / f"command-{os.getpid()}-{time.time_ns()}"

@@ -8,6 +8,7 @@ from typing import Any
 from frankenstein.config import ResolvedRecipe
 from frankenstein.design.model import Registered, Slot
 from frankenstein.design.start import StartOutcome
+from frankenstein.engines import command_recipe
 from frankenstein.store import now_iso
 
 
@@ -17,7 +18,7 @@ def arm_recipe(reg: Registered, arm: str) -> ResolvedRecipe:
     if recipe is not None:
         return recipe
     command = reg.design.arms[arm].command or []
-    return ResolvedRecipe(name="command", engine="openai", model="", args=[], env={}, command=command)
+    return command_recipe(command)
 
 
 def failed_start(reg: Registered, slot: Slot, reason: str, host: dict[str, Any] | None = None) -> StartOutcome:

@@ -25,8 +25,9 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from frankenstein.config import Name, ResolvedRecipe, check_name, launch_problem
+from frankenstein.config import Name, ResolvedRecipe, check_name
 from frankenstein.design.rules import BlockRule, RuleField
+from frankenstein.engines import traits_of
 from frankenstein.errors import ConfigError, DesignError
 from frankenstein.measure.metrics import Metric
 from frankenstein.measure.usermetrics import UserMetric, known
@@ -282,7 +283,7 @@ def check_launchable(recipes: dict[str, ResolvedRecipe | None], path: Path) -> N
     """Registration refuses an arm whose recipe cannot start (e.g. its model file is missing):
     every run would stop at that slot, recording nothing."""
     for arm, recipe in recipes.items():
-        problem = launch_problem(recipe) if recipe is not None else None
+        problem = traits_of(recipe.engine).launch_problem(recipe) if recipe is not None else None
         if problem:
             raise DesignError(f"{problem} (recipe {recipe.name})", path=path, field=f"arms.{arm}")  # type: ignore[union-attr]
 

@@ -1,6 +1,7 @@
 """The files a start of an arm runs, identified by sha256 when the design is registered.
 
-Per arm: the engine binary (``llama-server`` as the engine would find it, or a recipe command's program) and
+Per arm: the engine binary (the program its adapter says a start runs, ``EngineTraits.program``: a recipe
+command's program, or e.g. the server binary as the adapter finds it) and
 every shared library it loads from outside the system folders (``ldd``'s closure), the model file and draft model files; for a command arm its program, the interpreter it really runs
 (``#!``, ``env``, a pyenv-style shim resolved to ``sys.executable``), its libraries, and every argument that
 names a file (relative ones as the command sees them from the folder frank runs in). Registration stores them in the frozen design (``FrozenDesign.files``, so in the design hash); a host
@@ -16,9 +17,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from frankenstein.config import ResolvedRecipe, draft_model_args
-from frankenstein.engines.llamacpp import find_llama_server
-from frankenstein.errors import EngineError
+from frankenstein.config import ResolvedRecipe
+from frankenstein.engines import traits_of
 from frankenstein.measure.machine import binary_sha256
 from frankenstein.shipped import expand
 
@@ -46,21 +46,17 @@ class Pin:
 
 def engine_program(recipe: ResolvedRecipe) -> str | None:
     """The program a start of ``recipe`` executes on this host, or None where it cannot be found."""
-    try:
-        if recipe.command:
-            return shutil.which(recipe.command[0])
-        if recipe.engine == "llamacpp":
-            return find_llama_server(recipe.binary)
-    except EngineError:
-        return None
-    return None
+    return traits_of(recipe.engine).program(recipe)
 
 
 def model_files(recipe: ResolvedRecipe) -> list[tuple[str, Path]]:
     """(role, resolved path) of the files a start of ``recipe`` loads: its model (the file, or every file of a
     model folder) and its draft model files. A hub name or a path that is not here names nothing."""
     out: dict[Path, str] = {}
-    named = [("model", recipe.model), *(("draft model", v) for _, v in draft_model_args(recipe.args) if v)]
+    named = [
+        ("model", recipe.model),
+        *(("draft model", v) for _, v in traits_of(recipe.engine).draft_models(recipe.args) if v),
+    ]
     for role, value in named:
         path = Path(expand(value)) if value else None
         if path is None:

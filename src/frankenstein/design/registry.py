@@ -23,7 +23,7 @@ from frankenstein.campaign import Campaign
 from frankenstein.config import ResolvedRecipe
 from frankenstein.design.kinds import kind_of
 from frankenstein.design.kinds.speed import SpeedKind, check_warmup
-from frankenstein.engines import ADAPTERS
+from frankenstein.engines import ADAPTERS, traits_of
 from frankenstein.design.pins import pins_of_arm
 from frankenstein.design.model import DesignFile, FrozenDesign, Registered, load_design, resolve_arms
 from frankenstein.errors import ConfigError, DesignError, FrankError, RegistryError, UnknownNameError
@@ -111,18 +111,19 @@ def check_design(campaign: Campaign, design: DesignFile, path: Path) -> FrozenDe
                 field=f"arms.{arm}",
             )
     for arm, recipe in recipes.items():
-        if recipe is not None and recipe.engine == "external" and recipe.parts:
+        if recipe is not None and not traits_of(recipe.engine).launched and recipe.parts:
             raise DesignError(
-                f"recipe {recipe.name!r} is a server frank does not start (engine external), so parts "
+                f"recipe {recipe.name!r} is a server frank does not start (engine {recipe.engine}), so parts "
                 f"{', '.join(recipe.parts)} cannot be applied to it; start a server with them yourself and name it "
                 "in a recipe of its own",
                 path=path,
                 field=f"arms.{arm}.parts",
             )
-    if design.cache == "cold" and any(r is not None and r.engine == "external" for r in recipes.values()):
+    outside = [r.engine for r in recipes.values() if r is not None and not traits_of(r.engine).launched]
+    if design.cache == "cold" and outside:
         raise DesignError(
-            'cache = "cold" empties each start\'s cache folders, and a server frank did not start (engine external) '
-            "is given none",
+            'cache = "cold" empties each start\'s cache folders, and a server frank did not start '
+            f"(engine {outside[0]}) is given none",
             path=path,
             field="cache",
         )

@@ -12,7 +12,7 @@ not look at a GPU says "not sampled", never "no GPU".
 from __future__ import annotations
 
 import json
-import shutil
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,10 +21,10 @@ from typing import Any
 
 from frankenstein.config import ResolvedRecipe
 from frankenstein.design import phases
-from frankenstein.engines import adapter_for
+from frankenstein.engines import Engine, adapter_for, engine_settings, traits_of
+from frankenstein.engines.process import extra_env
+from frankenstein.engines.prometheus import SCRAPES_ARTIFACT, Sample, Scrapes, counter_deltas
 from frankenstein.errors import EngineError
-from frankenstein.engines.llamacpp import find_llama_server
-from frankenstein.engines.process import inherited_settings
 from frankenstein.measure.machine import MachineSnapshot, binary_sha256, differences, snapshot
 from frankenstein.measure.noise import LoadRecord, LoadSampler, judge_load
 from frankenstein.measure.resources import ResourceSampler, not_sampled
@@ -46,13 +46,9 @@ class StartOutcome:
     capabilities: dict[str, Any] = field(default_factory=dict)
     resources: dict[str, Any] = field(default_factory=dict)
     scrape: dict[str, float] = field(default_factory=dict)
-    scrapes: tuple[dict[str, float], dict[str, float]] = field(default_factory=lambda: ({}, {}))  # before, after
+    scrapes: Scrapes = field(default_factory=Scrapes)  # /metrics before and after the replay
     artifacts: dict[str, bytes] = field(default_factory=dict)
     episodes: list[dict[str, Any]] = field(default_factory=list)
-
-
-def _scrape_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-    return {k: after[k] - before.get(k, 0.0) for k in after if k.endswith("_total") and after[k] != before.get(k, 0.0)}
 
 
 def measure_start(
@@ -74,11 +70,11 @@ def measure_start(
         out.engine_version = engine.version
         out.capabilities = engine.capabilities()
         with phases.phase("scrape"):
-            before = _metrics_or_empty(engine)
+            before = _scrape_or_empty(engine)
         result: ReplayResult = timed_replay(engine, workload, settings, progress)
         with phases.phase("scrape"):
-            after = _metrics_or_empty(engine)
-        out.scrape, out.scrapes = _scrape_delta(before, after), (before, after)
+            out.scrapes = Scrapes(before, _scrape_or_empty(engine))
+        out.scrape = counter_deltas(out.scrapes)
         out.rows, out.metrics = result.rows, result.metrics
         for note in result.notes:
             phases.note("replay_note", note)
@@ -91,7 +87,7 @@ def measure_start(
     return out
 
 
-def start_engine(engine: Any) -> None:
+def start_engine(engine: Engine) -> None:
     """``engine.start()`` timed as two phases: ``launch`` (checks, spawn) and ``ready`` (launch → ready,
     the readiness poll); a failed start still records the time it took."""
     t = time.monotonic()
@@ -99,30 +95,27 @@ def start_engine(engine: Any) -> None:
         engine.start()
     finally:
         total = time.monotonic() - t
-        ready = getattr(engine, "ready_s", None)
+        ready = engine.ready_s
         if ready is None:  # it never became ready: the time after a launch was the wait for ready
-            launched = getattr(engine, "pid", None) is not None
-            ready = total if launched else 0.0
+            ready = total if engine.pid is not None else 0.0
         phases.add("launch", max(0.0, total - ready))
         phases.add("ready", ready)
-        polls = getattr(getattr(engine, "process", None), "ready_polls", None)
-        if polls is not None:
-            phases.note("ready_polls", polls)
+        if engine.process is not None:
+            phases.note("ready_polls", engine.process.ready_polls)
 
 
-def stop_engine(engine: Any) -> None:
+def stop_engine(engine: Engine) -> None:
     """``engine.stop()`` timed as the ``stop`` phase, with how the process ended (SIGTERM or SIGKILL)."""
     with phases.phase("stop"):
         engine.stop()
-    process = getattr(engine, "process", None)
-    stopped = getattr(process, "stopped_by", None)
-    if stopped:
-        phases.note("stopped_by", stopped)
-        phases.note("stop_grace_s", getattr(process, "grace_s", None))
+    process = engine.process
+    if process is not None and process.stopped_by:
+        phases.note("stopped_by", process.stopped_by)
+        phases.note("stop_grace_s", process.grace_s)
 
 
 def timed_replay(
-    engine: Any, workload: Workload, settings: ReplaySettings, progress: Callable[[int, int], None] | None
+    engine: Engine, workload: Workload, settings: ReplaySettings, progress: Callable[[int, int], None] | None
 ) -> ReplayResult:
     """``replay`` timed as ``warmup`` (its first ``warmup_turns`` turns, which it sends first, one at a time)
     and ``replay`` (the measured turns)."""
@@ -151,7 +144,7 @@ def watched(run: Callable[[], StartOutcome]) -> StartOutcome:
     and its phases (``resources["phases"]``, :mod:`frankenstein.design.phases`)."""
     with phases.recording() as rec:
         machine = snapshot()
-        settings = inherited_settings()  # now, while the start's cache folders (frank's own variables) are set
+        environ, frank_sets = dict(os.environ), extra_env()  # now, while the start's cache folders are set
         with LoadSampler() as load, ResourceSampler() as sampler:
             sampler.attach(None)
             t = time.monotonic()
@@ -163,8 +156,8 @@ def watched(run: Callable[[], StartOutcome]) -> StartOutcome:
         binary = engine_binary(out)
         if binary:
             out.resources["engine_binary"] = binary
-        if out.recipe.engine != "external":  # launched by frank: it inherited frank's environment
-            out.resources["engine_env"] = settings
+        if traits_of(out.recipe.engine).launched:  # launched by frank: it inherited frank's environment
+            out.resources["engine_env"] = engine_settings(out.recipe.engine, frank_sets, environ)
         if load.record is not None:
             out.resources["load"] = load.record.model_dump(mode="json")
         if out.engine == "command":
@@ -178,22 +171,17 @@ def engine_binary(out: StartOutcome) -> dict[str, str] | None:
     """The program the start ran and its sha256 (a version string cannot tell a CUDA build from a CPU
     build); None where it cannot be found (a Python engine, a missing binary)."""
     try:
-        if out.recipe.engine == "llamacpp" and not out.recipe.command:
-            path: str | None = find_llama_server(out.recipe.binary)
-        elif out.recipe.command:
-            path = shutil.which(out.recipe.command[0])
-        else:
-            path = None
+        path = traits_of(out.recipe.engine).program(out.recipe)
         return {"path": path, "sha256": binary_sha256(path)} if path else None
-    except (EngineError, OSError):
+    except OSError:
         return None
 
 
-def _metrics_or_empty(engine: Any) -> dict[str, float]:
+def _scrape_or_empty(engine: Engine) -> list[Sample]:
     try:
-        return dict(engine.metrics())
+        return engine.scrape()
     except EngineError:
-        return {}
+        return []
 
 
 def record_start(
@@ -210,6 +198,8 @@ def record_start(
     arts = dict(out.artifacts)
     if out.scrape:
         arts.setdefault("metrics_delta.json", json.dumps(out.scrape, sort_keys=True).encode())
+    if out.scrapes.before or out.scrapes.after:
+        arts.setdefault(SCRAPES_ARTIFACT, out.scrapes.to_json())
     return store.insert_start(
         arm=arm or out.recipe.name,
         status=out.status,

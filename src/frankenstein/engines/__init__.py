@@ -2,12 +2,14 @@
 
 The contract is :class:`~frankenstein.engines.contract.Engine` (plus capability protocols);
 :data:`ADAPTERS` maps a recipe's ``engine`` to its adapter class — adding an engine is one module
-and one line here.
+and one line here (a test adds a test-only adapter with :func:`register_adapter`). What the rest of frank
+may know about an engine is its adapter's :class:`~frankenstein.engines.traits.EngineTraits`, read through
+:func:`traits_of`: no module outside ``engines/`` names an engine.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -17,21 +19,31 @@ from frankenstein.engines.contract import Engine, ForcedDecoder, Reply, TopLogpr
 from frankenstein.engines.external import ExternalEngine
 from frankenstein.engines.llamacpp import LlamaCppEngine
 from frankenstein.engines.openai import OpenAIEngine
+from frankenstein.engines.process import inherited_settings
 from frankenstein.engines.sglang import SglangEngine
+from frankenstein.engines.traits import NO_TRAITS, EngineTraits, TokenizeDialect
 from frankenstein.engines.vllm import VllmEngine
 from frankenstein.errors import ConfigError
 
 __all__ = [
     "ADAPTERS",
     "Engine",
+    "EngineTraits",
     "ForcedDecoder",
     "ProcessEngine",
     "Reply",
     "TopLogprobs",
     "adapter_class",
     "adapter_for",
+    "command_recipe",
+    "engine_settings",
     "launch_command",
+    "process_names",
+    "register_adapter",
     "start_engine",
+    "tokenize_dialects",
+    "traits_of",
+    "version_lines",
 ]
 
 ADAPTERS: dict[str, type[ProcessEngine]] = {
@@ -41,6 +53,55 @@ ADAPTERS: dict[str, type[ProcessEngine]] = {
     "openai": OpenAIEngine,
     "external": ExternalEngine,
 }
+
+
+def register_adapter(name: str, cls: type[ProcessEngine]) -> type[ProcessEngine]:
+    """Add an adapter to :data:`ADAPTERS` under ``name`` (a test registers a test-only adapter this way);
+    a name already taken by another class is refused."""
+    if ADAPTERS.get(name, cls) is not cls:
+        raise ValueError(f"engine {name!r} is already {ADAPTERS[name].__name__}")
+    ADAPTERS[name] = cls
+    return cls
+
+
+def command_recipe(command: list[str]) -> ResolvedRecipe:
+    """The recipe a command arm's start records: the generic OpenAI-compatible adapter's, running ``command``."""
+    return ResolvedRecipe(name="command", engine="openai", model="", args=[], env={}, command=command)
+
+
+def traits_of(engine: str) -> EngineTraits:
+    """What frank may know about the engine a recipe names (its adapter's traits); :data:`NO_TRAITS` for a
+    name the table lacks (registration refuses those, naming the arm)."""
+    cls = ADAPTERS.get(engine)
+    return NO_TRAITS if cls is None else cls.traits
+
+
+def process_names() -> tuple[str, ...]:
+    """Words that mark a running process as an engine (the noise guard's ``other_engines``)."""
+    return tuple(dict.fromkeys(n for cls in ADAPTERS.values() for n in cls.traits.process_names))
+
+
+def tokenize_dialects() -> tuple[TokenizeDialect, ...]:
+    """Every ``/tokenize`` dialect an adapter speaks, in table order (what ``frank serve`` probes)."""
+    return tuple(dict.fromkeys(d for cls in ADAPTERS.values() if (d := cls.traits.tokenize) is not None))
+
+
+def version_lines() -> list[str]:
+    """Each adapter's version line (``frank --version``, ``frank doctor``), found without starting an engine."""
+    return [line for cls in ADAPTERS.values() if (line := cls.traits.version_line()) is not None]
+
+
+def engine_settings(
+    engine: str, frank_sets: Mapping[str, str] | None = None, environ: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The setting variables a start of ``engine`` inherits from frank's environment (the libraries' and the
+    engine's own; for an engine whose program is unknown, every adapter's), credentials redacted
+    (:func:`frankenstein.engines.process.inherited_settings`)."""
+    traits = traits_of(engine)
+    if traits.settings is None:
+        known = [cls.traits for cls in ADAPTERS.values()]
+        return inherited_settings(frank_sets, environ, lambda k: any(t.sets(k) for t in known))
+    return inherited_settings(frank_sets, environ, traits.sets)
 
 
 def adapter_class(recipe: ResolvedRecipe, config_path: object = "frank.toml") -> type[ProcessEngine]:

@@ -8,14 +8,15 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from frankenstein.config import ResolvedRecipe
 from frankenstein.engines.contract import Reply
 from frankenstein.engines.http import Answer, TransportError, fetch
-from frankenstein.engines.prometheus import parse_prometheus
+from frankenstein.engines.prometheus import Sample, flat, parse_samples
 from frankenstein.engines.process import EngineProcess, free_port, log_tail, port_in_use, reap_leftovers
 from frankenstein.engines.stream import stream_request
+from frankenstein.engines.traits import EngineTraits
 from frankenstein.errors import ConfigError, EngineError, EngineRequestError, EngineStartError
 from frankenstein.measure.timings import StepTiming
 
@@ -28,6 +29,7 @@ class ProcessEngine:
     """Base adapter (an :class:`~frankenstein.engines.contract.Engine`)."""
 
     kind = "engine"
+    traits: ClassVar[EngineTraits] = EngineTraits()  # what frank may know about it (engines/traits.py)
     ready_path = "/health"
     stop_grace_s = 10.0  # SIGTERM → SIGKILL; an adapter sets what its clean shutdown needs (docs/benchmarks.md)
     endpoints: tuple[str, ...] = ("/v1/chat/completions", "/v1/completions")
@@ -180,9 +182,14 @@ class ProcessEngine:
     def get(self, path: str) -> Answer:
         return self._fetch("GET", path, None, CONTROL_TIMEOUT_S)
 
+    def scrape(self) -> list[Sample]:
+        """``/metrics`` (Prometheus text) as samples with their labels; empty when the engine has none."""
+        answer = self.get("/metrics")
+        return parse_samples(answer.text) if answer.status_code == 200 else []
+
     def metrics(self) -> dict[str, float]:
-        """``/metrics`` (Prometheus text) parsed into {sample name with labels: value}."""
-        return parse_prometheus(self.get("/metrics").text)
+        """``/metrics`` as {sample name with labels: value} (:meth:`scrape`, flat)."""
+        return flat(self.scrape())
 
     def tokenize(self, text: str) -> list[int]:
         return list(self.post("/tokenize", {"content": text})["tokens"])

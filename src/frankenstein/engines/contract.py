@@ -23,6 +23,8 @@ from typing import Any, Protocol, runtime_checkable
 from frankenstein.config import ResolvedRecipe
 from frankenstein.engines.forcing import ForcedResult, ForcedTurn
 from frankenstein.engines.http import Answer
+from frankenstein.engines.process import EngineProcess
+from frankenstein.engines.prometheus import Sample
 from frankenstein.measure.timings import StepTiming
 from frankenstein.workload.trace import Turn
 
@@ -33,7 +35,8 @@ class Reply:
 
     ``chunk_gaps_ms``: for a stream, the ms between successive content-bearing events after the first
     (n events, n − 1 gaps; events that arrive in one read get near-zero gaps; see
-    :mod:`frankenstein.engines.stream`); ``None`` when the request was not streamed."""
+    :mod:`frankenstein.engines.stream`); ``None`` when the request was not streamed. ``headers``: the
+    response's headers by lower-case name (an engine's per-request numbers may travel there)."""
 
     body: dict[str, Any]
     text: str
@@ -44,6 +47,7 @@ class Reply:
     e2e_ms: float
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     chunk_gaps_ms: list[float] | None = None
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @runtime_checkable
@@ -55,6 +59,7 @@ class Engine(Protocol):
     version: str
     endpoints: tuple[str, ...]
     ready_s: float | None
+    process: EngineProcess | None  # None: nothing launched (yet, or ever: a server already running)
 
     @property
     def base_url(self) -> str: ...
@@ -80,6 +85,8 @@ class Engine(Protocol):
     def get(self, path: str) -> Answer: ...
 
     def metrics(self) -> dict[str, float]: ...
+
+    def scrape(self) -> list[Sample]: ...
 
     def tokenize(self, text: str) -> list[int]: ...
 

@@ -24,7 +24,7 @@ from frankenstein.config import EXTERNAL_UNAPPLIED, ResolvedRecipe
 from frankenstein.engines.base import CONTROL_TIMEOUT_S, ProcessEngine
 from frankenstein.engines.http import TransportError, fetch
 from frankenstein.engines.llamacpp import LlamaCppEngine
-from frankenstein.engines.prometheus import parse_prometheus
+from frankenstein.engines.traits import EngineTraits
 from frankenstein.errors import ConfigError, EngineError, EngineStartError
 from frankenstein.measure.timings import StepTiming
 from frankenstein.validation import http_root
@@ -83,6 +83,7 @@ def listed_model(models: Any) -> str | None:
 
 class ExternalEngine(ProcessEngine):
     kind = KIND
+    traits = EngineTraits(settings=(), launched=False, fresh_starts=False, program=lambda recipe: None)
     ready_path = "/health"
     endpoints = ("/v1/chat/completions", "/v1/completions", "/completion")
 
@@ -177,8 +178,3 @@ class ExternalEngine(ProcessEngine):
         if not body.get("timings"):
             return super().step_timing(body)
         return LlamaCppEngine.step_timing(self, body)  # type: ignore[arg-type]  # llama.cpp's parsing, no process
-
-    def metrics(self) -> dict[str, float]:
-        """``/metrics`` when the server has it (llama.cpp needs ``--metrics``), else empty."""
-        answer = self.get("/metrics")
-        return parse_prometheus(answer.text) if answer.status_code == 200 else {}

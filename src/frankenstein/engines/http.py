@@ -14,7 +14,7 @@ import http.client
 import json
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -23,11 +23,12 @@ TransportError = (OSError, http.client.HTTPException)
 
 @dataclass
 class Answer:
-    """A finished, fully read HTTP answer."""
+    """A finished, fully read HTTP answer; ``headers`` with lower-case names (a repeated one: its last value)."""
 
     status_code: int
     content: bytes
     url: str
+    headers: dict[str, str] = field(default_factory=dict)
 
     @property
     def text(self) -> str:
@@ -35,6 +36,11 @@ class Answer:
 
     def json(self) -> Any:
         return json.loads(self.content)
+
+
+def header_dict(resp: http.client.HTTPResponse) -> dict[str, str]:
+    """A response's headers by lower-case name."""
+    return {k.lower(): v for k, v in resp.getheaders()}
 
 
 def split_url(url: str) -> tuple[str, int, str]:
@@ -85,7 +91,7 @@ def fetch(
     """One request, answer read to its end."""
     conn, resp = open_request(host, port, method, path, body, timeout_s=timeout_s, headers=headers)
     try:
-        return Answer(resp.status, resp.read(), f"http://{host}:{port}{path}")
+        return Answer(resp.status, resp.read(), f"http://{host}:{port}{path}", header_dict(resp))
     finally:
         conn.close()
 

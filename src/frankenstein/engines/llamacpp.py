@@ -28,11 +28,14 @@ from importlib.metadata import version as pkg_version
 from pathlib import Path
 from typing import Any
 
+from frankenstein.config import ResolvedRecipe
 from frankenstein.engines.base import ProcessEngine
 from frankenstein.engines.forcing import Collector, ForcedResult, ForcedTurn, sources_of
-from frankenstein.errors import BinaryNotFoundError, ConfigError, EngineRequestError, FidelityError
+from frankenstein.engines.traits import LLAMACPP_TOKENIZE, EngineTraits, command_program
+from frankenstein.errors import BinaryNotFoundError, ConfigError, EngineError, EngineRequestError, FidelityError
 from frankenstein.measure.machine import binary_sha256
 from frankenstein.measure.timings import StepTiming, target_steps
+from frankenstein.shipped import expand
 from frankenstein.workload.trace import CHAT, Turn
 
 LLAMACPP_PATH = "llama.cpp decode path, one position per request"
@@ -117,8 +120,77 @@ def _ask_version(binary: str) -> str:
     return version
 
 
+def server_program(recipe: ResolvedRecipe) -> str | None:
+    """The program a start of ``recipe`` runs: its own command's, else ``llama-server`` as the adapter finds it."""
+    if recipe.command:
+        return command_program(recipe)
+    try:
+        return find_llama_server(recipe.binary)
+    except EngineError:
+        return None
+
+
+def launch_problem(recipe: ResolvedRecipe) -> str | None:
+    """Why a start of ``recipe`` cannot succeed before anything is launched, or None: a model file, or a draft
+    model file (``-md``/``--model-draft``), that does not exist (every start of such a design would fail at the
+    same slot). A recipe with its own ``command`` launches what it says: nothing to check."""
+    if recipe.command is not None:
+        return None
+    if not recipe.model:
+        return "the recipe names no model file"
+    model = Path(recipe.model)
+    if not model.is_file():
+        return f"model file {model} {'is a directory' if model.is_dir() else 'does not exist'}"
+    for flag, value in draft_model_args(recipe.args):
+        if not value:
+            return f"{flag} names no draft model file"
+        draft = Path(expand(value))
+        if not draft.is_file():
+            return f"draft model file {draft} ({flag}) {'is a directory' if draft.is_dir() else 'does not exist'}"
+    return None
+
+
+DRAFT_MODEL_FLAGS = ("-md", "--model-draft")
+"""llama-server flags whose value is a draft model file."""
+
+
+def draft_model_args(args: Sequence[str]) -> list[tuple[str, str]]:
+    """(flag, file) for every draft model file named in ``args`` (``-md FILE`` or ``--model-draft=FILE``).
+    A relative file is left as is: llama-server resolves it against its working directory, which is ours."""
+    out = []
+    for i, a in enumerate(args):
+        flag, eq, value = a.partition("=")
+        if flag in DRAFT_MODEL_FLAGS and eq:
+            out.append((flag, value))
+        elif a in DRAFT_MODEL_FLAGS:
+            out.append((a, args[i + 1] if i + 1 < len(args) else ""))
+    return out
+
+
+def version_line() -> str:
+    """``llama-server VERSION (PATH)``, or why no binary was found."""
+    try:
+        server = find_llama_server()
+    except EngineError as exc:
+        return f"llama-server: {exc}"
+    return f"llama-server {binary_version(server)} ({server})"
+
+
+TRAITS = EngineTraits(
+    draft_flags=("-md", "--model-draft", "--spec-type", "--draft", "--draft-max", "--draft-n"),
+    process_names=("llama-server",),
+    tokenize=LLAMACPP_TOKENIZE,
+    settings=("LLAMA_", "GGML_"),
+    program=server_program,
+    launch_problem=launch_problem,
+    draft_models=draft_model_args,
+    version_line=version_line,
+)
+
+
 class LlamaCppEngine(ProcessEngine):
     kind = "llama-server"
+    traits = TRAITS
     ready_path = "/health"
     stop_grace_s = 3.0  # exits on SIGTERM in well under a second (docs/benchmarks.md)
     endpoints = ("/v1/chat/completions", "/v1/completions", "/completion")

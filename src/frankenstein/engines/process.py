@@ -111,15 +111,10 @@ def engine_env(environ: dict[str, str] | None = None) -> dict[str, str]:
     return {**{k: v for k, v in source.items() if not k.startswith("RAY_")}, "RAY_ADDRESS": "local"}
 
 
-# Variables an engine (or the libraries under it) reads as settings: inherited from frank's shell, they change
-# what runs without being in the recipe (llama.cpp reads a LLAMA_ARG_* for every flag), so each start records
-# those it inherited (:func:`inherited_settings`).
-SETTING_PREFIXES = (
-    "LLAMA_",
-    "GGML_",
-    "VLLM_",
-    "SGLANG_",
-    "SGL_",
+# Variables the libraries under every engine read as settings: inherited from frank's shell, they change what runs
+# without being in the recipe, so each start records those it inherited (:func:`inherited_settings`). An engine's
+# own variables (llama.cpp reads a LLAMA_ARG_* for every flag) are its adapter's trait (``EngineTraits.settings``).
+LIBRARY_SETTINGS = (
     "CUDA_",
     "NCCL_",
     "NVIDIA_",
@@ -140,20 +135,26 @@ SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "A
 REDACTED = "<redacted>"
 
 
+def no_engine_setting(name: str) -> bool:
+    return False
+
+
 def inherited_settings(
-    frank_sets: Mapping[str, str] | None = None, environ: Mapping[str, str] | None = None
+    frank_sets: Mapping[str, str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    engine_setting: Callable[[str], bool] = no_engine_setting,
 ) -> dict[str, str]:
-    """The engine-setting variables in frank's environment (:data:`SETTING_PREFIXES`) that a launch inherits:
-    the shell's state, the same for every arm (where a recipe's own ``env`` sets one of them, the recipe's
-    value wins, and it is in the recipe). Names frank sets itself for the start (``frank_sets``: the cache
-    folders of :func:`launch_env`) are left out, since the shell's value never reaches the engine. Values of
-    names that look like credentials are ``<redacted>`` (a record never keeps one)."""
+    """The setting variables in frank's environment that a launch inherits (:data:`LIBRARY_SETTINGS`, and those
+    ``engine_setting`` says are the engine's): the shell's state, the same for every arm (where a recipe's own
+    ``env`` sets one of them, the recipe's value wins, and it is in the recipe). Names frank sets itself for the
+    start (``frank_sets``: the cache folders of :func:`launch_env`) are left out, since the shell's value never
+    reaches the engine. Values of names that look like credentials are ``<redacted>`` (a record never keeps one)."""
     source = os.environ if environ is None else environ
     own = frank_sets if frank_sets is not None else extra_env()
     return {
         k: REDACTED if any(w in k.upper() for w in SECRET_WORDS) else v
         for k, v in sorted(source.items())
-        if k.startswith(SETTING_PREFIXES) and k not in own
+        if (k.startswith(LIBRARY_SETTINGS) or engine_setting(k)) and k not in own
     }
 
 

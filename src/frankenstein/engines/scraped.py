@@ -7,7 +7,7 @@ from typing import Any
 
 from frankenstein.engines.base import ProcessEngine
 from frankenstein.engines.contract import Reply
-from frankenstein.engines.prometheus import merge, metrics_delta, parse_prometheus
+from frankenstein.engines.prometheus import flat, merge, metrics_delta
 from frankenstein.measure.timings import StepTiming
 
 
@@ -51,5 +51,4 @@ class ScrapedRequests(ProcessEngine):
         return reply
 
     def _scrape(self) -> dict[str, float]:
-        r = self.get("/metrics")
-        return parse_prometheus(r.text) if r.status_code == 200 else {}
+        return flat(self.scrape())

@@ -41,7 +41,8 @@ from frankenstein.engines.forcing import ForcedResult, ForcedTurn, forced_per_tu
 from frankenstein.engines.http import Answer, TransportError, fetch_url
 from frankenstein.engines.prometheus import counter
 from frankenstein.engines.scraped import ScrapedRequests
-from frankenstein.engines.vllm import package_dir, source_version, speculative_config
+from frankenstein.engines.traits import OPENAI_TOKENIZE, EngineTraits
+from frankenstein.engines.vllm import installed_here, package_dir, source_version, speculative_config
 from frankenstein.errors import BinaryNotFoundError, ConfigError, EngineError, FidelityError
 from frankenstein.measure.timings import StepTiming
 from frankenstein.workload.trace import CHAT, Turn
@@ -71,6 +72,25 @@ def installed_version(python: str) -> str:
     """SGLang's version for ``python``, read from its installed ``version.py`` (not imported: importing sglang
     takes seconds); :class:`BinaryNotFoundError` where ``python`` cannot run or has no ``sglang``."""
     return source_version(package_dir(python, "sglang", HOW_TO_INSTALL))
+
+
+def version_line() -> str:
+    """SGLang's version read as text from its installed source (``$FRANK_SGLANG_PYTHON``, else this
+    interpreter), or why none was found."""
+    try:
+        python = find_sglang_python()
+        return f"SGLang {installed_version(python)} ({python}, from {PYTHON_ENV})"
+    except EngineError as exc:
+        return installed_here("sglang", "SGLang") or f"SGLang: not installed ({str(exc).split(';')[0]})"
+
+
+TRAITS = EngineTraits(
+    draft_flags=("--speculative-algorithm", "--speculative-draft-model-path"),
+    process_names=("sglang",),
+    tokenize=OPENAI_TOKENIZE,
+    settings=("SGLANG_", "SGL_"),
+    version_line=version_line,
+)
 
 
 # ---------------------------------------------------------------- step timing (pure)
@@ -165,6 +185,7 @@ def input_topk(meta: dict[str, Any], n: int, k: int) -> list[tuple[list[int], li
 
 class SglangEngine(ScrapedRequests):
     kind = "sglang"
+    traits = TRAITS
     ready_path = "/ready"
     endpoints = ("/v1/chat/completions", "/v1/completions")
     metrics_prefix = "sglang:"

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from frankenstein.engines.contract import Reply
-from frankenstein.engines.http import open_request
+from frankenstein.engines.http import header_dict, open_request
 from frankenstein.engines.sse import SseParser
 from frankenstein.errors import EngineRequestError
 from frankenstein.measure.timings import StepTiming
@@ -93,6 +93,7 @@ def stream_request(
     t0 = time.perf_counter()
     got = _Collected()
     conn, r = open_request(host, port, "POST", path, body, timeout_s=timeout_s)
+    headers = header_dict(r)
     try:
         if r.status >= 400:
             detail = r.read().decode(errors="replace")
@@ -120,6 +121,7 @@ def stream_request(
         e2e_ms=e2e,
         tool_calls=got.calls,
         chunk_gaps_ms=got.gaps if streamed else None,
+        headers=headers,
     )
 
 

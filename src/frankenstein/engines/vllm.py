@@ -32,10 +32,12 @@ caps k, 20 by default).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
 import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -43,6 +45,7 @@ from typing import Any
 from frankenstein.engines.forcing import ForcedResult, ForcedTurn, forced_per_turn
 from frankenstein.engines.prometheus import counter, merge, metrics_delta
 from frankenstein.engines.scraped import ScrapedRequests
+from frankenstein.engines.traits import OPENAI_TOKENIZE, EngineTraits
 from frankenstein.errors import BinaryNotFoundError, ConfigError, EngineError, EngineRequestError, FidelityError
 from frankenstein.measure.timings import StepTiming, target_steps
 from frankenstein.workload.trace import CHAT, Turn
@@ -269,8 +272,36 @@ def prompt_topk(entry: dict[str, Any] | None, k: int) -> tuple[list[int], list[f
 # ---------------------------------------------------------------- the adapter
 
 
+def installed_here(package: str, name: str) -> str | None:
+    """``NAME VERSION (this interpreter)`` where ``package`` is installed beside frank, else None."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return f"{name} {source_version(Path(list(spec.submodule_search_locations)[0]))} ({sys.executable})"
+
+
+def version_line() -> str:
+    """vLLM's version read as text from its installed source, in the interpreter the adapter would launch
+    (``$FRANK_VLLM_PYTHON``, else ``./.venv-vllm``), else this one; or why none was found."""
+    try:
+        python, source = vllm_python_and_source()
+        return f"vLLM {source_version(package_dir(python))} ({python}, from {source})"
+    except EngineError as exc:
+        return installed_here("vllm", "vLLM") or f"vLLM: {str(exc).split(';')[0]}"
+
+
+TRAITS = EngineTraits(
+    draft_flags=("--speculative-config", "--speculative-model", "--speculative_config"),
+    process_names=("vllm",),
+    tokenize=OPENAI_TOKENIZE,
+    settings=("VLLM_",),
+    version_line=version_line,
+)
+
+
 class VllmEngine(ScrapedRequests):
     kind = "vllm"
+    traits = TRAITS
     ready_path = "/health"
     stop_grace_s = 10.0  # API server, engine core and workers exit on SIGTERM in about a second (docs/benchmarks.md)
     endpoints = ("/v1/chat/completions", "/v1/completions")

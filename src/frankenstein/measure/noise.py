@@ -12,7 +12,7 @@ Public API:
 - ``judge_spread(values, resolvable, metric)`` → a warning when the served arm's start-to-start spread
   (sd of ln) exceeds the effect the rule can resolve, or None.
 - ``resolvable_effect(threshold, geomean_ratio)``: the effect to compare against.
-- ``other_engines(exclude)`` and ``quiet_lines(snapshot, engines)``: what ``frank doctor`` can say.
+- ``other_engines(names, exclude)`` and ``quiet_lines(snapshot, engines)``: what ``frank doctor`` can say.
 - ``suggested_threads(cores)``: engine threads that leave a core for the client and the OS.
 """
 
@@ -30,8 +30,6 @@ from types import TracebackType
 from pydantic import BaseModel, ConfigDict
 
 from frankenstein.measure.machine import MachineSnapshot, load_avg
-
-ENGINE_NAMES = ("llama-server", "vllm", "sglang")
 
 
 class LoadRecord(BaseModel):
@@ -175,8 +173,9 @@ def share(x: float) -> str:
     return f"{x * 100:.{places}f}%"
 
 
-def other_engines(exclude: Sequence[int] = ()) -> list[tuple[int, str]]:
-    """(pid, command) of engine processes running now (llama-server, vLLM, SGLang), except ``exclude``."""
+def other_engines(names: Sequence[str], exclude: Sequence[int] = ()) -> list[tuple[int, str]]:
+    """(pid, command) of engine processes running now, except ``exclude``: those whose first two command words
+    hold one of ``names`` (every adapter's ``process_names``: :func:`frankenstein.engines.process_names`)."""
     out = []
     for p in Path("/proc").iterdir():
         if not p.name.isdigit() or int(p.name) in exclude:
@@ -186,7 +185,7 @@ def other_engines(exclude: Sequence[int] = ()) -> list[tuple[int, str]]:
         except OSError:
             continue
         head = " ".join(cmd.split()[:2])
-        if any(name in head for name in ENGINE_NAMES):
+        if any(name in head for name in names):
             out.append((int(p.name), cmd[:120]))
     return sorted(out)
 

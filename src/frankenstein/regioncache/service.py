@@ -41,7 +41,7 @@ from tokenizers import Tokenizer
 from frankenstein.campaign import Campaign, open_campaign
 from frankenstein.design.registry import verified
 from frankenstein.design.serving import checked
-from frankenstein.engines import start_engine
+from frankenstein.engines import start_engine, traits_of
 from frankenstein.engines.external import listed_model
 from frankenstein.errors import ConfigError, FrankError
 from frankenstein.regioncache.admission import Admission, OverScope
@@ -54,6 +54,7 @@ from frankenstein.regioncache.render import Renderer, engine_template, find_temp
 from frankenstein.regioncache.tokenize_api import TokenizeApi, find_tokenize
 from frankenstein.scope import served_scope
 from frankenstein.shipped import data_path
+from frankenstein.validation import listen_address
 from frankenstein.workload.record import serve_recorder
 
 PROBES = (
@@ -78,11 +79,11 @@ class ServeOptions:
 
 
 def parse_listen(value: str) -> tuple[str, int]:
-    host, _, port = value.rpartition(":")
+    """``--listen`` (:func:`frankenstein.validation.listen_address`), a FrankError naming the option."""
     try:
-        return host or "127.0.0.1", int(port)
+        return listen_address(value)
     except ValueError as exc:
-        raise FrankError(f"--listen {value!r}: expected HOST:PORT") from exc
+        raise FrankError(f"--listen {exc}") from exc
 
 
 def beside_tokenizer(model: str) -> Path | None:
@@ -155,7 +156,7 @@ def serving(opts: ServeOptions, echo: Callable[[str], None] = print) -> Iterator
         model = _engine_model(upstream, props) or recipe_model
         fronting = _fronting(campaign, model, recipe_model) if opts.upstream and campaign is not None else None
         choice = choose_tokenizer(opts.tokenizer, model)
-        api = find_tokenize(upstream, engine_kind)
+        api = find_tokenize(upstream, traits_of(engine_kind).tokenize if engine_kind else None)
         cache, checked = _counter(opts, choice, api, echo)
         engine = upstream
         if opts.record is not None:

@@ -1,6 +1,7 @@
 """An engine's own ``POST /tokenize``, in the dialect the engine speaks: found once, then kept.
 
-Two dialects exist among the engines frank drives (read from their servers' sources):
+Two dialects exist among the engines frank drives (read from their servers' sources; each adapter names its own,
+``EngineTraits.tokenize``, and :func:`frankenstein.engines.tokenize_dialects` lists them):
 
 - **llama.cpp** (``llama-server``): body ``{"content": TEXT, "add_special": BOOL}``, answer
   ``{"tokens": [...]}``. Given a body without ``content`` it answers 200 with no tokens.
@@ -9,14 +10,14 @@ Two dialects exist among the engines frank drives (read from their servers' sour
   (``model`` optional), answer ``{"tokens": [...], "count": N, "max_model_len": M}``. Given a body
   without ``prompt`` they answer 4xx.
 
-:func:`find_tokenize` asks once, when ``frank serve`` starts: with the engine kind known (frank started
-the engine from a recipe) only that kind's dialect, else the llama.cpp body first (a vLLM or SGLang
-server refuses it) and then the OpenAI-style one. The answer is a :class:`TokenizeApi` that encodes
+:func:`find_tokenize` asks once, when ``frank serve`` starts: with the engine's dialect known (frank started
+the engine from a recipe) only that dialect, else every adapter's in table order, the llama.cpp body first (a
+vLLM or SGLang server refuses it) and then the OpenAI-style one. The answer is a :class:`TokenizeApi` that encodes
 in that dialect with ``add_special_tokens`` honoured, or None when the engine has no ``/tokenize``
 (404/405). An engine that answers neither dialect sensibly, and any later 4xx/5xx or malformed
 answer, is one :class:`TokenizeApiError` naming the URL and the body sent.
 
-    find_tokenize(url, engine=None) -> TokenizeApi | None
+    find_tokenize(url, dialect=None) -> TokenizeApi | None
     TokenizeApi.encode(text, add_special_tokens) -> list[int]
 """
 
@@ -26,7 +27,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from frankenstein.engines import tokenize_dialects
 from frankenstein.engines.http import TransportError, fetch_url
+from frankenstein.engines.traits import LLAMACPP_TOKENIZE, OPENAI_TOKENIZE, TokenizeDialect
 from frankenstein.errors import FrankError
 
 PROBE_TEXT = "Hello world"
@@ -37,20 +40,7 @@ class TokenizeApiError(FrankError):
     """The engine's ``/tokenize`` failed or answered something that is not a token list."""
 
 
-@dataclass(frozen=True)
-class Dialect:
-    name: str
-    text_key: str
-    special_key: str
-
-    def body(self, text: str, add_special_tokens: bool) -> dict[str, Any]:
-        return {self.text_key: text, self.special_key: add_special_tokens}
-
-
-LLAMACPP = Dialect("llama.cpp", "content", "add_special")
-OPENAI = Dialect("vLLM/SGLang", "prompt", "add_special_tokens")
-DIALECTS = (LLAMACPP, OPENAI)
-BY_ENGINE = {"llamacpp": LLAMACPP, "vllm": OPENAI, "sglang": OPENAI}
+LLAMACPP, OPENAI = LLAMACPP_TOKENIZE, OPENAI_TOKENIZE  # the two dialects (engines/traits.py)
 
 
 def _shown(body: dict[str, Any], limit: int = 120) -> str:
@@ -101,7 +91,7 @@ def ask(url: str, body: dict[str, Any], timeout_s: float) -> Asked:
 class TokenizeApi:
     """``encode`` through one engine's ``/tokenize`` in the dialect :func:`find_tokenize` chose."""
 
-    def __init__(self, url: str, dialect: Dialect, timeout_s: float = 60.0) -> None:
+    def __init__(self, url: str, dialect: TokenizeDialect, timeout_s: float = 60.0) -> None:
         self.url = url.rstrip("/")
         self.dialect = dialect
         self.timeout_s = timeout_s
@@ -116,19 +106,20 @@ class TokenizeApi:
         return f"TokenizeApi({self.url!r}, {self.dialect.name})"
 
 
-def find_tokenize(url: str, engine: str | None = None, timeout_s: float = 60.0) -> TokenizeApi | None:
-    """The dialect ``url``/tokenize speaks (module docstring); None when the engine has no ``/tokenize``."""
+def find_tokenize(url: str, dialect: TokenizeDialect | None = None, timeout_s: float = 60.0) -> TokenizeApi | None:
+    """The dialect ``url``/tokenize speaks (module docstring); None when the engine has no ``/tokenize``.
+    ``dialect``: the one the engine is known to speak (its adapter's), else every known one is tried."""
     url = url.rstrip("/")
-    known = BY_ENGINE.get(engine or "")
     tried: list[Asked] = []
-    for dialect in (known,) if known else DIALECTS:
-        asked = ask(url, dialect.body(PROBE_TEXT, False), timeout_s)
+    for tried_dialect in (dialect,) if dialect else tokenize_dialects():
+        asked = ask(url, tried_dialect.body(PROBE_TEXT, False), timeout_s)
         if asked.status in NOT_THERE:
             return None
         if asked.tokens:
-            return TokenizeApi(url, dialect, timeout_s)
+            return TokenizeApi(url, tried_dialect, timeout_s)
         if asked.tokens == []:  # a probe text always has tokens: the engine did not read this body
             asked = Asked(asked.body, asked.status, None, f"no tokens for {PROBE_TEXT!r}")
         tried.append(asked)
     said = "; ".join(a.describe() for a in tried)
-    raise TokenizeApiError(f"engine at {url}: /tokenize speaks no dialect frank knows (llama.cpp, vLLM/SGLang): {said}")
+    known = ", ".join(d.name for d in tokenize_dialects())
+    raise TokenizeApiError(f"engine at {url}: /tokenize speaks no dialect frank knows ({known}): {said}")

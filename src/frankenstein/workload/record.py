@@ -622,12 +622,3 @@ def serve_recorder(
     except OSError as exc:
         raise FrankError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
     return RecorderServer(httpd)
-
-
-def parse_listen(value: str) -> tuple[str, int]:
-    """``127.0.0.1:8081`` or ``8081`` → (host, port)."""
-    host, _, port = value.rpartition(":")
-    try:
-        return host or "127.0.0.1", int(port)
-    except ValueError as exc:
-        raise FrankError(f"--listen {value!r}: expected HOST:PORT") from exc

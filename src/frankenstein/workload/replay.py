@@ -26,6 +26,7 @@ from typing import Any
 
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
+from frankenstein.engines import traits_of
 from frankenstein.engines.contract import Engine, Reply
 from frankenstein.errors import EngineRequestError
 from frankenstein.measure.timings import GAPS_KEY, aggregate, outside_ms
@@ -71,14 +72,15 @@ class ReplaySettings(FrozenUserFile):
 
 
 def fresh_start_problem(settings: ReplaySettings, engines: dict[str, str]) -> tuple[str, str] | None:
-    """(arm, why) for an arm whose engine does not start fresh (``external``) in a design that did not
-    say ``replay.fresh_starts = false``, else None. ``engines``: {arm: recipe engine}."""
+    """(arm, why) for an arm whose engine does not start fresh (its adapter's ``fresh_starts`` trait: a server
+    already running) in a design that did not say ``replay.fresh_starts = false``, else None. ``engines``:
+    {arm: recipe engine}."""
     if not settings.fresh_starts:
         return None
     for arm, engine in engines.items():
-        if engine == "external":
+        if not traits_of(engine).fresh_starts:
             return arm, (
-                "an external engine (a server already running) does not start fresh, and every decision rule "
+                f"engine {engine} (a server already running) does not start fresh, and every decision rule "
                 "compares fresh engine starts; set `fresh_starts = false` under [replay] in the design file to "
                 "accept starts that are not fresh (the design's facts and the note then say so)"
             )

@@ -32,6 +32,7 @@ from frankenstein.design import rules, stats
 from frankenstein.design.phases import TimeSummary
 from frankenstein.design.model import ARMS, DesignFile, FidelityRule, Registered, Slot
 from frankenstein.design.start import StartOutcome
+from frankenstein.engines import traits_of
 from frankenstein.errors import DesignError
 from frankenstein.measure import metrics
 from frankenstein.store import StartRow
@@ -226,18 +227,9 @@ def check_stopping(kind: str, design: DesignFile, path: Path) -> None:
         )
 
 
-# Launch flags that turn speculative decoding on, per engine: an arm without one drafts nothing.
-DRAFT_FLAGS = {
-    "llamacpp": ("-md", "--model-draft", "--spec-type", "--draft", "--draft-max", "--draft-n"),
-    "vllm": ("--speculative-config", "--speculative-model", "--speculative_config"),
-    "sglang": ("--speculative-algorithm", "--speculative-draft-model-path"),
-}
-
-
 def drafts(recipe: ResolvedRecipe) -> bool:
-    """Whether the recipe launches speculative decoding (a flag of :data:`DRAFT_FLAGS` among its args)."""
-    flags = DRAFT_FLAGS.get(recipe.engine, ())
-    return any(a.split("=", 1)[0] in flags for a in recipe.args)
+    """Whether the recipe launches speculative decoding (one of its engine's ``draft_flags`` among its args)."""
+    return traits_of(recipe.engine).drafts(recipe.args)
 
 
 def check_primary_metric(

@@ -86,7 +86,7 @@ class SpeedKind:
         if workload is None:
             raise DesignError(f"design {reg.design_id}: a {self.name} design with recipe arms needs a workload")
         out = measure_start(recipe, workload, reg.design.replay, campaign.logs, progress)
-        out.metrics.update(start_values(reg.frozen.metrics, out.rows, *out.scrapes))
+        out.metrics.update(start_values(reg.frozen.metrics, out.rows, *out.scrapes.flat()))
         return out
 
     def start_value(self, reg: Registered, out: StartOutcome) -> str:

@@ -1,0 +1,97 @@
+"""What the rest of frank may know about an engine, declared once on its adapter.
+
+Every adapter class carries one :class:`EngineTraits` (``traits = EngineTraits(...)``), and every room outside
+``engines/`` reads it through :func:`frankenstein.engines.traits_of` (``traits_of(recipe.engine)``): no module
+outside ``engines/`` names an engine. A name the adapter table lacks gets :data:`NO_TRAITS` (nothing drafts,
+no dialect, every adapter's settings); registration refuses such a name anyway, naming the arm.
+
+    traits_of("llamacpp").drafts(["-md", "d.gguf"])      -> True
+    traits_of("llamacpp").program(recipe)                -> "/usr/bin/llama-server" (None: not found)
+    traits_of("vllm").tokenize                           -> OPENAI_TOKENIZE
+    traits_of("external").launched                       -> False
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from frankenstein.config import ResolvedRecipe
+
+
+@dataclass(frozen=True)
+class TokenizeDialect:
+    """The body an engine's ``POST /tokenize`` reads: ``{text_key: TEXT, special_key: BOOL}``."""
+
+    name: str
+    text_key: str
+    special_key: str
+
+    def body(self, text: str, add_special_tokens: bool) -> dict[str, Any]:
+        return {self.text_key: text, self.special_key: add_special_tokens}
+
+
+LLAMACPP_TOKENIZE = TokenizeDialect("llama.cpp", "content", "add_special")
+OPENAI_TOKENIZE = TokenizeDialect("vLLM/SGLang", "prompt", "add_special_tokens")
+
+
+def command_program(recipe: ResolvedRecipe) -> str | None:
+    """The program of a recipe's own ``command`` as PATH finds it, else None (every engine's default)."""
+    return shutil.which(recipe.command[0]) if recipe.command else None
+
+
+def no_problem(recipe: ResolvedRecipe) -> str | None:
+    return None
+
+
+def no_draft_models(args: Sequence[str]) -> list[tuple[str, str]]:
+    return []
+
+
+def no_version() -> str | None:
+    return None
+
+
+@dataclass(frozen=True)
+class EngineTraits:
+    """An engine's facts (defaults: an engine frank launches from a recipe command, nothing more known).
+
+    - ``draft_flags``: launch flags that turn speculative decoding on (an arm without one drafts nothing);
+    - ``process_names``: words in a running process's command line that say it is this engine (noise guard);
+    - ``tokenize``: the dialect of its ``POST /tokenize``, None when unknown (then it is probed);
+    - ``settings``: environment variables it reads as settings (besides the libraries' under every engine,
+      :data:`frankenstein.engines.process.LIBRARY_SETTINGS`): exact names, or prefixes ending in ``_`` or ``*``;
+      None for an engine whose program is unknown (a recipe command): every adapter's settings count then;
+    - ``launched``: frank launches it (False: a server already running; it is given no env, part or cache folder);
+    - ``fresh_starts``: each start is a fresh engine life;
+    - ``program(recipe)``: the program a start executes on this host, None where it cannot be found;
+    - ``launch_problem(recipe)``: why a start cannot succeed before anything launches (registration refuses);
+    - ``draft_models(args)``: (flag, file) of every draft model file the launch args name (pinned);
+    - ``version_line()``: its line in ``frank --version`` and ``frank doctor``, found without starting it.
+    """
+
+    draft_flags: tuple[str, ...] = ()
+    process_names: tuple[str, ...] = ()
+    tokenize: TokenizeDialect | None = None
+    settings: tuple[str, ...] | None = None
+    launched: bool = True
+    fresh_starts: bool = True
+    program: Callable[[ResolvedRecipe], str | None] = command_program
+    launch_problem: Callable[[ResolvedRecipe], str | None] = no_problem
+    draft_models: Callable[[Sequence[str]], list[tuple[str, str]]] = no_draft_models
+    version_line: Callable[[], str | None] = no_version
+
+    def drafts(self, args: Sequence[str]) -> bool:
+        """Whether launch ``args`` turn speculative decoding on (a flag of :attr:`draft_flags`, ``=VALUE`` or not)."""
+        return any(a.split("=", 1)[0] in self.draft_flags for a in args)
+
+    def sets(self, name: str) -> bool:
+        """Whether the environment variable ``name`` is one of this engine's settings."""
+        return any(
+            name == s or (s.endswith(("_", "*")) and name.startswith(s.rstrip("*"))) for s in self.settings or ()
+        )
+
+
+NO_TRAITS = EngineTraits()
