@@ -25,6 +25,7 @@ def failed_start(reg: Registered, slot: Slot, reason: str, host: dict[str, Any] 
     recipe = arm_recipe(reg, slot.arm)
     engine = "command" if reg.frozen.recipes[slot.arm] is None else recipe.engine
     out = StartOutcome(status="failed", reason=reason, started_at=now_iso(), recipe=recipe, engine=engine)
+    out.metrics = {"harness_failure": 1.0}  # it never ran: not the part's failure (an agent design drops the block)
     if host is not None:
         out.resources["host"] = dict(host)
     return out

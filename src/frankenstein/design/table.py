@@ -3,6 +3,7 @@ tests compare strings exactly and the CLI, the report and the runner share one r
 
     format_p(p)                 '1/32 = 0.03125': the exact fraction beside its decimal
     p_text(verdict)             'p = 1/32 = 0.03125', or a curtailed verdict's bound 'p <= 11/1024 = ...'
+    harm_text(verdict, unit)    'a loss of more than 1 pass per start is excluded at one-sided 95%'
     describe_rule(rule)         one line naming the test, its side, alpha and min_effect
     format_block_table(verdict) blocks as rows: served, candidate, ratio - 1, log ratio, favours
     format_summary(verdict)     counts, geometric mean, exact CI, p, verdict
@@ -53,6 +54,49 @@ def p_text(v: Verdict) -> str:
         return f"p = {format_p(v.p)}"
     sign, why = _BOUND_WORDS[v.p_bound]
     return f"p {sign} {format_p(v.p)} ({why})"
+
+
+def harm_text(v: Verdict, unit: str = "") -> str | None:
+    """The largest harm the data exclude at the rule's one-sided level, in words (harm rules only):
+    'a loss of more than 1 pass per start is excluded at one-sided 95% (the permutation test inverted)'.
+    ``unit`` names the data's unit in the singular and plural, e.g. 'pass/passes per start'."""
+    b = v.harm_bound
+    if b is None or v.word == "invalid":
+        return None
+    level = f"one-sided {(1 - v.rule.alpha) * 100:g}%"
+    how = f"the {v.rule.test_name} test inverted"
+    if v.data == "ratio":
+        lower = v.direction == "lower"
+        if (b <= 1) if lower else (b >= 1):
+            bound = f"at {'most' if lower else 'least'} {b:.4g}"
+            return f"every harm is excluded at {level}: the candidate/served ratio is {bound} ({how})"
+        worse = "above" if lower else "below"
+        return f"a candidate/served ratio {worse} {b:.4g} ({_pct(b - 1)}) is excluded at {level} ({how})"
+    loss = -b if v.direction == "higher" else b
+    word = "a loss" if v.direction == "higher" else "an increase"
+    if loss <= 0:
+        return f"every {word.split()[-1]} is excluded at {level} (candidate - served bound {_amount(b, v.n_blocks)}; {how})"
+    return f"{word} of more than {_amount(loss, v.n_blocks)}{_unit(loss, unit)} is excluded at {level} ({how})"
+
+
+def _amount(x: float, n: int) -> str:
+    """A bound as read: exact for a subset mean of whole numbers ('1', '4/3 = 1.333'), else 4 digits."""
+    f = Fraction(x).limit_denominator(max(1, n))
+    if abs(float(f) - x) > 1e-9 * max(1.0, abs(x)):
+        return f"{x:.4g}"
+    return str(f.numerator) if f.denominator == 1 else f"{f} = {float(f):.4g}"
+
+
+def _unit(x: float, unit: str) -> str:
+    if not unit:
+        return ""
+    one, _, many = unit.partition("/")
+    many = many or one
+    rest = ""
+    if " " in many:
+        many, rest = many.split(" ", 1)
+        rest = " " + rest
+    return f" {one if x == 1 else many}{rest}"
 
 
 def _pct(x: float) -> str:
@@ -139,6 +183,9 @@ def format_summary(v: Verdict) -> list[str]:
         mean = v.mean_exact if v.mean_exact is not None else v.mean_difference
         lines.append(f"mean difference (candidate - served): {format_difference(mean)}")
     lines += _ci_lines(v)
+    harm = harm_text(v)
+    if harm:
+        lines.append(f"harm bound: {harm}")
     if v.p is not None:
         check = "" if v.p_scipy is None else f" (scipy, the same test: {v.p_scipy:.6g})"
         lines.append(f"{p_text(v)}{check}")

@@ -95,7 +95,7 @@ def pair_turns(pair: PairComparison) -> dict[str, tuple[float, int]]:
     return out
 
 
-def _per_turn(pairs: Sequence[PairComparison]) -> dict[str, tuple[float, float]]:
+def per_turn(pairs: Sequence[PairComparison]) -> dict[str, tuple[float, float]]:
     """Turn -> (mean KL over the turn's positions averaged over the pairs, mean positions)."""
     acc: dict[str, list[tuple[float, int]]] = {}
     for p in pairs:
@@ -126,7 +126,7 @@ def excess_test(
     floor: Sequence[PairComparison], cand: Sequence[PairComparison], margin: float | None, alpha: float
 ) -> Excess:
     """The excess of the candidate pairs' KL over the floor pairs', per turn, and its upper bound."""
-    f, c = _per_turn(floor), _per_turn(cand)
+    f, c = per_turn(floor), per_turn(cand)
     turns = [t for t in c if t in f]
     est, upper = turn_bound([c[t][0] - f[t][0] for t in turns], [c[t][1] for t in turns], alpha)
     return Excess(

@@ -1,7 +1,16 @@
 """Agent designs: each start runs ``draws`` draws of the task suite against a fresh engine start, one
 request at a time. Every episode counts (failures included); the start's value is its pass count. The
 rule is ``harm``: the candidate passes fewer, at one-sided p ≤ alpha, by an exact permutation (integer
-convolution) over blocks. Each start's turns are saved as a workload (``workloads/agent-…jsonl``).
+convolution) over blocks; the verdict also gives the largest harm the data exclude at that level ("a
+loss of more than 1 pass per start is excluded at one-sided 95%") and, with a registered ``margin``,
+whether that non-inferiority margin is shown. Each start's turns are saved as a workload
+(``workloads/agent-…jsonl``).
+
+A start that fails counts as its episodes failed: the passes it recorded before the failure stand and
+every episode it did not run is a failure, so a part that crashes the engine cannot remove the evidence
+of its own harm. Only a failure that is the harness's own (the sandbox or the task suite failed, named
+in the reason; or the start was refused before it ran: a pinned file changed, a host died) drops its
+block, as before. The analysis and the note say how many of each.
 """
 
 from __future__ import annotations
@@ -17,24 +26,26 @@ from frankenstein.agent.tasks import Limits, load_suite
 from frankenstein.campaign import Campaign
 from frankenstein.config import ResolvedRecipe
 from frankenstein.design import rules
-from frankenstein.design.kinds.base import Analysis, Description, Progress, arm_values, check_stopping, metric_scope
+from frankenstein.design.kinds.base import Analysis, Description, Failure, Progress, check_stopping, metric_scope
 from frankenstein.design.kinds.speed import check_block_rule
 from frankenstein.design.model import ARMS, DesignFile, Registered, Slot
 from frankenstein.design import phases
 from frankenstein.design.start import StartOutcome, start_engine, stop_engine
-from frankenstein.design.table import format_verdict
+from frankenstein.design.table import format_verdict, harm_text
 from frankenstein.engines import adapter_for
 from frankenstein.measure.metrics import BUILTIN, Metric
 from frankenstein.measure.resources import ResourceSampler
 from frankenstein.errors import ConfigError, DesignError, EngineError, SandboxError, TaskError
 from frankenstein.shipped import expand
-from frankenstein.store import now_iso
+from frankenstein.store import StartRow, now_iso
 from frankenstein.workload.trace import Turn, Workload
 
 Matrix = dict[str, dict[str, dict[str, int]]]
 
 MAX_DRAWS = 100
 """The most draws per start registration accepts: each draw runs every task once, one request at a time."""
+HARNESS = "the harness's own failure"
+"""How a start's reason begins when the harness (sandbox, task suite) failed, not the engine."""
 
 
 def suite_dir(spec: str) -> Path:
@@ -71,12 +82,16 @@ def agent_start(campaign: Campaign, reg: Registered, slot: Slot, recipe: Resolve
                 )
                 episodes += [r.row() for r in results]
         out.status = "ok"
-    except (EngineError, SandboxError, TaskError) as exc:
+    except EngineError as exc:
         out.status, out.reason = "failed", str(exc)
+    except (SandboxError, TaskError) as exc:
+        out.status, out.reason = "failed", f"{HARNESS}: {exc}"
     finally:
         out.resources = sampler.stop()
         stop_engine(engine)
     out.metrics = {"passes": float(sum(e["passed"] for e in episodes)), "episodes": float(len(episodes))}
+    if out.reason and out.reason.startswith(HARNESS):
+        out.metrics["harness_failure"] = 1.0
     out.episodes = episodes
     return out
 
@@ -89,14 +104,55 @@ def pass_matrix(campaign: Campaign, design_id: str) -> Matrix:
     return m
 
 
+def counts_as_failed(row: StartRow) -> bool:
+    """A failed start whose episodes count as failed: every failure but the harness's own (a start refused
+    before it ran, or whose sandbox or task suite failed: ``harness_failure`` in its metrics)."""
+    return not row.ok and not row.metrics.get("harness_failure")
+
+
+def start_passes(rows: list[StartRow]) -> tuple[dict[int, dict[str, float]], list[StartRow], list[Failure]]:
+    """{block: {arm: mean passes over its starts}}, with every failed start that counts as its episodes
+    failed (its recorded passes, the rest failed); the starts counted so; and the harness's own failures."""
+    acc: dict[int, dict[str, list[float]]] = {}
+    counted, harness = [], []
+    for row in rows:
+        if not (row.ok or counts_as_failed(row)):
+            harness.append(Failure(row.block, row.arm, row.status, row.reason))
+            continue
+        if row.ok and row.metrics.get("passes") is None:
+            continue
+        counted += [] if row.ok else [row]
+        passes = float(row.metrics.get("passes") or 0.0)  # a failed start: what it recorded, the rest failed
+        acc.setdefault(row.block, {}).setdefault(row.arm, []).append(passes)
+    return {b: {a: sum(v) / len(v) for a, v in arms.items()} for b, arms in acc.items()}, counted, harness
+
+
+def failure_notes(counted: list[StartRow], harness: list[Failure]) -> list[str]:
+    """What the analysis and the note say about failed starts: how many counted, how many dropped."""
+    notes = [
+        f"block {r.block + 1}: {r.arm} start failed ({r.reason}); counted: the {int(r.metrics.get('passes') or 0)} "
+        "pass(es) it recorded before the failure stand, every other episode of the start counts as failed"
+        for r in counted
+    ]
+    notes += [f"{f.dropped_note()} (the harness's own failure, not the engine's)" for f in harness]
+    if counted or harness:
+        notes.append(
+            f"failed starts: {len(counted)} counted as their episodes failed, "
+            f"{len(harness)} the harness's own (block dropped)"
+        )
+    return notes
+
+
 def analyze_agent(campaign: Campaign, reg: Registered) -> Analysis:
-    values, failures = arm_values(campaign, reg, "passes")
+    values, counted, failures = start_passes(campaign.store.starts_of(reg.design_id))
     bad = {f.block for f in failures}
     blocks = sorted(b for b, arms in values.items() if all(a in arms for a in ARMS) and b not in bad)
     diffs = [values[b]["candidate"] - values[b]["served"] for b in blocks]
     verdict = rules.evaluate_differences(reg.design.rule, diffs, "higher", blocks=[b + 1 for b in blocks])  # type: ignore[arg-type]
     matrix = pass_matrix(campaign, reg.design_id)
-    lines = format_verdict(verdict) + ["", "pass matrix (task × block/draw; 1 = pass):"]
+    harm = harm_text(verdict, "pass/passes per start")
+    lines = format_verdict(verdict) + ([f"largest harm excluded: {harm}"] if harm else [])
+    lines += ["", "pass matrix (task × block/draw; 1 = pass):"]
     for arm in ARMS:
         for task, cells in sorted(matrix.get(arm, {}).items()):
             lines.append(f"  {arm:<9} {task:<22} " + " ".join(f"{k}:{v}" for k, v in cells.items()))
@@ -104,7 +160,8 @@ def analyze_agent(campaign: Campaign, reg: Registered) -> Analysis:
         reg=reg,
         verdict=verdict,
         blocks_done=len(blocks),
-        failures=failures,
+        dropped=failure_notes(counted, failures),
+        failures=[*failures, *(Failure(r.block, r.arm, r.status, r.reason) for r in counted)],
         lines=lines,
         matrix=matrix,
         per_block={"passes": values},

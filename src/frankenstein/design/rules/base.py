@@ -174,6 +174,10 @@ class BlockRule(_Model):
     def word(self, fired: Fired) -> Word:
         return "confirmed" if fired == "better" else "harm shown" if fired == "worse" else "not confirmed"
 
+    def harm_margin(self) -> float | None:
+        """A registered non-inferiority margin (the harm rule's ``margin``), or None."""
+        return None
+
     def phrase(self, word: Word) -> str:
         """The word as printed: a harm rule that did not fire says 'no harm shown'."""
         if word == "not confirmed" and self.looks_for() == "worse":

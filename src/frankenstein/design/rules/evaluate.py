@@ -63,6 +63,9 @@ class Verdict(_Model):
     mean_exact: ExactFraction | None = None  # the mean of whole-number differences, exactly
     ci: ConfidenceInterval | None = None
     ci_note: str = ""
+    harm_bound: float | None = None  # the one-sided (1 - alpha) bound on the harm side (data scale), harm rules
+    non_inferior: bool | None = None  # the registered margin's loss is excluded at one-sided alpha (harm margin)
+    p_non_inferior: ExactFraction | None = None
     p: ExactFraction | None = None
     p_bound: PBound = "exact"  # a curtailed verdict: the registered test's p over every completion is at most/least p
     p_float: float | None = None
@@ -359,10 +362,17 @@ def _verdict(
     extra: dict[str, Any],
 ) -> Verdict:
     d = decide(rule, g, direction, data, cross_check=True)
+    reason = d.reason
+    if d.word != "invalid" and rule.looks_for() == "worse":
+        extra = {**extra, "harm_bound": harm_bound(rule, g, direction, data)}
+        ni = non_inferiority(rule, g, direction, data)
+        if ni is not None:
+            extra |= {"p_non_inferior": ni[0], "non_inferior": ni[1]}
+            reason += f"; {non_inferiority_words(rule, ni)}"
     return Verdict(
         word=d.word,
         says=rule.phrase(d.word),
-        reason=d.reason,
+        reason=reason,
         rows=rows,
         p=d.p,
         p_float=None if d.p is None else float(d.p),
@@ -372,6 +382,62 @@ def _verdict(
         ties=sum(1 for x in g if x == 0),
         **base,
         **extra,
+    )
+
+
+def harm_bound(rule: BlockRule, g: Sequence[float], direction: Direction, data: DataKind) -> float | None:
+    """The one-sided (1 - alpha) confidence bound on the harm side, on the data's scale (a difference
+    candidate - served, or a ratio), by inverting the rule's own test: every harm beyond it is excluded.
+
+    From the gains (positive = candidate better) the lower bound L is the exact test's inversion (the
+    k-th smallest subset mean for the sign-flip test, an order statistic for the sign test); harms of
+    more than -L are rejected at one-sided alpha. None when no bound exists (1/2**n > alpha)."""
+    tail = stats.exact_fraction(rule.alpha)
+    iv = None
+    if rule.test_name == "permutation" and len(g) <= stats.MAX_CI_BLOCKS:
+        iv = stats.sign_flip_ci(g, tail)
+    if iv is None:
+        iv = stats.sign_ci(g, tail)
+    if iv is None:
+        return None
+    low = iv.low  # on the gain scale; back to the data's (the sign flips when lower is better)
+    value = -low if direction == "lower" else low
+    return math.exp(value) if data == "ratio" else value
+
+
+def _margin_gain(rule: BlockRule, direction: Direction, data: DataKind, margin: float) -> float:
+    """A harm of ``margin`` as a positive gain: in the data's units, or 0.05 = 5% worse on the log scale."""
+    if data == "difference":
+        return margin
+    return math.log1p(margin) if direction == "lower" else -math.log1p(-min(margin, 1 - 1e-12))
+
+
+def non_inferiority(
+    rule: BlockRule, g: Sequence[float], direction: Direction, data: DataKind
+) -> tuple[Fraction, bool] | None:
+    """The exact one-sided p that the harm is at least the registered margin, and whether p <= alpha.
+
+    The rule's own test on the gains shifted by the margin (side 'greater'): a sign-flip test of
+    g + m, or the sign test counting g + m > 0. None when the rule registered no margin."""
+    margin = rule.harm_margin()
+    if margin is None:
+        return None
+    m = _margin_gain(rule, direction, data, margin)
+    shifted = [x + m for x in g]
+    if rule.test_name == "permutation":
+        p = stats.sign_flip_p(shifted, "greater")
+    else:
+        p = stats.sign_test(sum(1 for x in shifted if x > 0), len(shifted), cross_check=False).p
+    return p, p <= stats.exact_fraction(rule.alpha)
+
+
+def non_inferiority_words(rule: BlockRule, ni: tuple[Fraction, bool]) -> str:
+    p, shown = ni
+    margin = rule.harm_margin() or 0.0
+    what = "excluded" if shown else "not excluded"
+    return (
+        f"non-inferiority at the registered margin {margin:g}: a harm of {margin:g} or more is {what} "
+        f"(one-sided p = {p} {'<=' if shown else '>'} alpha = {rule.alpha:g})"
     )
 
 
