@@ -12,7 +12,7 @@ from pathlib import Path
 from conftest import frank
 from frankenstein.campaign import Campaign
 from frankenstein.config import ResolvedRecipe
-from frankenstein.design.caches import CACHE_VARS, cache_env, folder_for, recipe_key
+from frankenstein.design.caches import cache_env, cache_vars, folder_for, recipe_key
 from frankenstein.design.analysis import analyze
 from frankenstein.design.phases import time_lines
 from frankenstein.design.registry import register
@@ -55,7 +55,7 @@ alpha = 0.5
 def _run(tmp_path: Path, cache: str) -> tuple[Campaign, list[dict], dict[str, Path]]:
     c = make_campaign(tmp_path / "c")
     arm = c.root / "arm.py"
-    arm.write_text(ARM.replace("VARS", repr(sorted(CACHE_VARS))))
+    arm.write_text(ARM.replace("VARS", repr(sorted(cache_vars()))))
     log = c.root / "seen.jsonl"
     design = c.root / f"{cache}.toml"
     design.write_text(DESIGN.format(name=cache, cache=cache, py=sys.executable, arm=arm, log=log))
@@ -76,10 +76,10 @@ def test_warm_reuses_the_arms_own_folder_only(tmp_path: Path) -> None:
     c, seen, base = _run(tmp_path, "warm")
     for arm in ("served", "candidate"):
         mine = [s for s in seen if s["arm"] == arm]
-        for var, sub in CACHE_VARS.items():
+        for var, sub in cache_vars().items():
             assert {s["env"][var] for s in mine} == {str(base[arm] / "warm" / sub)}  # one folder per arm
         for k, s in enumerate(mine):  # the k-th start finds the markers of its arm's k earlier starts, per variable
-            assert len(s["seen"]) == k * len(CACHE_VARS)
+            assert len(s["seen"]) == k * len(cache_vars())
             assert all(name.startswith(arm + "-") for name in s["seen"]), s["seen"]  # never the other arm's
     rows = c.store.starts_of("warm-1")
     empty = {(r.arm, r.resources["caches"]["empty_at_start"]) for r in rows}

@@ -25,7 +25,6 @@ NAMING_ALLOWED = {
     "cli/workload.py": "import sources named after the tools whose files they read (openai, vllm, sharegpt)",
     "workload/importers.py": "the same import sources",
     "workload/export.py": "export formats named after the peer tools (aiperf, vllm bench)",
-    "design/caches.py": "the sub-folder name of the VLLM_CACHE_ROOT cache variable",
 }
 
 

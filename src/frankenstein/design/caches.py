@@ -13,9 +13,10 @@ that runs the same recipe as the same arm reuses it too; no arm ever reads the o
 A/A design's two arms launch the same recipe and still get two folders), so arm order stays the only
 thing randomization has to balance. ``frank replay`` uses ``<recipe key>/replay/warm``.
 
-The variables set are :data:`CACHE_VARS` (each into its own sub-folder) plus every variable the
+The variables set are those of :func:`cache_vars` (each engine adapter's cache variables, its ``cache_vars``
+trait, and the libraries' of :data:`LIBRARY_CACHE_VARS`; each into its own sub-folder) plus every variable the
 recipe or one of its parts names in ``cache_vars`` (``frank.toml``; sub-folder ``named/<VAR>``): a
-named variable is frank's to set, under the design's policy. A :data:`CACHE_VARS` variable the
+named variable is frank's to set, under the design's policy. A :func:`cache_vars` variable the
 recipe's ``env`` sets and does not name is left to the recipe (outside the campaign, not emptied under
 ``cold``); the record says so (``left_to_recipe``) and so does the summary.
 ``XDG_CACHE_HOME`` moves the default place of everything that caches under ``~/.cache``; the
@@ -48,16 +49,22 @@ from frankenstein.campaign import Campaign
 from frankenstein.config import LAUNCH_FIELDS, ResolvedRecipe
 from frankenstein.design import phases, prefetch
 from frankenstein.design.model import Registered, Slot
+from frankenstein.engines import cache_vars as engine_cache_vars
 from frankenstein.engines import traits_of
 from frankenstein.engines.process import launch_env
 
-CACHE_VARS = {
-    "VLLM_CACHE_ROOT": "vllm",
+LIBRARY_CACHE_VARS = {
     "TORCHINDUCTOR_CACHE_DIR": "torchinductor",
     "TRITON_CACHE_DIR": "triton",
     "XDG_CACHE_HOME": "xdg",
-    "LLAMA_CACHE": "llama",
 }
+
+
+def cache_vars() -> dict[str, str]:
+    """{variable: sub-folder} set for every launch: each adapter's cache variables and the libraries'."""
+    return {**engine_cache_vars(), **LIBRARY_CACHE_VARS}
+
+
 POLICIES = ("warm", "cold")
 
 
@@ -84,12 +91,12 @@ def folder_for(root: Path, key: str, arm: str, policy: str, slot: Slot | None = 
 
 
 def sub_folders(named: list[str]) -> dict[str, str]:
-    """{variable: sub-folder}: :data:`CACHE_VARS` and the named ones."""
-    return {**CACHE_VARS, **{var: f"{NAMED}/{var}" for var in named}}
+    """{variable: sub-folder}: :func:`cache_vars` and the named ones."""
+    return {**cache_vars(), **{var: f"{NAMED}/{var}" for var in named}}
 
 
 def cache_env(folder: Path, recipe: ResolvedRecipe | None) -> tuple[dict[str, str], list[str]]:
-    """The variables to set for a launch, and the :data:`CACHE_VARS` ones left to the recipe's own ``env``
+    """The variables to set for a launch, and the :func:`cache_vars` ones left to the recipe's own ``env``
     (set there and not named in ``cache_vars``). A named variable is always set (``resolve`` drops any
     value ``env`` gave it)."""
     recipe_env = recipe.env if recipe is not None else {}
@@ -98,7 +105,7 @@ def cache_env(folder: Path, recipe: ResolvedRecipe | None) -> tuple[dict[str, st
     if "XDG_CACHE_HOME" in env and "HF_HOME" not in recipe_env:
         xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
         env["HF_HOME"] = os.environ.get("HF_HOME") or str(Path(xdg) / "huggingface")
-    return env, sorted(var for var in CACHE_VARS if var in recipe_env and var not in named)
+    return env, sorted(var for var in cache_vars() if var in recipe_env and var not in named)
 
 
 def size_of(folder: Path) -> tuple[int, int]:

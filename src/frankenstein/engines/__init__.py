@@ -35,6 +35,7 @@ __all__ = [
     "TopLogprobs",
     "adapter_class",
     "adapter_for",
+    "cache_vars",
     "command_recipe",
     "engine_settings",
     "launch_command",
@@ -79,6 +80,11 @@ def traits_of(engine: str) -> EngineTraits:
 def process_names() -> tuple[str, ...]:
     """Words that mark a running process as an engine (the noise guard's ``other_engines``)."""
     return tuple(dict.fromkeys(n for cls in ADAPTERS.values() for n in cls.traits.process_names))
+
+
+def cache_vars() -> dict[str, str]:
+    """{variable: sub-folder} of every adapter's cache variables (set for every launch: design/caches.py)."""
+    return {var: sub for cls in ADAPTERS.values() for var, sub in cls.traits.cache_vars}
 
 
 def tokenize_dialects() -> tuple[TokenizeDialect, ...]:

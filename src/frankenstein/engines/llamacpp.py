@@ -181,6 +181,7 @@ TRAITS = EngineTraits(
     process_names=("llama-server",),
     tokenize=LLAMACPP_TOKENIZE,
     settings=("LLAMA_", "GGML_"),
+    cache_vars=(("LLAMA_CACHE", "llama"),),
     program=server_program,
     launch_problem=launch_problem,
     draft_models=draft_model_args,

@@ -64,6 +64,8 @@ class EngineTraits:
     - ``settings``: environment variables it reads as settings (besides the libraries' under every engine,
       :data:`frankenstein.engines.process.LIBRARY_SETTINGS`): exact names, or prefixes ending in ``_`` or ``*``;
       None for an engine whose program is unknown (a recipe command): every adapter's settings count then;
+    - ``cache_vars``: (variable, sub-folder) of each environment variable that holds its cache folder (frank points
+      it at the arm's own folder in the campaign, warm or cold as the design says: design/caches.py);
     - ``launched``: frank launches it (False: a server already running; it is given no env, part or cache folder);
     - ``fresh_starts``: each start is a fresh engine life;
     - ``program(recipe)``: the program a start executes on this host, None where it cannot be found;
@@ -76,6 +78,7 @@ class EngineTraits:
     process_names: tuple[str, ...] = ()
     tokenize: TokenizeDialect | None = None
     settings: tuple[str, ...] | None = None
+    cache_vars: tuple[tuple[str, str], ...] = ()
     launched: bool = True
     fresh_starts: bool = True
     program: Callable[[ResolvedRecipe], str | None] = command_program

@@ -295,6 +295,7 @@ TRAITS = EngineTraits(
     process_names=("vllm",),
     tokenize=OPENAI_TOKENIZE,
     settings=("VLLM_",),
+    cache_vars=(("VLLM_CACHE_ROOT", "vllm"),),
     version_line=version_line,
 )
 
