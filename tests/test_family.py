@@ -160,3 +160,54 @@ def test_a_family_is_never_unpaired_or_curtailed(tmp_path: Path, capsys: pytest.
     design.write_text(text.replace("blocks = 6", 'blocks = 1\nlayout = "unpaired"\nstarts_per_arm = 4'))
     rc, _, err = cli(capsys, "register", str(design), "-c", str(root))
     assert rc != 0 and "pool.toml: layout: a family of candidates runs in paired blocks" in err
+
+
+FAMILY_OF_RECIPES = """\
+name = "parts"
+kind = "speed"
+blocks = 5
+workload = "workloads/w.jsonl"
+primary_metric = "decode_ms_per_token"
+
+[arms.served]
+recipe = "served"
+
+[arms.draft]
+recipe = "served"
+parts = ["draft"]
+
+[arms.batch]
+recipe = "served"
+parts = ["threads1"]
+
+[rule]
+kind = "all_blocks_better"
+alpha = 0.1
+
+[replay]
+warmup_turns = 1
+"""
+
+
+@pytest.mark.engine
+def test_a_family_of_engine_arms_runs_every_arm_in_every_block(
+    llama_server_bin: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two parts screened against the served recipe on real llama-server starts (tiny models)."""
+    from helpers_campaign import make_workload
+
+    root = tmp_path / "c"
+    make_campaign(root).close()
+    make_workload(root / "workloads" / "w.jsonl", turns=3, tokens=8)
+    design = root / "parts.toml"
+    design.write_text(FAMILY_OF_RECIPES)
+    design_id, out = _register_run_analyze(root, design, capsys)
+    from frankenstein.campaign import open_campaign
+
+    with open_campaign(root) as c:
+        starts = c.store.starts_of(design_id)
+        orders = [[s.arm for s in starts if s.block == b] for b in range(5)]
+    assert len(starts) == 15 and all(s.ok and s.engine == "llama-server" for s in starts)
+    assert all(sorted(o) == ["batch", "draft", "served"] for o in orders)
+    assert re.search(r"^1\s+(draft|batch)\s", out, re.M) and re.search(r"^2\s+(draft|batch)\s", out, re.M)
+    assert re.search(r"outcome: (confirmed|no candidate) \(2 candidates, Holm's step-down", out)
