@@ -244,7 +244,7 @@ def format_family(family: Family, rule: Rule) -> list[str]:
         level = "-" if r.level is None else format_p(r.level)
         family_word = "passes" if r.passes else "no"
         cells.append([str(r.rank), r.arm, estimate, f"{v.in_favour} of {v.n_blocks}", p, level, v.says, family_word])
-    header = ["rank", "candidate", "estimate", "blocks better", "p", "Holm level", "rule says", "passes"]
+    header = ["rank", "candidate", "estimate", "blocks in favour", "p", "Holm level", "rule says", "passes"]
     lines = [f"rule: {rule.kind} ({describe_rule(rule)}), each candidate against served in the same blocks"]
     lines += ["", *render_table(header, cells, "llrrrrll"), ""]
     lines += [f"{r.arm}: {r.verdict.reason}" for r in family.rows]
