@@ -194,6 +194,10 @@ def test_a_four_plus_four_command_arm_design_is_confirmed_at_one_in_70(
     assert rc == 0, err
     assert "p = 1/70 = 0.01429" in out
     assert "verdict: confirmed (exact two-sample permutation test over all 70 splits of 4 + 4 starts" in out
+    rc, _, err = cli(capsys, "report", "--out", str(tmp_path / "note"), "-c", str(tmp_path / "c"))
+    assert rc == 0, err
+    note = (tmp_path / "note" / "note.md").read_text()
+    assert "16 of 16 pairs of one served and one candidate start favour the candidate, 0 the served arm" in note
 
 
 @pytest.mark.parametrize(

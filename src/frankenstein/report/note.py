@@ -382,7 +382,7 @@ def format_rule(d: DesignReport) -> list[str]:
         return [f"**Verdict:** {d.word}" + (f" ({a.why})." if a is not None and a.why else ".")]
     v = a.verdict
     said = (
-        f"**It said:** {d.says} ({v.reason}). {v.in_favour} of {v.n_blocks} blocks favour the candidate, "
+        f"**It said:** {d.says} ({v.reason}). {v.in_favour} of {_units(v)} favour the candidate, "
         f"{v.against} the served arm, {v.ties} tie(s); {p_text(v)}"
     )
     if v.ci is not None:
@@ -394,6 +394,13 @@ def format_rule(d: DesignReport) -> list[str]:
     if a.invalidated:
         said += f" Overridden to invalid: {a.invalidated}."
     return [f"**Rule:** {code(v.rule.kind)}: {describe_rule(v.rule)}.", "", said]
+
+
+def _units(v: Verdict) -> str:
+    """What the counts count: blocks, or (unpaired) pairs of one start of each arm."""
+    if v.layout == "unpaired":
+        return f"{v.in_favour + v.against + v.ties} pairs of one served and one candidate start"
+    return f"{v.n_blocks} blocks"
 
 
 def format_secondary(d: DesignReport) -> list[str]:
