@@ -15,7 +15,14 @@ from pathlib import Path
 from frankenstein.campaign import Campaign, open_campaign
 from frankenstein.design import phases, registry
 from frankenstein.design.kinds import kind_of
-from frankenstein.design.kinds.base import Analysis, arm_values, block_values, can_still_change, speculation_lines
+from frankenstein.design.kinds.base import (
+    Analysis,
+    Evidence,
+    arm_values,
+    block_values,
+    can_still_change,
+    speculation_lines,
+)
 from frankenstein.design.percentiles import Percentiles, arm_percentiles, percentile_lines
 from frankenstein.design.start import load_warnings
 from frankenstein.design.table import format_verdict
@@ -32,10 +39,11 @@ __all__ = [
 
 
 def analyze(campaign: Campaign, design_id: str) -> Analysis:
-    reg = registry.get(campaign, design_id)
-    a = kind_of(reg.design.kind).analyze(campaign, reg)
-    a.warnings = [*load_warnings(campaign.store.starts_of(design_id)), *a.warnings]
-    a.time_spent = phases.summarize(campaign.store.starts_of(design_id), reg.design.cache)
+    """The kind's analysis of the design, its starts read from the store once (:class:`Evidence`)."""
+    ev = Evidence.read(campaign, registry.get(campaign, design_id))
+    a = kind_of(ev.reg.design.kind).analyze(campaign, ev)
+    a.warnings = [*load_warnings(ev.starts), *a.warnings]
+    a.time_spent = phases.summarize(ev.starts, ev.reg.design.cache)
     return a
 
 

@@ -26,7 +26,15 @@ from frankenstein.agent.tasks import Limits, load_suite
 from frankenstein.campaign import Campaign
 from frankenstein.config import ResolvedRecipe
 from frankenstein.design import rules
-from frankenstein.design.kinds.base import Analysis, Description, Failure, Progress, check_stopping, metric_scope
+from frankenstein.design.kinds.base import (
+    Analysis,
+    Description,
+    Evidence,
+    Failure,
+    Progress,
+    check_stopping,
+    metric_scope,
+)
 from frankenstein.design.kinds.speed import check_block_rule
 from frankenstein.design.model import ARMS, DesignFile, Registered, Slot
 from frankenstein.design import phases
@@ -143,8 +151,9 @@ def failure_notes(counted: list[StartRow], harness: list[Failure]) -> list[str]:
     return notes
 
 
-def analyze_agent(campaign: Campaign, reg: Registered) -> Analysis:
-    values, counted, failures = start_passes(campaign.store.starts_of(reg.design_id))
+def analyze_agent(campaign: Campaign, ev: Evidence) -> Analysis:
+    reg = ev.reg
+    values, counted, failures = start_passes(ev.starts)
     bad = {f.block for f in failures}
     blocks = sorted(b for b, arms in values.items() if all(a in arms for a in ARMS) and b not in bad)
     diffs = [values[b]["candidate"] - values[b]["served"] for b in blocks]
@@ -261,8 +270,8 @@ class AgentKind:
         metric = out.metrics.get("passes")
         return " passes=" + ("-" if metric is None else f"{metric:.4f}")
 
-    def analyze(self, campaign: Campaign, reg: Registered) -> Analysis:
-        return analyze_agent(campaign, reg)
+    def analyze(self, campaign: Campaign, evidence: Evidence) -> Analysis:
+        return analyze_agent(campaign, evidence)
 
     def describe(self, reg: Registered) -> Description:
         return Description(

@@ -7,6 +7,7 @@ runner asks it to run a start, the analysis asks it for the verdict, the ledger 
 attributes and :class:`Description`.
 
     DesignKind           the Protocol: check, start, start_value, analyze, describe, went_wrong, no_decision
+    Evidence             a design's registration and starts, read once; per-metric values computed once
     Analysis             a design's verdict and everything measured for it, as typed fields
     Failure              one failed or invalid start
     arm_values(...)      {block: {arm: mean over ok starts}} of one metric, and the failures
@@ -52,6 +53,38 @@ class Failure:
 
     def dropped_note(self) -> str:
         return f"block {self.block + 1}: {self.arm} start {self.status} ({self.reason}); block dropped"
+
+
+Values = dict[int, dict[str, float]]  # {block: {arm: mean over ok starts}}
+
+
+@dataclass
+class Evidence:
+    """A design's verified registration and its starts, read from the store once (:meth:`read`); each
+    metric's per-block values are computed once, on first use. :func:`frankenstein.design.analysis.analyze`
+    reads it and hands it to the kind's ``analyze``; the kinds read starts only through it."""
+
+    reg: Registered
+    starts: list[StartRow]
+    _values: dict[str, tuple[Values, list[Failure]]] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def read(cls, campaign: Campaign, reg: Registered) -> Evidence:
+        return cls(reg, campaign.store.starts_of(reg.design_id))
+
+    def values(self, metric: str) -> tuple[Values, list[Failure]]:
+        """{block: {arm: mean over ok starts}} of one metric, and the failed or invalid starts."""
+        if metric not in self._values:
+            self._values[metric] = _values(self.starts, metric)
+        return self._values[metric]
+
+    def blocks(self) -> tuple[dict[int, float], dict[int, float], list[str]]:
+        """Primary-metric value per complete block and arm, after the failure policy; and notes on dropped blocks."""
+        return _block_values(self.reg, self.starts, self.values(self.reg.design.primary_metric))
+
+    def speculation(self) -> dict[str, dict[str, float | None]]:
+        """Drafted/accepted/acceptance rate per arm (:func:`speculation_per_arm`)."""
+        return _speculation(self.starts)
 
 
 @dataclass
@@ -144,8 +177,9 @@ class DesignKind(Protocol):
     def start_value(self, reg: Registered, out: StartOutcome) -> str:
         """What the runner prints after a start, e.g. ' decode_ms_per_token=31.6'."""
 
-    def analyze(self, campaign: Campaign, reg: Registered) -> Analysis:
-        """The verdict under the registered rule, from the starts recorded under the design."""
+    def analyze(self, campaign: Campaign, evidence: Evidence) -> Analysis:
+        """The verdict under the registered rule, from the design's starts as ``evidence`` read them (the
+        campaign for what else a kind records: artifacts, episodes)."""
 
     def describe(self, reg: Registered) -> Description:
         """Sentences for the progress note."""
@@ -160,12 +194,12 @@ class DesignKind(Protocol):
 # ---------------------------------------------------------------- shared by the block-rule kinds
 
 
-def arm_values(campaign: Campaign, reg: Registered, metric: str) -> tuple[dict[int, dict[str, float]], list[Failure]]:
+def arm_values(campaign: Campaign, reg: Registered, metric: str) -> tuple[Values, list[Failure]]:
     """{block: {arm: mean value over ok starts}}, and the failed/invalid starts."""
-    return _values(campaign.store.starts_of(reg.design_id), metric)
+    return Evidence.read(campaign, reg).values(metric)
 
 
-def _values(rows: list[StartRow], metric: str) -> tuple[dict[int, dict[str, float]], list[Failure]]:
+def _values(rows: list[StartRow], metric: str) -> tuple[Values, list[Failure]]:
     acc: dict[int, dict[str, list[float]]] = {}
     failures = []
     for row in rows:
@@ -186,9 +220,13 @@ def dropped_blocks(reg: Registered, failures: list[Failure]) -> set[int]:
 
 def block_values(campaign: Campaign, reg: Registered) -> tuple[dict[int, float], dict[int, float], list[str]]:
     """Primary-metric value per complete block and arm, after the failure policy; and notes on dropped blocks."""
-    metric = reg.design.primary_metric
-    rows = campaign.store.starts_of(reg.design_id)  # read once: the values and the notes come from the same rows
-    values, failures = _values(rows, metric)
+    return Evidence.read(campaign, reg).blocks()
+
+
+def _block_values(
+    reg: Registered, rows: list[StartRow], primary: tuple[Values, list[Failure]]
+) -> tuple[dict[int, float], dict[int, float], list[str]]:
+    values, failures = primary
     bad_blocks = {f.block for f in failures}
     served, candidate = {}, {}
     for b, arms in sorted(values.items()):
@@ -196,7 +234,8 @@ def block_values(campaign: Campaign, reg: Registered) -> tuple[dict[int, float],
             continue
         if all(a in arms for a in ARMS):
             served[b], candidate[b] = arms["served"], arms["candidate"]
-    return served, candidate, [f.dropped_note() for f in failures] + missing_notes(rows, metric)
+    notes = [f.dropped_note() for f in failures] + missing_notes(rows, reg.design.primary_metric)
+    return served, candidate, notes
 
 
 def missing_notes(rows: list[StartRow], metric: str) -> list[str]:
@@ -286,10 +325,9 @@ def can_still_change(reg: Registered, served: list[float], candidate: list[float
 def settled(campaign: Campaign, reg: Registered, next_block: int) -> bool:
     """Whether the verdict can no longer change before ``next_block`` runs (curtailment): every earlier
     block is analysed or dropped, and the blocks still to run (registered − analysed − dropped) cannot move it."""
-    served, candidate, _ = block_values(campaign, reg)
-    dropped = {
-        b for b in dropped_blocks(reg, arm_values(campaign, reg, reg.design.primary_metric)[1]) if b < next_block
-    }
+    ev = Evidence.read(campaign, reg)
+    served, candidate, _ = ev.blocks()
+    dropped = {b for b in dropped_blocks(reg, ev.values(reg.design.primary_metric)[1]) if b < next_block}
     complete = [b for b in range(next_block) if b in served and b in candidate and b not in dropped]
     if len(complete) + len(dropped) < next_block:
         return False
@@ -301,8 +339,12 @@ def speculation_per_arm(campaign: Campaign, reg: Registered) -> dict[str, dict[s
     """Per arm, over its ok starts: drafted and accepted tokens (each start's sums over the turns that
     drafted) and their ratio. Reported per arm, never as a ratio between arms: an arm without speculative
     decoding has no rate. Empty when no arm drafted."""
+    return _speculation(campaign.store.starts_of(reg.design_id))
+
+
+def _speculation(rows: list[StartRow]) -> dict[str, dict[str, float | None]]:
     acc = {arm: [0.0, 0.0, 0] for arm in ARMS}
-    for row in campaign.store.starts_of(reg.design_id):
+    for row in rows:
         drafted = row.metrics.get("drafted")
         if row.ok and drafted is not None and row.arm in acc:
             acc[row.arm][0] += float(drafted)

@@ -27,7 +27,7 @@ import numpy as np
 
 from frankenstein.campaign import Campaign
 from frankenstein.config import ResolvedRecipe
-from frankenstein.design.kinds.base import Analysis, Description, Failure, Progress, check_stopping
+from frankenstein.design.kinds.base import Analysis, Description, Evidence, Failure, Progress, check_stopping
 from frankenstein.design.model import DesignFile, FidelityRule, Registered, Slot
 from frankenstein.design import phases
 from frankenstein.design.start import StartOutcome, start_engine, stop_engine
@@ -146,11 +146,11 @@ class ForcedStart:
     result: ForcedResult
 
 
-def load_starts(campaign: Campaign, reg: Registered) -> tuple[list[ForcedStart], list[Failure]]:
+def load_starts(campaign: Campaign, ev: Evidence) -> tuple[list[ForcedStart], list[Failure]]:
     """The ok starts with their top-k lists, and the starts that failed or left no readable artifact."""
-    data = campaign.store.artifacts_of(reg.design_id, ARTIFACT)
+    data = campaign.store.artifacts_of(ev.reg.design_id, ARTIFACT)
     starts, failures = [], []
-    for r in campaign.store.starts_of(reg.design_id):
+    for r in ev.starts:
         blob = data.get(r.id)
         if not r.ok or blob is None:
             reason = f"no {ARTIFACT} artifact recorded" if r.ok else r.reason
@@ -241,11 +241,12 @@ def fidelity_summary(reg: Registered, starts: list[ForcedStart]) -> dict[str, An
     }
 
 
-def analyze_fidelity(campaign: Campaign, reg: Registered) -> Analysis:
+def analyze_fidelity(campaign: Campaign, ev: Evidence) -> Analysis:
     """Verdict of a fidelity design under its registered rule: ``outcome``, ``why``, ``lines``, ``fidelity``, ``kl``."""
+    reg = ev.reg
     rule = reg.design.rule
     assert isinstance(rule, FidelityRule)
-    starts, failures = load_starts(campaign, reg)
+    starts, failures = load_starts(campaign, ev)
     notes = []
     if reg.design.failure_policy == "drop_block":
         bad_blocks = {f.block for f in failures}
@@ -377,8 +378,8 @@ class FidelityKind:
         n = out.metrics.get("positions")
         return "" if n is None else f" ({int(n)} positions forced)"
 
-    def analyze(self, campaign: Campaign, reg: Registered) -> Analysis:
-        return analyze_fidelity(campaign, reg)
+    def analyze(self, campaign: Campaign, evidence: Evidence) -> Analysis:
+        return analyze_fidelity(campaign, evidence)
 
     def describe(self, reg: Registered) -> Description:
         return Description(

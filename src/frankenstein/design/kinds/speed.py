@@ -25,13 +25,11 @@ from frankenstein.design.kinds.base import (
     Analysis,
     Description,
     Progress,
-    arm_values,
-    block_values,
+    Evidence,
     can_still_change,
     check_primary_metric,
     dropped_blocks,
     metric_scope,
-    speculation_per_arm,
 )
 from frankenstein.design.model import DesignFile, FidelityRule, Registered, Slot
 from frankenstein.design.rules import DataKind
@@ -92,12 +90,12 @@ class SpeedKind:
     def start_value(self, reg: Registered, out: StartOutcome) -> str:
         return primary_value(reg, out)
 
-    def analyze(self, campaign: Campaign, reg: Registered) -> Analysis:
-        if reg.design.layout == "unpaired":
-            return analyze_unpaired(campaign, reg, self.data)
-        if reg.design.family:
-            return analyze_family(campaign, reg)
-        return analyze_blocks(campaign, reg)
+    def analyze(self, campaign: Campaign, evidence: Evidence) -> Analysis:
+        if evidence.reg.design.layout == "unpaired":
+            return analyze_unpaired(evidence, self.data)
+        if evidence.reg.design.family:
+            return analyze_family(evidence)
+        return analyze_blocks(evidence)
 
     def describe(self, reg: Registered) -> Description:
         m = reg.design.primary_metric
@@ -176,11 +174,11 @@ def check_family(design: DesignFile, path: Path) -> None:
         raise DesignError(reason, path=path, field="blocks")
 
 
-def analyze_family(campaign: Campaign, reg: Registered) -> Analysis:
+def analyze_family(ev: Evidence) -> Analysis:
     """Each candidate against served in the blocks where every arm has a value, Holm across the family
     (rules.decide_family); the outcome is "confirmed" when one passes, else "no candidate"."""
-    d = reg.design
-    values, failures = arm_values(campaign, reg, d.primary_metric)
+    reg, d = ev.reg, ev.reg.design
+    values, failures = ev.values(d.primary_metric)
     bad = dropped_blocks(reg, failures)
     blocks = sorted(b for b, arms in values.items() if b not in bad and all(a in arms for a in d.arm_names))
     out = Analysis(reg=reg, verdict=None, blocks_done=len(blocks), failures=failures)
@@ -207,11 +205,11 @@ def metric_head(reg: Registered) -> str:
     return f"- Primary metric: `{m}` ({user}{reg.frozen.direction} is better)."
 
 
-def analyze_blocks(campaign: Campaign, reg: Registered) -> Analysis:
+def analyze_blocks(ev: Evidence) -> Analysis:
     """The block rule over the primary metric's per-block log ratios, and the secondary metrics beside it."""
-    d = reg.design
-    served, candidate, notes = block_values(campaign, reg)
-    _, failures = arm_values(campaign, reg, d.primary_metric)
+    reg, d = ev.reg, ev.reg.design
+    served, candidate, notes = ev.blocks()
+    _, failures = ev.values(d.primary_metric)
     blocks = sorted(served)
     out = Analysis(reg=reg, verdict=None, blocks_done=len(blocks), dropped=notes, failures=failures)
     if failures and d.failure_policy == "invalidate":
@@ -220,10 +218,10 @@ def analyze_blocks(campaign: Campaign, reg: Registered) -> Analysis:
     out.verdict = rules.evaluate(d.rule, s, c, reg.frozen.direction, blocks=[b + 1 for b in blocks])  # type: ignore[arg-type]
     _curtailed(out, s, c)
     for metric in [d.primary_metric, *d.secondary]:
-        out.per_block[metric] = arm_values(campaign, reg, metric)[0]
+        out.per_block[metric] = ev.values(metric)[0]
     for metric in d.secondary:
         out.secondary[metric] = _secondary(out.per_block[metric])
-    out.speculation = speculation_per_arm(campaign, reg)
+    out.speculation = ev.speculation()
     spread = spread_warning(reg, s, out.verdict)
     if spread:
         out.warnings.append(spread)
@@ -246,19 +244,19 @@ def order_warning(reg: Registered) -> str | None:
     )
 
 
-def analyze_unpaired(campaign: Campaign, reg: Registered, data: DataKind) -> Analysis:
+def analyze_unpaired(ev: Evidence, data: DataKind) -> Analysis:
     """The exact two-sample test over every ok start's primary metric (rules.evaluate_unpaired).
 
     A failed start is left out of its arm under ``drop_block`` (the test then splits the starts that
     remain) and makes the verdict invalid under ``invalidate``."""
-    d = reg.design
-    rows = campaign.store.starts_of(reg.design_id)
+    reg, d = ev.reg, ev.reg.design
+    rows = ev.starts
     per_arm: dict[str, list[float]] = {"served": [], "candidate": []}
     for row in rows:
         value = row.metrics.get(d.primary_metric) if row.ok else None
         if value is not None and row.arm in per_arm:
             per_arm[row.arm].append(float(value))
-    _, failures = arm_values(campaign, reg, d.primary_metric)
+    _, failures = ev.values(d.primary_metric)
     done = len(rows) >= len(reg.slots())
     out = Analysis(reg=reg, verdict=None, blocks_done=int(done), failures=failures)
     out.dropped = [f"{f.arm} start {f.status} ({f.reason}); left out of its arm" for f in failures]
@@ -267,7 +265,7 @@ def analyze_unpaired(campaign: Campaign, reg: Registered, data: DataKind) -> Ana
     direction = reg.frozen.direction
     out.verdict = rules.evaluate_unpaired(d.rule, per_arm["served"], per_arm["candidate"], direction, data)  # type: ignore[arg-type]
     for metric in [d.primary_metric, *d.secondary]:
-        out.per_block[metric] = arm_values(campaign, reg, metric)[0]
+        out.per_block[metric] = ev.values(metric)[0]
     for metric in d.secondary:
         out.secondary[metric] = _secondary(out.per_block[metric])
     return out
