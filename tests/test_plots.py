@@ -105,13 +105,14 @@ def test_block_plot_labels_come_from_the_recorded_starts_not_the_schedule(tmp_pa
     note_png = write_report(camp, tmp_path / "out").parent / f"{reg.design_id}-blocks.png"
     blocks = [str(b + 1) for b in range(6)]
     title = f"{reg.design_id}: verify_step_ms per block"
-    as_run = plot_paired_blocks(tmp_path / "as-run.png", blocks, served, cand, "verify_step_ms", title, orders=ran)
+    label = "verify_step_ms (ms)"  # the note's y label: the metric and its unit from the metric registry
+    as_run = plot_paired_blocks(tmp_path / "as-run.png", blocks, served, cand, label, title, orders=ran)
     as_scheduled = plot_paired_blocks(
-        tmp_path / "as-scheduled.png", blocks, served, cand, "verify_step_ms", title, orders=reg.schedule
+        tmp_path / "as-scheduled.png", blocks, served, cand, label, title, orders=reg.schedule
     )
     assert note_png.read_bytes() == as_run.read_bytes()  # the note drew the recorded order ...
     assert note_png.read_bytes() != as_scheduled.read_bytes()  # ... not the registered one
-    fig = paired_blocks_figure(blocks, served, cand, "verify_step_ms", title, orders=ran)
+    fig = paired_blocks_figure(blocks, served, cand, label, title, orders=ran)
     got = labels(fig)
     for b in out_of_order:
         assert got[(round(b - 0.12, 2), served[b])] == run_positions(ran[b], "served")

@@ -142,6 +142,7 @@ def test_the_note_says_scope_limits_verdicts_and_credits(published: Path) -> Non
     )
     agent = section(text, "## Design `agent-harm-1`")
     assert "**It said:** no harm shown (" in agent and "- No harm shown is not equal quality" in agent
+    assert "arms pass equally often; every loss is excluded at one-sided 95% (" in agent  # the harm bound
     fid = section(text, "## Design `fid-1`")
     assert "each forced (a fidelity start takes no warm-up turn)" in fid
     credits = section(text, "## Credits")

@@ -2,7 +2,8 @@
 
     parse_scope(["concurrency=1", "note=single stream only"]) -> AdoptedScope
     scope_words({"concurrency": 1, "note": "..."})            -> "concurrency 1 (one request at a time); note: ..."
-    served_scope(steps)                                       -> the scope the served recipe was adopted for
+    served_scope(steps)                                       -> the smallest concurrency the served parts hold
+    served_adoptions(steps)                                   -> the adopt step of each served part
 
 The keys are fixed (:class:`AdoptedScope`, ``extra="forbid"``): ``concurrency`` (requests at once),
 ``context`` (tokens), ``gpus``, ``workload``, ``engine_version`` and a free-text ``note``. The ledger keeps
@@ -87,21 +88,26 @@ def adopted_for(step: LedgerEntry) -> dict[str, Any]:
     return dict(value) if isinstance(value, dict) else {}
 
 
-def served_scope(steps: Sequence[LedgerEntry]) -> tuple[int | None, list[LedgerEntry]]:
-    """(the smallest ``concurrency`` any served part was adopted for, the adopt steps that set it): each part
-    served after the last step counts with the adopt step that brought it in last. (None, []) without one."""
+def served_adoptions(steps: Sequence[LedgerEntry]) -> list[LedgerEntry]:
+    """The adopt step that brought in each part served after the last step (its last adopt), in served order."""
     if not steps:
-        return None, []
+        return []
     last = max(steps, key=lambda e: e.seq)
     adopts: dict[str, LedgerEntry] = {}
     for e in sorted(steps, key=lambda e: e.seq):
         if e.action == "adopt":
             adopts[e.part] = e
+    return [adopts[p] for p in last.parts if p in adopts]
+
+
+def served_scope(steps: Sequence[LedgerEntry]) -> tuple[int | None, list[LedgerEntry]]:
+    """(the smallest ``concurrency`` any served part was adopted for, the adopt steps that set it): each part
+    served after the last step counts with the adopt step that brought it in last. (None, []) without one."""
     limits: list[tuple[int, LedgerEntry]] = []
-    for p in last.parts:
-        n = adopted_for(adopts[p]).get("concurrency") if p in adopts else None
+    for e in served_adoptions(steps):
+        n = adopted_for(e).get("concurrency")
         if isinstance(n, int):
-            limits.append((n, adopts[p]))
+            limits.append((n, e))
     if not limits:
         return None, []
     least = min(n for n, _ in limits)

@@ -52,7 +52,7 @@ from frankenstein.regioncache.observe import ServedLog
 from frankenstein.regioncache.proxy import Counter, Front, start_front
 from frankenstein.regioncache.render import Renderer, engine_template, find_template
 from frankenstein.regioncache.tokenize_api import TokenizeApi, find_tokenize
-from frankenstein.scope import served_scope
+from frankenstein.scope import adopted_for, scope_words, served_adoptions, served_scope
 from frankenstein.shipped import data_path
 from frankenstein.validation import listen_address
 from frankenstein.workload.record import serve_recorder
@@ -177,6 +177,8 @@ def serving(opts: ServeOptions, echo: Callable[[str], None] = print) -> Iterator
             echo(fronting)
         if admission is not None:
             echo(admission.describe())
+        for line in _scope_lines(campaign):
+            echo(line)
         yield front
 
 
@@ -282,6 +284,20 @@ def _admission(campaign: Campaign | None, mode: OverScope) -> Admission | None:
         return None
     where = ", ".join(f"step {e.seq} ({e.part})" for e in steps)
     return Admission(limit, mode, f"adopted for concurrency {limit} (ledger {where})")
+
+
+def _scope_lines(campaign: Campaign | None) -> list[str]:
+    """What each served part was adopted for (``adopt --scope``), said on start: only ``concurrency`` is held."""
+    if campaign is None:
+        return []
+    lines = []
+    for e in served_adoptions(campaign.store.ledger_steps()):
+        words = scope_words(adopted_for(e))
+        if words:
+            lines.append(f"frank serve: {e.part} (ledger step {e.seq}) is adopted for {words}")
+    if lines:
+        lines.append("frank serve: of these, only concurrency is held here; the others are the adopters' words")
+    return lines
 
 
 def _recorder(upstream: str, out: Path, stack: ExitStack) -> str:

@@ -79,14 +79,17 @@ def _workload(f: DesignFacts) -> str:
 
 NOT_EQUAL_QUALITY = (
     "No harm shown is not equal quality: the harm rule did not fire, so no pass difference was detected "
-    "at this size; it does not show that the arms pass equally often."
+    "at this size; it does not show that the arms pass equally often"
 )
 
 
-def stated_limits(kind: str, says: str, limits: list[str]) -> list[str]:
+def stated_limits(kind: str, says: str, limits: list[str], harm: str | None = None) -> list[str]:
     """After the generated lines: an agent design's 'no harm shown is not equal quality' (when its harm rule
-    did not fire), then the design's own ``limits`` as registered, each as written."""
-    lines = [NOT_EQUAL_QUALITY] if kind == "agent" and says == "no harm shown" else []
+    did not fire) with the largest harm the data exclude (``harm``, from ``design.table.harm_text``), then the
+    design's own ``limits`` as registered, each as written."""
+    lines = []
+    if kind == "agent" and says == "no harm shown":
+        lines.append(NOT_EQUAL_QUALITY + (f"; {harm}." if harm else "."))
     return lines + [_sentence(text) for text in limits]
 
 

@@ -30,7 +30,7 @@ from frankenstein.design.kinds.base import speculation_lines
 from frankenstein.design.model import FidelityRule
 from frankenstein.design.rules import Verdict
 from frankenstein.design.percentiles import PERCENTILE_CAPTION, PERCENTILE_HEADER, percentile_rows
-from frankenstein.design.table import descriptive_label, describe_rule, format_p, p_text
+from frankenstein.design.table import descriptive_label, describe_rule, format_p, harm_text, p_text
 from frankenstein.fidelity.gate import rule_line
 from frankenstein.report import plots as P
 from frankenstein.report.collect import DesignReport, NoteData, collect
@@ -227,11 +227,17 @@ def format_design(d: DesignReport, base: str, plots: dict[str, str]) -> list[str
         "### What this does and does not show",
         "",
         *(f"- {s}" for s in what_it_shows(d.facts, d.description.measures, d.description.concurrency)),
-        *(f"- {s}" for s in stated_limits(d.reg.design.kind, d.says, d.reg.design.limits)),
+        *(f"- {s}" for s in stated_limits(d.reg.design.kind, d.says, d.reg.design.limits, _harm(d))),
     ]
     lines += format_machines(d)
     lines += format_time_spent(d)
     return lines
+
+
+def _harm(d: DesignReport) -> str | None:
+    """The largest harm a harm rule's data exclude, in words (agent designs: passes per start)."""
+    v = d.analysis.verdict if d.analysis is not None else None
+    return harm_text(v, "pass/passes per start") if v is not None else None
 
 
 MACHINE_COLUMNS = ("host", "CPU", "governor", "GPU", "driver / CUDA", "engine")

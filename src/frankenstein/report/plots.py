@@ -198,7 +198,7 @@ def kl_figure(
         ax.axvline(threshold, color="#c44e52", linestyle=":", linewidth=1, label=f"threshold {threshold:g}")
         _mark_above(ax, candidate, threshold)
     ax.set_xscale("log")
-    ax.set_xlim(left=floor)
+    ax.set_xlim(left=floor / 3)  # a margin, so positions drawn at the floor show beside the axis
     ax.set_xlabel("KL per position, nats (log axis; top-k lower bound)")
     ax.set_ylabel("share of positions ≤ x")
     ax.set_title(title, fontsize=10)
