@@ -23,7 +23,9 @@ from matplotlib.image import imread
 
 from frankenstein import ledger
 from frankenstein.design.registry import register
+from frankenstein.errors import ConfigError
 from frankenstein.report import write_report
+from frankenstein.report.html import note_html
 from frankenstein.scope import parse_scope
 from frankenstein.store import ObservedDraw
 
@@ -213,3 +215,35 @@ def test_html_note_renders_in_headless_chromium_with_every_plot(published: Path,
         inked = (box.min(axis=2) < 0.8).mean()  # share of pixels that are not near-white
         assert inked > 0.02, f"{title} ({alt}) rendered blank"
         assert base64.b64decode(src.split(",", 1)[1]) == (published / title).read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ('[note]\ntitel = "typo"\n', "note.titel"),
+        ('[note]\nauthors = "one string"\n', "note.authors"),
+        ('[models.m]\nlicense = "MIT"\n', "models.m.license"),
+        ("[formats.f]\nauthor = 3\n", "formats.f.author"),
+    ],
+)
+def test_a_bad_note_or_provenance_table_names_file_and_field(tmp_path: Path, extra: str, field: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        make_campaign(tmp_path / "c", toml=TOML + extra)
+    assert e.value.field == field and str(e.value.path).endswith("frank.toml")
+
+
+def test_html_escapes_what_the_authors_wrote(tmp_path: Path) -> None:
+    """Text from frank.toml and design files is escaped: a script tag is text, a bar in a cell stays in its cell."""
+    lines = [
+        "# <script>alert(1)</script>",
+        "",
+        "| part | for |",
+        "| --- | ---: |",
+        "| `a\\|b` | <img src=x onerror=alert(1)> |",
+        "",
+        "![missing](nowhere.png)",
+    ]
+    page = note_html(lines, {})
+    assert "<script>" not in page and "<img src=x" not in page
+    assert '<td class="l"><code>a|b</code></td><td class="r">&lt;img src=x onerror=alert(1)&gt;</td>' in page
+    assert "(plot nowhere.png not drawn)" in page

@@ -22,10 +22,11 @@ import httpx
 import pytest
 from conftest import frank
 
+from frankenstein import ledger
 from frankenstein.campaign import open_campaign
 from frankenstein.errors import ConfigError
 from frankenstein.regioncache.service import ServeOptions, serving
-from frankenstein.scope import parse_scope, scope_words, served_scope
+from frankenstein.scope import parse_scope, scope_words, served_adoptions, served_scope
 
 from helpers_campaign import make_campaign, make_workload
 from helpers_cli import cli
@@ -204,3 +205,24 @@ def test_frank_serve_queues_a_second_simultaneous_request(adopted: Path) -> None
             assert finish(first).startswith(b"HTTP/1.1 200")
             assert second.result().status_code == 200
         assert status(front.url) == {"limit": 1, "mode": "queue", "running": 0, "waiting": 0, "refused": 0}
+
+
+def test_the_held_concurrency_follows_the_served_parts(adopted: Path) -> None:
+    """The smallest concurrency of the parts served now: another part adopted for 4 keeps 1; reverting the
+    parts lifts their scope; a revert of a revert brings it back."""
+    with open_campaign(adopted) as c:
+        ledger.revert(c, why="draft off")
+        assert served_scope(c.store.ledger_steps()) == (None, [])  # nothing adopted for a scope is served
+        ledger.revert(c, why="draft back")
+        assert served_scope(c.store.ledger_steps())[0] == 1
+        reg = stored_design(c, name="threads", parts='["threads1"]', served=CONFIRMED[0], candidate=CONFIRMED[1])
+        ledger.adopt(c, "threads1", reg.design_id, scope=parse_scope(["concurrency=4"]))
+        limit, steps = served_scope(c.store.ledger_steps())
+        assert (limit, [e.part for e in steps]) == (1, ["draft"])
+        ledger.revert(c, why="threads1 off")
+        ledger.revert(c, why="threads1 back")  # re-applies step 2: both served again
+        assert served_scope(c.store.ledger_steps())[0] == 1
+        ledger.revert(c, why="threads1 off again")
+        assert served_scope(c.store.ledger_steps())[0] == 1  # draft (concurrency 1) is still served
+    with open_campaign(adopted) as c:
+        assert [e.part for e in served_adoptions(c.store.ledger_steps())] == ["draft"]
