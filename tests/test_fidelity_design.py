@@ -121,7 +121,7 @@ def test_analyze_passes_beside_a_zero_noise_floor(camp: Path) -> None:
     ) and ranges.endswith(" (9 pairs)")
     verdict = next(x for x in lines if x.startswith("verdict: "))
     assert verdict.startswith("verdict: passed (two starts of the served engine differed by 0 (3 pairs); "), verdict
-    assert " < margin 0.02 (t bound over 3 turns); mean KL 0.00" in verdict
+    assert " < margin 0.02 (t bound over 3 turns and the starts); mean KL 0.00" in verdict
     assert "decided by: the excess bound, mean KL and positions above threshold (all held)" in lines
     captured = next(x for x in lines if x.startswith("captured mass"))
     assert float(captured.split("mean ")[1].split(",")[0]) >= 0.99  # the tiny model's top-64 holds the mass

@@ -8,6 +8,7 @@ what the candidate adds over the floor, per turn, and prints both as ranges over
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from frankenstein.errors import DesignError
 from frankenstein.engines.forcing import ForcedResult
 from frankenstein.fidelity import kl as klmod
 from frankenstein.fidelity.compare import compare, summarize_pairs
-from frankenstein.fidelity.equivalence import excess_test, turn_bound
+from frankenstein.fidelity.equivalence import StartPair, excess_test, start_variances, turn_variance, upper_bound
 from frankenstein.fidelity.gate import apply_rule, decided_by, rule_line
 from helpers_campaign import make_campaign, make_workload
 
@@ -54,21 +55,28 @@ def normalise(logits: np.ndarray) -> np.ndarray:
     return logits - top - np.log(np.exp(logits - top).sum(axis=1, keepdims=True))
 
 
-def engines(shift: float, noise: float = 0.12, starts: int = 3, seed: int = 5) -> tuple[list, list]:
-    """(served starts, candidate starts) as top-k results: shared logits, per-start noise, the candidate's shift."""
+def engines(
+    shift: float, noise: float = 0.12, starts: int = 3, seed: int = 5, cand_scales: tuple[float, ...] | None = None
+) -> tuple[list, list]:
+    """(served starts, candidate starts) as top-k results: shared logits, per-start noise (times
+    ``cand_scales`` for the candidate's starts), the candidate's shift."""
     rng = np.random.default_rng(seed)
     p = TURNS * PER_TURN
     base = rng.normal(0, 5.0, (p, VOCAB))
     sens = np.repeat(rng.lognormal(0, 0.5, TURNS), PER_TURN)[:, None]  # turns differ in how much the part moves
     change = rng.normal(0, 1, (p, VOCAB)) * sens
     served = [top_k(normalise(base + noise * rng.normal(0, 1, (p, VOCAB)))) for _ in range(starts)]
-    cand = [top_k(normalise(base + shift * change + noise * rng.normal(0, 1, (p, VOCAB)))) for _ in range(starts)]
+    scales = cand_scales or (1.0,) * starts
+    cand = [top_k(normalise(base + shift * change + noise * k * rng.normal(0, 1, (p, VOCAB)))) for k in scales]
     return served, cand
 
 
-def pairs(served: list, cand: list) -> tuple[list, list]:
-    floor = [compare(a, b, "s-s") for i, a in enumerate(served) for b in served[i + 1 :]]
-    return floor, [compare(a, b, "s-c") for a in served for b in cand]
+def pairs(served: list, cand: list) -> tuple[list[StartPair], list[StartPair]]:
+    """Every two served starts, every served start with every candidate start (as the fidelity kind pairs them)."""
+    floor = [
+        StartPair(f"s{i}", f"s{j}", compare(a, b)) for i, a in enumerate(served) for j, b in enumerate(served) if i < j
+    ]
+    return floor, [StartPair(f"s{i}", f"c{j}", compare(a, b)) for i, a in enumerate(served) for j, b in enumerate(cand)]
 
 
 def verdict(rule: FidelityRule, served: list, cand: list) -> tuple[str, str]:
@@ -84,13 +92,13 @@ def test_a_candidate_well_over_the_floor_passed_the_old_rule_and_fails_the_exces
     the tolerance: the old rule passed; with a margin it fails on the excess, and says so."""
     served, cand = engines(shift=0.06)
     floor, across = pairs(served, cand)
-    f = np.mean([np.mean(x.stats.kl) for x in floor])
-    c = np.mean([np.mean(x.stats.kl) for x in across])
+    f = np.mean([np.mean(x.pair.stats.kl) for x in floor])
+    c = np.mean([np.mean(x.pair.stats.kl) for x in across])
     assert 1.3 < c / f < 1.6 and c < 0.02, (f, c)
     old = FidelityRule(tolerance=0.02, max_positions_above=10)
     assert verdict(old, served, cand)[0] == "passed"
     word, why = verdict(FidelityRule(tolerance=0.02, max_positions_above=10, margin=0.002), served, cand)
-    assert word == "failed" and " ≥ margin 0.002 (t bound over 12 turns)" in why, why
+    assert word == "failed" and " ≥ margin 0.002 (t bound over 12 turns and the starts)" in why, why
     assert decided_by(word, why) == "the excess over the noise floor"
 
 
@@ -101,7 +109,7 @@ def test_a_candidate_that_adds_nothing_passes_and_prints_both_ranges() -> None:
     m = re.match(
         r"two starts of the served engine differed by (\S+)–(\S+) \(3 pairs\); the candidate against the served "
         r"engine: (\S+)–(\S+) \(9 pairs\); excess (\S+) nats, one-sided 95% upper bound (\S+) < margin 0.005 "
-        r"\(t bound over 12 turns\); mean KL ",
+        r"\(t bound over 12 turns and the starts\); mean KL ",
         why,
     )
     assert m, why
@@ -124,19 +132,37 @@ def test_too_few_starts_per_arm_is_invalid_not_passed() -> None:
     assert (
         excess_test(floor, across, None, 0.05)
         .bound()
-        .endswith("(t bound over 12 turns; no margin registered, not tested)")
+        .endswith("(t bound over 12 turns and the starts; no margin registered, not tested)")
     )
 
 
-def test_the_turn_bound_is_a_t_bound_over_turns() -> None:
+def test_the_bound_adds_the_turns_and_the_starts_with_welch_satterthwaite_df() -> None:
     from scipy import stats as sps
 
-    d, w = [0.001, 0.003, 0.002, 0.006], [10, 10, 20, 10]
-    est, upper = turn_bound(d, w, 0.05)
+    d, w = np.array([0.001, 0.003, 0.002, 0.006]), np.array([10.0, 10, 20, 10])
     mean = (0.01 + 0.03 + 0.04 + 0.06) / 50
-    se = np.sqrt(4 / 3 * sum((wi * (di - mean)) ** 2 for di, wi in zip(d, w))) / 50
-    assert est == pytest.approx(mean) and upper == pytest.approx(mean + sps.t.ppf(0.95, 3) * se)
-    assert np.isnan(turn_bound([0.1], [5], 0.05)[1])
+    v_t = 4 / 3 * sum((wi * (di - mean)) ** 2 for di, wi in zip(d, w)) / 50**2
+    assert turn_variance(d, w) == pytest.approx(v_t)
+    assert upper_bound(mean, [(v_t, 3)], 0.05) == pytest.approx(mean + sps.t.ppf(0.95, 3) * np.sqrt(v_t))
+    v_s = v_t / 2
+    df = (v_t + v_s) ** 2 / (v_t**2 / 3 + v_s**2 / 2)
+    assert upper_bound(mean, [(v_t, 3), (v_s, 2)], 0.05) == pytest.approx(
+        mean + sps.t.ppf(0.95, df) * np.sqrt(1.5 * v_t)
+    )
+    assert np.isnan(upper_bound(0.1, [(math.nan, 0)], 0.05))
+
+
+def test_starts_that_differ_as_a_whole_widen_the_bound() -> None:
+    """Candidate starts whose noise differs as a whole (0.6, 1, 1.4 times the served engine's): the turns
+    cannot see it, the jackknife over the candidate's starts does."""
+    same = pairs(*engines(shift=0.0))
+    varied = pairs(*engines(shift=0.0, cand_scales=(0.6, 1.0, 1.4)))
+    (_, n_s), (v_same, n_c) = start_variances(*same)
+    _, (v_varied, _) = start_variances(*varied)
+    assert (n_s, n_c) == (3, 3) and v_varied > 10 * v_same
+    assert excess_test(*varied, 0.005, 0.05).upper - excess_test(*varied, 0.005, 0.05).excess > 2 * (
+        excess_test(*same, 0.005, 0.05).upper - excess_test(*same, 0.005, 0.05).excess
+    )
 
 
 # ---------------------------------------------------------------- defect 2: a rearranged tail

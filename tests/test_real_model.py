@@ -14,6 +14,7 @@ import os
 import signal
 import socket
 import sqlite3
+import re
 import subprocess
 import sys
 import time
@@ -285,9 +286,9 @@ def test_ngram_speed_design_end_to_end(camp: Path, recorded: Path) -> None:
 FIDELITY = """\
 name = "kvq8"
 kind = "fidelity"
-hypothesis = "a Q8_0 KV cache moves the real model's next-token distributions by less than 0.05 nats"
+hypothesis = "a Q8_0 KV cache adds less than 0.05 nats to the real model's own start-to-start noise"
 blocks = 1
-starts_per_arm = 2
+starts_per_arm = 3
 workload = "workloads/ff.jsonl"
 
 [arms.served]
@@ -301,11 +302,12 @@ parts = ["fa_on", "kv_q8"]
 [rule]
 kind = "fidelity"
 tolerance = 0.05
+margin = 0.05
 threshold = 0.5
 max_positions_above = 3
 
 [fidelity]
-top_k = 16
+top_k = 256
 """
 
 
@@ -352,6 +354,17 @@ def test_kv_q8_fidelity_above_noise_floor(camp: Path) -> None:
     cand = next(x for x in lines if x.startswith("candidate (A vs B)")).split()
     noise_mean, cand_mean = float(noise[6]), float(cand[5])  # "<label> <positions> <mean> ..."
     assert int(noise[5]) > 0 and int(cand[4]) > 0 and cand_mean > noise_mean, a.stdout
+    # 3 starts per arm: the floor over 3 served pairs and the candidate over 9, as ranges, and the excess bound
+    ranges = next(x for x in lines if x.startswith("against the noise floor: "))
+    assert re.match(
+        r"against the noise floor: two starts of the served engine differed by \S+ \(3 pairs\); "
+        r"the candidate against the served engine: \S+ \(9 pairs\)$",
+        ranges,
+    ), ranges
+    bound = lines[lines.index(ranges) + 1]
+    assert re.match(r"  excess \S+ nats, one-sided 95% upper bound \S+ [<≥] margin 0.05 \(t bound over 2 turns", bound)
+    captured = next(x for x in lines if x.startswith("captured mass"))
+    assert float(captured.split("mean ")[1].split(",")[0]) >= 0.99, captured  # the top-256 bound can see the mass
     print(f"\nkv q8_0 fidelity: noise floor mean {noise_mean}, candidate mean {cand_mean}\n{a.stdout}")
 
 

@@ -36,7 +36,7 @@ from frankenstein.measure.metrics import BUILTIN, Metric
 from frankenstein.measure.resources import ResourceSampler
 from frankenstein.errors import DesignError, EngineError, FidelityError
 from frankenstein.fidelity.compare import PairComparison, compare, pool, summarize_pairs
-from frankenstein.fidelity.equivalence import MIN_STARTS, Excess, excess_test
+from frankenstein.fidelity.equivalence import MIN_STARTS, Excess, StartPair, excess_test
 from frankenstein.fidelity.forced import (
     ForcedResult,
     ForcedTurn,
@@ -185,15 +185,16 @@ def make_pairs(starts: list[ForcedStart]) -> tuple[list[PairComparison], list[Pa
     return noise, cand
 
 
-def all_pairs(starts: list[ForcedStart]) -> tuple[list[PairComparison], list[PairComparison]]:
+def all_pairs(starts: list[ForcedStart]) -> tuple[list[StartPair], list[StartPair]]:
     """(every two served starts, every served start with every candidate start), across blocks."""
     served = sorted((s for s in starts if s.arm == "served"), key=lambda s: (s.block, s.rep))
     cands = sorted((s for s in starts if s.arm == "candidate"), key=lambda s: (s.block, s.rep))
-    floor = [
-        compare(x.result, y.result, f"{_name(x)} vs {_name(y)}") for i, x in enumerate(served) for y in served[i + 1 :]
-    ]
-    cand = [compare(x.result, y.result, f"{_name(x)} vs {_name(y)}") for x in served for y in cands]
-    return floor, cand
+    floor = [_pair(x, y) for i, x in enumerate(served) for y in served[i + 1 :]]
+    return floor, [_pair(x, y) for x in served for y in cands]
+
+
+def _pair(x: ForcedStart, y: ForcedStart) -> StartPair:
+    return StartPair(_name(x), _name(y), compare(x.result, y.result, f"{_name(x)} vs {_name(y)}"))
 
 
 def _name(s: ForcedStart) -> str:
