@@ -39,13 +39,13 @@ FLOORS: dict[str, int] = {
     "design": 3, "design.model": 3, "design.rules": 3, "design.stats": 3, "design.plan": 3, "design.table": 3,
     "design.blockcsv": 3, "design.phases": 3, "design.command_guard": 3,
     # one start and what is read back from stored starts
-    "design.start": 4, "design.pins": 4, "design.percentiles": 4, "design.walltime": 4,
+    "design.start": 4, "design.pins": 4, "design.serving": 4, "design.percentiles": 4, "design.walltime": 4,
     # the kinds, and what a start is wrapped in
     "design.kinds": 5, "design.command": 5, "design.failed": 5, "design.prefetch": 5, "design.caches": 5,
     # register, verify, get
     "design.registry": 6,
     # analyze and run a design; use cases that act on a verified campaign
-    "design.analysis": 7, "design.runner": 7, "design.quickcheck": 7, "design.dryrun": 7, "design.serving": 7, "regioncache.service": 7,
+    "design.analysis": 7, "design.runner": 7, "design.quickcheck": 7, "design.dryrun": 7, "regioncache.service": 7,
     "cluster": 8,
     "design.facts": 9,
     "ledger": 10, "gates": 10,

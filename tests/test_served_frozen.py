@@ -16,7 +16,7 @@ from frankenstein.errors import LedgerError
 from frankenstein.shipped import data_path
 from frankenstein.store import LedgerEntry
 
-from helpers_campaign import TOML, make_campaign, make_workload
+from helpers_campaign import TOML, make_campaign, make_workload, write_design
 from helpers_cli import cli
 from helpers_ledger import CONFIRMED, stored_design
 
@@ -148,3 +148,17 @@ def test_a_step_written_before_frozen_recipes_resolves_now_and_says_so(tmp_path:
 
 def _legacy_step() -> LedgerEntry:
     return LedgerEntry(0, "adopt", "draft", "good-1", {"design_id": "good-1"}, False, None, ["draft"], "")
+
+
+def test_a_served_arm_is_refused_while_frank_toml_disagrees_with_what_is_served(root: Path, capsys) -> None:
+    _edit(root, '"--spec-draft-n-max", "8"]', '"--spec-draft-n-max", "16"]')
+    design = write_design(root / "next.toml", name="next", candidate_parts='["threads1"]')
+    code, _, err = cli(capsys, "register", str(design), "-c", str(root))
+    assert code == 1 and "Traceback" not in err
+    assert (
+        f"{design}: arms.served.recipe: the served recipe (frozen at ledger step 1 (adopt draft on design good-1))"
+        in err
+    )
+    assert "frank.toml: the served recipe's args is now [" in err
+    _edit(root, '"--spec-draft-n-max", "16"]', '"--spec-draft-n-max", "8"]')  # put back: registers
+    assert cli(capsys, "register", str(design), "-c", str(root))[0] == 0

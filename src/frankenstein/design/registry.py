@@ -25,6 +25,7 @@ from frankenstein.design.kinds import kind_of
 from frankenstein.design.kinds.speed import SpeedKind, check_warmup
 from frankenstein.engines import ADAPTERS, traits_of
 from frankenstein.design.pins import pins_of_arm
+from frankenstein.design.serving import frozen_served, toml_differences
 from frankenstein.design.model import DesignFile, FrozenDesign, Registered, load_design, resolve_arms
 from frankenstein.errors import ConfigError, DesignError, FrankError, RegistryError, UnknownNameError
 from frankenstein.measure.metrics import BUILTIN
@@ -55,6 +56,8 @@ def resolve_arm(campaign: Campaign, design: DesignFile, arm: str, path: Path | N
     if spec.command is not None:
         return None
     ledger = served_parts(campaign) if spec.recipe == "served" else []
+    if spec.recipe == "served":
+        _check_served_is_frozen(campaign, arm, path)
     try:
         if spec.recipe == "served":
             r = campaign.recipe(campaign.config.served, [*ledger, *spec.parts])
@@ -68,6 +71,20 @@ def resolve_arm(campaign: Campaign, design: DesignFile, arm: str, path: Path | N
         else:  # the served recipe or a part the ledger serves is gone from frank.toml
             raise DesignError(f"{exc} (the served recipe of arm {arm})", path=path, field=f"arms.{arm}") from exc
         raise DesignError(exc.message, path=path, field=field) from exc
+
+
+def _check_served_is_frozen(campaign: Campaign, arm: str, path: Path | None) -> None:
+    """An arm written ``recipe = "served"`` must be what is served: frank.toml must still resolve the served
+    recipe as the last adopt froze it (else the design would test against a recipe nobody serves)."""
+    served = frozen_served(campaign)
+    diffs = toml_differences(campaign, served) if served.frozen else []
+    if diffs:
+        raise DesignError(
+            f"the served recipe ({served.why}) is not what frank.toml resolves now: {'; '.join(diffs)}; a served arm "
+            "must be what frank serve launches (put frank.toml back, or test the change as a part of its own)",
+            path=path,
+            field=f"arms.{arm}.recipe",
+        )
 
 
 def _same(a: ResolvedRecipe | None, b: ResolvedRecipe | None, design: DesignFile, arm: str = "candidate") -> bool:

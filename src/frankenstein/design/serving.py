@@ -13,6 +13,7 @@ parts) has nothing frozen: the served recipe is resolved from frank.toml as it r
 
     freeze(reg, base) -> dict                       the ``served_recipe`` scope entry adopt stores
     served_now(campaign) -> Served                  the recipe to launch, where it comes from, what disagrees
+    frozen_served / toml_differences                the same without the file checks (registration uses them)
     checked(campaign, command, force, why) -> Served  refuses a disagreement unless forced (then recorded)
     served_lines(served) -> list[str]               ``frank served`` and the note: the recipe with its pins
 """
@@ -71,6 +72,12 @@ def frozen_of(step: LedgerEntry | None) -> dict[str, Any] | None:
 
 def served_now(campaign: Campaign) -> Served:
     """The served recipe to launch: the last step's frozen recipe, checked against frank.toml and the pinned files."""
+    served = frozen_served(campaign)
+    return replace(served, problems=disagreements(campaign, served)) if served.frozen else served
+
+
+def frozen_served(campaign: Campaign) -> Served:
+    """The last step's frozen recipe (not yet checked), or the recipe resolved from frank.toml where none is frozen."""
     last = campaign.store.last_steps(1)
     step = last[0] if last else None
     entry = frozen_of(step)
@@ -85,8 +92,7 @@ def served_now(campaign: Campaign) -> Served:
         if step.action == "adopt"
         else f"frozen by the adopt on design {design}, served again since ledger step {step.seq} (revert {step.part})"
     )
-    served = Served(recipe, base, list(step.parts), step.seq, why, pins)
-    return replace(served, problems=disagreements(campaign, served))
+    return Served(recipe, base, list(step.parts), step.seq, why, pins)
 
 
 def _resolved_now(campaign: Campaign, step: LedgerEntry | None) -> Served:
@@ -101,6 +107,13 @@ def _resolved_now(campaign: Campaign, step: LedgerEntry | None) -> Served:
 
 def disagreements(campaign: Campaign, served: Served) -> list[str]:
     """Every way frank.toml and the files on this machine now disagree with the frozen recipe."""
+    out = toml_differences(campaign, served)
+    why = check_arm(served.pins, served.recipe, ARM, socket.gethostname(), BY)
+    return [*out, why] if why else out
+
+
+def toml_differences(campaign: Campaign, served: Served) -> list[str]:
+    """Every way frank.toml now resolves the served recipe differently from the frozen one."""
     out = []
     if campaign.config.served != served.base:
         out.append(
@@ -112,9 +125,6 @@ def disagreements(campaign: Campaign, served: Served) -> list[str]:
         out.append(f"frank.toml no longer resolves {describe_parts(campaign, served.parts)}: {exc}")
     else:
         out += _field_differences(served.recipe, now)
-    why = check_arm(served.pins, served.recipe, ARM, socket.gethostname(), BY)
-    if why:
-        out.append(why)
     return out
 
 
