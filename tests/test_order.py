@@ -4,9 +4,12 @@ analyze warns when every block runs the arms in the same order (real store, real
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 import random
 import sys
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -151,3 +154,92 @@ def test_a_bad_order_is_refused_naming_the_field(tmp_path: Path) -> None:
     c = make_campaign(tmp_path / "c")
     with pytest.raises(DesignError, match=r"kernel.toml: order"):
         register(c, _design(c.root, 'order = "latin"'))
+
+
+# -- the order-adjusted exact test
+
+
+def _balanced_gains(d: list[float], coins: tuple[int, ...]) -> list[float]:
+    """Gains under the sharp null: a block's gain is d_b with served first and -d_b with candidate first; one
+    coin per pair draws the first block's order, and the second runs it with the arms swapped."""
+    out = []
+    for i, s in enumerate(coins):
+        out += [s * d[2 * i], -s * d[2 * i + 1]]
+    return out
+
+
+@pytest.mark.parametrize("n", [10, 12])
+def test_order_adjusted_fires_on_exactly_its_size_of_every_balanced_assignment(n: int) -> None:
+    """A 3 % order effect (the second start slower) and no effect of the part: over every one of the
+    2**(n/2) balanced draws the order-adjusted rule fires on floor(alpha * 2**(n/2)) of them, exactly its
+    size; the per-block sign-flip test, blind to the pairs, fires on its own share, here no more."""
+    from frankenstein.design.rules import decide, parse_rule
+
+    rng = random.Random(n)
+    d = [0.03 + rng.gauss(0, 0.004) for _ in range(n)]  # log(served/candidate) with served first
+    adjusted, plain = parse_rule("order_adjusted"), parse_rule("permutation")
+    draws = list(itertools.product((1, -1), repeat=n // 2))
+    fired = sum(decide(adjusted, _balanced_gains(d, c), "lower").word == "confirmed" for c in draws)
+    assert Fraction(fired, len(draws)) == Fraction(math.floor(0.05 * len(draws)), len(draws))
+    plain_fired = sum(decide(plain, _balanced_gains(d, c), "lower").word == "confirmed" for c in draws)
+    assert Fraction(plain_fired, len(draws)) <= Fraction(1, 20)
+
+
+def test_order_adjusted_sees_an_effect_the_order_hides(tmp_path: Path) -> None:
+    """A 1 % faster part under a 3 % order effect: every pair's sum favours the candidate, so the
+    order-adjusted rule confirms at p = 1/32, while the per-block test does not reach 0.05."""
+    from frankenstein.design.rules import evaluate, parse_rule
+
+    served, candidate = [], []
+    for i in range(5):  # pair i: served first, then candidate first (log-scale values, 100 ms base)
+        served += [100.0, 103.0]
+        candidate += [(99.0 + 0.1 * i) * 1.03, 99.0 + 0.1 * i]
+    v = evaluate(parse_rule("order_adjusted"), served, candidate, "lower")
+    assert v.word == "confirmed" and v.p == Fraction(1, 32) and "5 pairs of counter-balanced blocks" in v.reason
+    assert v.ci is not None and v.ci.high < 1.0  # the interval, over pair means, excludes no change
+    assert evaluate(parse_rule("permutation"), served, candidate, "lower").word == "not confirmed"
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            'order = "independent"\nfailure_policy = "invalidate"',
+            "kernel.toml: order: the order_adjusted rule tests pairs",
+        ),
+        (
+            'failure_policy = "invalidate"\n',
+            "kernel.toml: blocks: the order_adjusted rule tests pairs of blocks: an even",
+        ),
+        ("", "kernel.toml: failure_policy: a dropped block would break its pair"),
+    ],
+)
+def test_order_adjusted_needs_its_shape(tmp_path: Path, extra: str, message: str) -> None:
+    from frankenstein.errors import DesignError
+
+    c = make_campaign(tmp_path / "c")
+    p = _design(c.root, extra)
+    text = (
+        p.read_text()
+        .replace('kind = "all_blocks_better"', 'kind = "order_adjusted"')
+        .replace("blocks = 6", "blocks = 10")
+    )
+    if "even" in message:
+        text = text.replace("blocks = 10", "blocks = 11")
+    p.write_text(text)
+    with pytest.raises(DesignError, match=message):
+        register(c, p)
+
+
+def test_an_order_adjusted_design_runs_and_decides(tmp_path: Path) -> None:
+    c = make_campaign(tmp_path / "c")
+    p = _design(c.root, 'failure_policy = "invalidate"')
+    p.write_text(
+        p.read_text()
+        .replace('kind = "all_blocks_better"', 'kind = "order_adjusted"')
+        .replace("blocks = 6", "blocks = 10")
+    )
+    reg = register(c, p)
+    run_design(c, reg.design_id, echo=lambda s: None)
+    a = analyze(c, reg.design_id)
+    assert a.word == "confirmed" and a.verdict is not None and a.verdict.p == Fraction(1, 32)

@@ -23,6 +23,7 @@ class RuleName(str, Enum):
     harm = "harm"
     all_blocks_by = "all_blocks_by"
     mean_by = "mean_by"
+    order_adjusted = "order_adjusted"
 
 
 class PlanRuleName(str, Enum):
@@ -89,7 +90,9 @@ def analyze(
     rule: RuleName | None = typer.Option(None, "--rule", help="Decision rule (with --blocks)."),
     direction: DirectionName | None = typer.Option(None, "--direction", help="Which way is better for the candidate."),
     alpha: float | None = typer.Option(None, "--alpha", help="Significance level (default 0.05)."),
-    side: SideName | None = typer.Option(None, "--side", help="permutation rule: better, worse or two-sided."),
+    side: SideName | None = typer.Option(
+        None, "--side", help="permutation and order_adjusted rules: better, worse or two-sided."
+    ),
     test: HarmTest | None = typer.Option(None, "--test", help="harm rule: permutation (default) or sign."),
     min_effect: float | None = typer.Option(None, "--min-effect", help="Practical threshold (0.05 = 5%)."),
     by: float | None = typer.Option(

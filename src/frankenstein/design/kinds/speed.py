@@ -145,6 +145,9 @@ def check_block_rule(design: DesignFile, path: Path, data: DataKind = "ratio") -
     rule = design.rule
     if isinstance(rule, FidelityRule):
         raise DesignError('rule "fidelity" is only for fidelity designs', path=path, field="rule.kind")
+    shape = rule.shape_problem(design.blocks, design.order, design.failure_policy)
+    if shape:
+        raise DesignError(shape[1], path=path, field=shape[0])
     reason = rules.unreachable_reason(rule, design.blocks) or rules.check_computable(rule, design.blocks, data)
     if reason:
         raise DesignError(reason, path=path, field="blocks")

@@ -9,6 +9,7 @@ curtailment, interval, words); the table maps ``kind`` to its class. One module 
     harm                one-sided: the candidate is worse (test permutation | sign)
     all_blocks_by       every block better by at least `by` (relative, or in the metric's unit)
     mean_by             the mean better by at least `by`: exact sign-flip test beyond the threshold
+    order_adjusted      exact sign-flip test over pairs of counter-balanced blocks (order effects cancel)
 
 A new rule is one module: subclass ``BlockRule``, decorate with ``@register_rule`` and import it
 (below, or from anywhere before a design is validated: the design field looks kinds up in the
@@ -83,6 +84,7 @@ from frankenstein.design.rules.evaluate import (
 )
 from frankenstein.design.rules.family import CandidateResult, Family, decide_family, family_reason, holm
 from frankenstein.design.rules.harm import HarmRule
+from frankenstein.design.rules.order_adjusted import OrderAdjusted
 from frankenstein.design.rules.permutation import PermutationRule
 from frankenstein.design.rules.sign import SignRule
 from frankenstein.design.rules.threshold import AllBlocksBy, MeanBy, ThresholdRule
@@ -108,6 +110,7 @@ __all__ = [
     "Fired",
     "HarmRule",
     "MeanBy",
+    "OrderAdjusted",
     "PermutationRule",
     "Rule",
     "RuleField",

@@ -114,6 +114,14 @@ class BlockRule(_Model):
         """One line for a rule the verdict table does not describe itself."""
         return type(self).summary or self.kind
 
+    def interval_values(self, values: Sequence[float]) -> list[float]:
+        """The values the interval inverts the rule's test over (a rule over pairs of blocks: pair means)."""
+        return list(values)
+
+    def shape_problem(self, blocks: int, order: str | None, failure_policy: str) -> tuple[str, str] | None:
+        """(field, why) when a design of this shape cannot carry the rule (registration refuses), else None."""
+        return None
+
     def looks_for(self) -> Looks:
         return "worse" if self.test_side() == "less" else "either" if self.test_side() == "two-sided" else "better"
 

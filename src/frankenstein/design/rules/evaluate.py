@@ -456,6 +456,7 @@ def _interval(rule: BlockRule, values: list[float], data: DataKind) -> tuple[Con
     test gives p <= alpha (the same tie values, inclusive at ties); alpha/2 for a two-sided rule.
     All blocks equal give no interval: a single point has no exact coverage.
     """
+    values = rule.interval_values(values)
     if not values:
         return None, "no blocks"
     if any(not math.isfinite(v) for v in values):
