@@ -185,6 +185,9 @@ def test_the_kept_head_in_the_environment_passes_an_untouched_campaign(
     monkeypatch.setenv("FRANK_EXPECT_HEAD", line)
     code, out, err = cli(capsys, "analyze", "kernel-1", "-c", str(root))
     assert code == 0, err
+    code, out, err = cli(capsys, "verify", "-c", str(root))
+    seq = int(line.split()[3])
+    assert code == 0 and f"kept head verified (FRANK_EXPECT_HEAD): chain record {seq} of {seq} is " in out, out
     monkeypatch.setenv("FRANK_EXPECT_HEAD", "not a head")
     code, _, err = cli(capsys, "analyze", "kernel-1", "-c", str(root))
     assert code == 1 and "FRANK_EXPECT_HEAD: no chain head in it" in err and "Traceback" not in err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -161,11 +162,13 @@ def verify(
     """Check the registry, every stored design and design file, the evidence chain over every start, turn, ledger
     step and refusal (with its head file, frank.head), the registered slots and every pinned workload; with
     --expect-head, also that the chain still holds the head you kept elsewhere (nothing in the campaign folder,
-    the head file included, can then be rewritten or replaced quietly).
+    the head file included, can then be rewritten or replaced quietly). FRANK_EXPECT_HEAD, if set, is such a kept
+    head too, checked by every command that verifies (analyze, adopt, revert, run, serve, report, verify).
 
     Example: frank verify -c my-campaign --expect-head "57 3f2a…"
     """
     from frankenstein.campaign import open_campaign
+    from frankenstein.design.registry import kept_heads
     from frankenstein.design.registry import verify as do_verify
 
     kept, source = expect_head, "--expect-head"
@@ -176,17 +179,18 @@ def verify(
         except OSError as exc:
             raise typer.BadParameter(f"{expect_head}: {exc.strerror}", param_hint="--expect-head") from None
     with open_campaign(campaign) as c:
-        lines = do_verify(c)
+        lines = do_verify(c)  # also checks FRANK_EXPECT_HEAD, if set
         head = c.store.chain_head()
-        matched = c.store.verify_kept(kept, source) if kept is not None else None
+        sources = [*([(kept, source)] if kept is not None else []), *kept_heads(os.environ)]
+        matched = [(c.store.verify_kept(text, where), where) for text, where in sources]
     for line in lines:
         typer.echo(line)
     typer.echo(f"registry verified: {len(lines)} designs")
     if head is not None:
         typer.echo(f"evidence chain verified: {head.seq} records, head {head.row_hash} (keep a copy elsewhere)")
-    if matched is not None:
-        link, n = matched
-        typer.echo(f"kept head verified: chain record {link.seq} of {n} is {link.row_hash[:16]}…, as kept")
+    for (link, n), where in matched:
+        named = "" if where == "--expect-head" or where == expect_head else f" ({where})"
+        typer.echo(f"kept head verified{named}: chain record {link.seq} of {n} is {link.row_hash[:16]}…, as kept")
 
 
 @app.command()
