@@ -48,9 +48,11 @@ def stored_design(
     resources: Callable[[str, int], dict[str, Any]] = lambda arm, b: NO_GPU,
     fail: Callable[[str, int], str | None] = lambda arm, b: None,
     day: int = 1,
+    more: Callable[[str, int], dict[str, float]] = lambda arm, b: {},
 ) -> Registered:
     """Register a design and record one ok start per arm for each value given (block by block, in the
-    registered arm order). Fewer values than blocks leaves the remaining blocks unrun."""
+    registered arm order). Fewer values than blocks leaves the remaining blocks unrun. ``more(arm, block)``
+    adds metrics to a start's (e.g. a veto's metric)."""
     path = write_design(
         camp.root / f"{name}.toml",
         name=name,
@@ -75,7 +77,11 @@ def stored_design(
                 started_at=f"2025-03-{day:02d}T10:{b:02d}:{pos * 30:02d}.000Z",
                 metrics={}
                 if reason
-                else {"verify_step_ms": v, "tokens_per_step": 1.0 if arm == "served" else 1.5 + b / 100},
+                else {
+                    "verify_step_ms": v,
+                    "tokens_per_step": 1.0 if arm == "served" else 1.5 + b / 100,
+                    **more(arm, b),
+                },
                 engine="llamacpp",
                 engine_version="b6000 (test build)",
                 resources=resources(arm, b),

@@ -144,7 +144,10 @@ def test_option_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     rc, _, err = run(
         ["analyze", "--blocks", str(p), "--rule", "sign", "--side", "worse", "--direction", "lower"], capsys
     )
-    assert (rc, err) == (1, "frank: error: --side applies only to the order_adjusted and permutation rule, not 'sign'\n")
+    assert (rc, err) == (
+        1,
+        "frank: error: --side applies only to the order_adjusted and permutation rule, not 'sign'\n",
+    )
     rc, _, err = run(["analyze", "--blocks", str(p), "--rule", "sign", "--alpha", "0", "--direction", "lower"], capsys)
     assert (rc, err) == (1, "frank: error: rule alpha: must be above 0 and at most 0.5 (0.05 is usual), got 0\n")
     rc, _, err = run(["analyze", "--blocks", str(p), "--rule", "sign"], capsys)

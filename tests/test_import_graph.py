@@ -48,7 +48,7 @@ FLOORS: dict[str, int] = {
     "design.analysis": 7, "design.runner": 7, "design.quickcheck": 7, "design.dryrun": 7, "regioncache.service": 7,
     "cluster": 8,
     "design.facts": 9,
-    "ledger": 10, "gates": 10,
+    "ledger": 10, "gates": 10, "part_status": 10,
     "report": 11,
     "demo": 12, "cli": 12, "__main__": 12,
 }  # fmt: skip

@@ -157,7 +157,9 @@ def test_rules_are_data_with_extra_forbidden() -> None:
         AnalysisError, match=r"^rule alpha: must be above 0 and at most 0.5 \(0.05 is usual\), got 1.5$"
     ):
         parse_rule("sign", alpha=1.5)
-    with pytest.raises(AnalysisError, match=r"^--side applies only to the order_adjusted and permutation rule, not 'sign'$"):
+    with pytest.raises(
+        AnalysisError, match=r"^--side applies only to the order_adjusted and permutation rule, not 'sign'$"
+    ):
         parse_rule("sign", side="better")
 
 

@@ -84,6 +84,6 @@ def test_a_registered_rule_from_a_toml_design_and_its_field_errors(two_thirds: t
 def test_an_unregistered_kind_is_refused_naming_the_kinds(tmp_path: Path) -> None:
     with pytest.raises(
         Exception,
-        match="kind must be one of all_blocks_better, harm, order_adjusted, permutation, sign, all_blocks_by, mean_by, fidelity, got 'two_thirds'",
+        match="kind must be one of all_blocks_better, harm, order_adjusted, permutation, sign, all_blocks_by, mean_by, fidelity, memory, got 'two_thirds'",
     ):
         DesignFile.model_validate(DESIGN)

@@ -2,7 +2,9 @@
 
 * fidelity: a registered fidelity design whose verdict is ``passed``, for the same part, against the same
   served recipe;
-* memory: the largest increase of peak GPU memory (candidate − served, per GPU) within ``memory_mib``.
+* memory: the largest increase of peak GPU memory (candidate − served, per GPU) within ``memory_mib``;
+* memory design: a registered memory design (``gates.memory``) whose verdict is ``passed``, for the same
+  part, against the same served recipe (its rule holds the limit: "at most +X MiB").
 
 Each answer is ``(passed, sentence)``; ``passed`` is None when the gate could not be checked (absent is
 not zero). Never raises for a missing or unfinished gate design.
@@ -10,6 +12,7 @@ not zero). Never raises for a missing or unfinished gate design.
     fidelity_gate_passed(campaign, design_id, candidate_parts=None) -> (bool, str)
     fidelity_gate(campaign, reg, part) -> (bool | None, str)
     memory_gate(resources, limit_mib) -> (bool | None, str)
+    memory_design_gate(campaign, reg, part) -> (bool, str)
 """
 
 from __future__ import annotations
@@ -96,3 +99,37 @@ def memory_gate_of(reg: Registered, res: Resources) -> tuple[bool | None, str]:
     if limit is None:
         return True, ""
     return memory_gate(res, limit)
+
+
+def memory_design_gate(campaign: Campaign, reg: Registered, part: str) -> tuple[bool, str]:
+    """The memory design ``reg`` cites (``gates.memory``) must have passed, for this part, against the same
+    served recipe; passed when it cites none."""
+    gate = reg.design.gates.memory
+    if not gate:
+        return True, ""
+    try:
+        mem = registry.get(campaign, gate)
+        a = analyze(campaign, gate)
+    except FrankError as exc:
+        return False, f"memory gate {gate}: {exc}"
+    if not kind_of(mem.design.kind).measures_memory:
+        return False, f"memory gate {gate}: a {mem.design.kind} design, not a memory design"
+    problem = _same_comparison(campaign, mem, reg, part)
+    if problem:
+        return False, f"memory gate {gate}: {problem}"
+    return a.word == "passed", f"memory gate {gate}: {a.word} ({a.why or ''})"
+
+
+def _same_comparison(campaign: Campaign, gate: Registered, reg: Registered, part: str) -> str | None:
+    """Why the gate design did not compare what ``reg`` compares (served + ``part`` against the same served
+    recipe), or None."""
+    served, cand = gate.frozen.recipes["served"], gate.frozen.recipes["candidate"]
+    if served is None or cand is None:
+        return "it compares command arms, not served + " + part
+    if cand.parts != [*served.parts, part]:
+        return f"it tested parts {cand.parts} against {served.parts}, not + {part}"
+    now = reg.frozen.recipes["served"]
+    if now is None or now.parts != served.parts:
+        then = " + ".join([campaign.config.served, *served.parts])
+        return f"it measured against served = {then}, but {reg.design_id} tested another served recipe"
+    return None

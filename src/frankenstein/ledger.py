@@ -30,7 +30,8 @@ from frankenstein.design.kinds import kind_of
 from frankenstein.design.model import Registered
 from frankenstein.design.registry import get, verified
 from frankenstein.errors import FrankError, LedgerError
-from frankenstein.gates import fidelity_gate, memory_gate_of
+from frankenstein.gates import fidelity_gate, memory_design_gate, memory_gate_of
+from frankenstein.part_status import part_statuses, status_lines
 from frankenstein.scope import KEY as SCOPE_KEY
 from frankenstein.scope import AdoptedScope, adopted_for, scope_words
 from frankenstein.served import describe_parts, served_parts, served_recipe
@@ -164,12 +165,28 @@ def gather_evidence(campaign: Campaign, reg: Registered, part: str, current: lis
     if a.word != "confirmed":
         reason = a.reason
         ev.problems.append(f"its verdict is {a.word!r}, not 'confirmed'" + (f" ({reason})" if reason else ""))
+    ev.problems += veto_problems(a)
     ev.problems += _recipe_problems(campaign, reg, part, current)
     fid_ok, fid_text = fidelity_gate(campaign, reg, part)
     mem_ok, mem_text = memory_gate_of(reg, facts.resources)
     ev.problems += [t for ok, t in ((fid_ok, fid_text), (mem_ok, mem_text)) if ok is not True and t]
-    ev.scope = _scope(reg, facts, a, fid_text, mem_text)
+    ev.problems += cited_gate_problems(campaign, reg, part, ev)
+    ev.scope = {**_scope(reg, facts, a, fid_text, mem_text), **ev.scope}
     return ev
+
+
+def cited_gate_problems(campaign: Campaign, reg: Registered, part: str, ev: Evidence) -> list[str]:
+    """Gates that cite another registered design beside fidelity (a memory design); their sentences go
+    into the scope."""
+    ok, text = memory_design_gate(campaign, reg, part)
+    if text:
+        ev.scope["memory_design_gate"] = text
+    return [] if ok else [text]
+
+
+def veto_problems(a: Analysis) -> list[str]:
+    """A refusal per registered veto that failed or could not be checked, naming it."""
+    return [f"its {v.sentence()}" for v in a.failed_vetoes]
 
 
 def _recipe_problems(campaign: Campaign, reg: Registered, part: str, current: list[str]) -> list[str]:
@@ -214,6 +231,7 @@ def _scope(reg: Registered, facts: DesignFacts, a: Analysis, fid_text: str, mem_
         "in_favour": None if v is None else v.in_favour,
         "fidelity_gate": fid_text or None,
         "memory_gate": mem_text or None,
+        **({"vetoes": [v.sentence() for v in a.vetoes]} if a.vetoes else {}),
     }
 
 
@@ -291,6 +309,8 @@ def format_step(e: LedgerEntry) -> str:
     if e.action == "revert":
         what += f" (undoes step {e.scope.get('undoes')}: {e.scope.get('undoes_action')})"
     design = f"  design {e.design_id}" if e.design_id else ""
+    if e.scope.get("designs"):
+        design = f"  designs {', '.join(e.scope['designs'])}"
     forced = f"  FORCED: {e.why}" if e.forced else (f"  why: {e.why}" if e.why else "")
     return f"{e.seq:>3}  {e.at}  {what}{design}{forced}  → [{', '.join(e.parts)}]"
 
@@ -315,4 +335,4 @@ def format_served(campaign: Campaign) -> list[str]:
             lines.append("       " + format_scope(e.scope))
         if scope_words(adopted_for(e)):
             lines.append("       adopted for: " + scope_words(adopted_for(e)))
-    return lines
+    return [*lines, "", *status_lines(part_statuses(campaign))]

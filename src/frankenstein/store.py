@@ -223,6 +223,29 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE INDEX observed_draws_step ON observed_draws (step)
         """,
     ),
+    (
+        # Part status steps (frankenstein.part_status): park, stop and unpark are ledger steps too. SQLite cannot
+        # change a CHECK, so the table is rebuilt with the same columns and rows (the chain's digests of its
+        # records read the same).
+        "0007_ledger_part_status",
+        """
+        CREATE TABLE ledger_with_status (
+            seq        INTEGER PRIMARY KEY,
+            action     TEXT NOT NULL CHECK (action IN ('adopt', 'revert', 'park', 'stop', 'unpark')),
+            part       TEXT NOT NULL,
+            design_id  TEXT,
+            scope      TEXT NOT NULL DEFAULT '{}',
+            forced     INTEGER NOT NULL DEFAULT 0,
+            why        TEXT,
+            parts      TEXT NOT NULL,
+            at         TEXT NOT NULL
+        );
+        INSERT INTO ledger_with_status (seq, action, part, design_id, scope, forced, why, parts, at)
+            SELECT seq, action, part, design_id, scope, forced, why, parts, at FROM ledger;
+        DROP TABLE ledger;
+        ALTER TABLE ledger_with_status RENAME TO ledger
+        """,
+    ),
 ]
 
 BOOTSTRAP = (
@@ -914,7 +937,7 @@ class RegistryRow:
 @dataclass(frozen=True)
 class LedgerEntry:
     seq: int
-    action: str  # adopt | revert
+    action: str  # adopt | revert | park | stop | unpark
     part: str
     design_id: str | None
     scope: dict[str, Any]

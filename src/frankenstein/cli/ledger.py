@@ -1,4 +1,4 @@
-"""Ledger and report commands: served, adopt, revert, report."""
+"""Ledger and report commands: served, adopt, revert, park, stop, unpark, report."""
 
 from __future__ import annotations
 
@@ -89,6 +89,64 @@ def revert(
         warn_overrides(c, seen)
         now = describe_parts(c, e.parts)
     typer.echo(f"step {e.seq}: undid step {e.scope['undoes']} ({e.scope['undoes_action']} {e.part}); served: {now}")
+
+
+STATUS_WHY = typer.Option(..., "--why", help="Why; recorded in the ledger step.")
+STATUS_DESIGNS = typer.Option(None, "--design", "-d", help="A registered design it rests on (repeatable).")
+
+
+def _status_step(action: str, part: str, why: str, designs: list[str] | None, campaign: Path) -> None:
+    """One park/stop/unpark step (frankenstein.part_status), printed as one line."""
+    from frankenstein import part_status
+    from frankenstein.campaign import open_campaign
+
+    step = {"park": part_status.park, "stop": part_status.stop, "unpark": part_status.unpark}[action]
+    with open_campaign(campaign) as c:
+        e = step(c, part, why, list(designs or []))
+    rests = f" (rests on {', '.join(e.scope['designs'])})" if e.scope.get("designs") else ""
+    typer.echo(f"step {e.seq}: {e.scope['status']} {part}{rests}: {e.why}")
+
+
+@app.command()
+def park(
+    part: str = typer.Argument(..., help="Part name from frank.toml."),
+    why: str = STATUS_WHY,
+    design: list[str] | None = STATUS_DESIGNS,
+    campaign: Path = CAMPAIGN,
+) -> None:
+    """Set a part aside (it may come back): one ledger step with its reason and the designs it rests on.
+
+    Example: frank park work-claiming --why "8.2-8.7% longer per job on the CPU benchmark" -d claim-bench-1
+    """
+    _status_step("park", part, why, design, campaign)
+
+
+@app.command()
+def stop(
+    part: str = typer.Argument(..., help="Part name from frank.toml."),
+    why: str = STATUS_WHY,
+    design: list[str] | None = STATUS_DESIGNS,
+    campaign: Path = CAMPAIGN,
+) -> None:
+    """Give a part up: one ledger step with its reason and the designs it rests on.
+
+    Example: frank stop own-kernel --why "no build reached the 0.079 ms saving required" -d kernel-screen-1
+    """
+    _status_step("stop", part, why, design, campaign)
+
+
+@app.command()
+def unpark(
+    part: str = typer.Argument(..., help="Part name from frank.toml."),
+    why: str = STATUS_WHY,
+    design: list[str] | None = STATUS_DESIGNS,
+    campaign: Path = CAMPAIGN,
+) -> None:
+    """Take a parked or stopped part back into play: one ledger step with its reason.
+
+    Example: frank unpark work-claiming --why "new job shapes from the 1M-token workload"
+    """
+    _status_step("unpark", part, why, design, campaign)
 
 
 @app.command()

@@ -25,6 +25,7 @@ from frankenstein.design.kinds.base import (
 )
 from frankenstein.design.percentiles import Percentiles, arm_percentiles, percentile_lines
 from frankenstein.design.start import load_warnings
+from frankenstein.design.predicts import PredictionCheck, compare, parse_prediction
 from frankenstein.design.table import format_verdict
 
 __all__ = [
@@ -44,7 +45,42 @@ def analyze(campaign: Campaign, design_id: str) -> Analysis:
     a = kind_of(ev.reg.design.kind).analyze(campaign, ev)
     a.warnings = [*load_warnings(ev.starts), *a.warnings]
     a.time_spent = phases.summarize(ev.starts, ev.reg.design.cache)
+    a.predictions = prediction_checks(campaign, ev.reg, a)
     return a
+
+
+def added_parts(reg: registry.Registered) -> list[str] | None:
+    """The parts a design's candidate adds to its served arm, or None (command arms, another recipe)."""
+    served, cand = reg.frozen.recipes.get("served"), reg.frozen.recipes.get("candidate")
+    if served is None or cand is None or cand.parts[: len(served.parts)] != served.parts:
+        return None
+    return cand.parts[len(served.parts) :] or None
+
+
+def observed_difference(a: Analysis) -> tuple[float, int] | None:
+    """Mean over the analysed blocks of candidate − served (the primary metric's unit), and the block count."""
+    rows = a.verdict.rows if a.verdict else []
+    diffs = [r.candidate - r.served for r in rows if r.served is not None and r.candidate is not None]
+    return (sum(diffs) / len(diffs), len(diffs)) if diffs else None
+
+
+def prediction_checks(campaign: Campaign, reg: registry.Registered, a: Analysis) -> list[PredictionCheck]:
+    """Each earlier design of the same part and primary metric that registered ``predicts``, against what
+    this design observed."""
+    parts, seen = added_parts(reg), observed_difference(a)
+    if parts is None or seen is None:
+        return []
+    out = []
+    for row in campaign.store.registry_rows():
+        if row.seq >= reg.seq or row.design_id == reg.design_id:
+            continue
+        earlier = registry.get(campaign, row.design_id)
+        d = earlier.design
+        if d.predicts is None or d.primary_metric != reg.design.primary_metric or added_parts(earlier) != parts:
+            continue
+        pred = parse_prediction(d.predicts, d.primary_metric, earlier.unit(d.primary_metric))
+        out.append(compare(pred, earlier.design_id, seen[0], seen[1], reg.frozen.direction))
+    return out
 
 
 def format_analysis(a: Analysis, percentiles: Percentiles | None = None) -> list[str]:
@@ -66,6 +102,10 @@ def format_analysis(a: Analysis, percentiles: Percentiles | None = None) -> list
         lines.append(f"note: {note}")
     for warning in a.warnings:
         lines.append(f"warning: {warning}")
+    lines += veto_lines(a)
+    if a.predictions:
+        lines += ["", "predicted by an earlier design of the same part (candidate − served):"]
+        lines += [f"  {p.sentence()}" for p in a.predictions]
     if a.secondary:
         lines += ["", "secondary metrics (reported, not tested):"]
         for m, s in a.secondary.items():
@@ -82,6 +122,14 @@ def format_analysis(a: Analysis, percentiles: Percentiles | None = None) -> list
     if percentiles:
         lines += ["", *percentile_lines(percentiles)]
     return lines
+
+
+def veto_lines(a: Analysis) -> list[str]:
+    """The registered vetoes, each with what the starts showed; adopt refuses on any not passed."""
+    if not a.vetoes:
+        return []
+    out = ["", "vetoes (registered with the design; adopt refuses on any that did not pass):"]
+    return out + [f"  {v.sentence()}" for v in a.vetoes]
 
 
 def analyze_registered(campaign_dir: Path, design_id: str) -> list[str]:

@@ -29,26 +29,34 @@ from frankenstein.design import command_guard
 from frankenstein.design.start import StartOutcome
 from frankenstein.engines import command_recipe
 from frankenstein.engines.process import engine_env, extra_env, runtime_dir, wait_group_gone
+from frankenstein.measure.memory import RssSampler
 from frankenstein.store import now_iso
 
 COMMAND_TIMEOUT_S = 3600.0
 
 
-def run_command_arm(command: list[str], log_dir: Path, timeout_s: float = COMMAND_TIMEOUT_S) -> StartOutcome:
-    """Run a command arm once; an ``ok`` start carries the numbers of its last stdout line."""
+def run_command_arm(
+    command: list[str], log_dir: Path, timeout_s: float = COMMAND_TIMEOUT_S, *, rss: bool = False
+) -> StartOutcome:
+    """Run a command arm once; an ``ok`` start carries the numbers of its last stdout line. ``rss``: also
+    sample the peak RSS of the command's process tree, the guard left out (``resources["rss"]``)."""
     recipe = command_recipe(command)
     out = StartOutcome(status="failed", reason=None, started_at=now_iso(), recipe=recipe, engine="command")
     log_dir.mkdir(parents=True, exist_ok=True)
     stem = log_dir / f"command-{os.getpid()}-{time.time_ns()}"
     stdout_path, stderr_path = stem.with_suffix(".out"), stem.with_suffix(".err")
+    sampler = RssSampler() if rss else None
     try:
-        code = run_guarded(command, stdout_path, stderr_path, timeout_s)
+        code = run_guarded(command, stdout_path, stderr_path, timeout_s, sampler)
     except OSError as exc:
         out.reason = f"command failed: {exc}"
         return out
     except subprocess.TimeoutExpired:
         out.reason = f"command did not finish within {timeout_s:.0f} s (killed with its children)"
         return out
+    finally:
+        if sampler is not None:
+            out.resources["rss"] = sampler.stop()
     stdout = stdout_path.read_text(errors="replace").strip()
     if code != 0:
         out.reason = f"command exited {code}: {stderr_path.read_text(errors='replace').strip()[-300:]}"
@@ -63,7 +71,9 @@ def run_command_arm(command: list[str], log_dir: Path, timeout_s: float = COMMAN
     return out
 
 
-def run_guarded(command: list[str], stdout_path: Path, stderr_path: Path, timeout_s: float) -> int:
+def run_guarded(
+    command: list[str], stdout_path: Path, stderr_path: Path, timeout_s: float, sampler: RssSampler | None = None
+) -> int:
     """Start ``command`` under the guard in a new process group, wait up to ``timeout_s``, then kill
     and reap the whole group whatever happened (exit, timeout, KeyboardInterrupt). Returns the exit code."""
     argv = [sys.executable, "-I", command_guard.__file__, str(os.getpid()), "--", *command]
@@ -77,6 +87,8 @@ def run_guarded(command: list[str], stdout_path: Path, stderr_path: Path, timeou
             start_new_session=True,
             preexec_fn=_parent_death(signal.SIGTERM),
         )
+    if sampler is not None:
+        sampler.start(proc.pid, skip=Path(command_guard.__file__).name)  # the guard and its watcher left out
     pidfile = runtime_dir() / f"{proc.pid}.json"
     pidfile.write_text(json.dumps({"pid": proc.pid, "pgid": proc.pid, "owner": os.getpid(), "argv": command[:3]}))
     try:

@@ -28,13 +28,14 @@ from pydantic_core import PydanticCustomError
 from frankenstein.config import Name, ResolvedRecipe, check_name
 from frankenstein.design.rules import BlockRule, RuleField
 from frankenstein.engines import traits_of
+from frankenstein.design.veto import Veto
 from frankenstein.errors import ConfigError, DesignError
 from frankenstein.measure.metrics import Metric
 from frankenstein.measure.usermetrics import UserMetric, known
 from frankenstein.validation import UserFile, field_error, read_toml
 from frankenstein.workload.replay import ReplaySettings
 
-Kind = Literal["speed", "fidelity", "agent", "screen", "aa"]
+Kind = Literal["speed", "fidelity", "agent", "screen", "aa", "memory"]
 ARMS = ("served", "candidate")
 # Documented bounds (docs/designs.md): a design beyond them would take years of engine starts, and
 # building its schedule alone would exhaust memory at registration.
@@ -101,7 +102,16 @@ class FidelityRule(UserFile):
     alpha: float = Field(default=0.05, gt=0, le=0.5, description="one-sided level of the excess bound")
 
 
-DesignRule = Annotated[BlockRule | FidelityRule, RuleField(FidelityRule)]  # any rule in the table, or fidelity
+class MemoryRule(UserFile):
+    """A memory design's rule: the candidate's peak memory (engine process tree RSS, and each GPU where one was
+    sampled) at most ``max_increase_mib`` above the served arm's (see :mod:`frankenstein.design.kinds.memory`)."""
+
+    kind: Literal["memory"] = "memory"
+    max_increase_mib: float = Field(ge=0, allow_inf_nan=False, description="largest allowed increase of peak memory")
+
+
+# any rule in the table, or fidelity, or memory
+DesignRule = Annotated[BlockRule | FidelityRule | MemoryRule, RuleField(FidelityRule, MemoryRule)]
 
 
 class FidelitySpec(UserFile):
@@ -119,6 +129,9 @@ class AgentSpec(UserFile):
 
 class Gates(UserFile):
     fidelity: str | None = Field(default=None, description="a fidelity design id whose verdict must be 'passed'")
+    memory: str | None = Field(
+        default=None, description="a memory design id (same part, same served recipe) whose verdict must be 'passed'"
+    )
     memory_mib: float | None = Field(
         default=None, ge=0, description="largest allowed increase of peak GPU memory per GPU"
     )
@@ -161,8 +174,15 @@ class DesignFile(UserFile):
         description="engine cache folders per arm: warm = kept across the arm's starts, cold = empty per start",
     )
     gates: Gates = Gates()
+    vetoes: list[Veto] = Field(
+        default_factory=list, description="secondary metrics with their own rule; adopt refuses on any failed veto"
+    )
     fidelity: FidelitySpec = FidelitySpec()
     agent: AgentSpec = AgentSpec()
+    predicts: str | None = Field(
+        default=None,
+        description='the effect a later design of the same part should see, in the primary metric\'s unit: "-0.42 ms"',
+    )
     limits: list[Annotated[str, Field(min_length=1)]] = Field(
         default_factory=list,
         description="what the result does not show, in the authors' words; printed after the generated limits",
@@ -170,11 +190,15 @@ class DesignFile(UserFile):
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """``limits`` is left out when empty, so designs registered before it existed keep their
+        """``limits`` and ``vetoes`` are left out when empty (``predicts`` when None), so designs registered before it existed keep their
         canonical text (and hash)."""
         out: dict[str, Any] = handler(self)
         if not out.get("limits", True):
             del out["limits"]
+        if not out.get("vetoes", True):
+            del out["vetoes"]
+        if "predicts" in out and out["predicts"] is None:
+            del out["predicts"]
         return out
 
     @model_validator(mode="after")

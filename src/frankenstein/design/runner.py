@@ -51,10 +51,10 @@ def done_slots(campaign: Campaign, design_id: str) -> set[tuple[int, int]]:
     return {(r.block, r.position) for r in campaign.store.starts_of(design_id)}
 
 
-def run_command_arm(command: list[str], log_dir: Path) -> StartOutcome:
+def run_command_arm(command: list[str], log_dir: Path, rss: bool = False) -> StartOutcome:
     """A command arm, reaped like an engine: own process group, parent-death guard, pid file
-    (:mod:`frankenstein.design.command`)."""
-    return command_arm.run_command_arm(command, log_dir)
+    (:mod:`frankenstein.design.command`); ``rss``: its process tree's peak RSS sampled (a memory design)."""
+    return command_arm.run_command_arm(command, log_dir, rss=rss)
 
 
 def _run_slot(
@@ -62,7 +62,7 @@ def _run_slot(
 ) -> StartOutcome:
     spec = reg.design.arms[slot.arm]
     if spec.command is not None:
-        return run_command_arm(spec.command, campaign.logs)
+        return run_command_arm(spec.command, campaign.logs, rss=kind_of(reg.design.kind).measures_memory)
     recipe = reg.frozen.recipes[slot.arm]
     assert recipe is not None
     return kind_of(reg.design.kind).start(campaign, reg, slot, recipe, workload, progress)

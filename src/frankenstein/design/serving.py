@@ -90,7 +90,7 @@ def frozen_served(campaign: Campaign) -> Served:
     why = (
         f"frozen at ledger step {step.seq} (adopt {step.part} on design {design})"
         if step.action == "adopt"
-        else f"frozen by the adopt on design {design}, served again since ledger step {step.seq} (revert {step.part})"
+        else f"frozen by the adopt on design {design}, served again since ledger step {step.seq} ({step.action} {step.part})"
     )
     return Served(recipe, base, list(step.parts), step.seq, why, pins)
 

@@ -25,6 +25,7 @@ from frankenstein.engines import Engine, adapter_for, engine_settings, traits_of
 from frankenstein.engines.process import extra_env
 from frankenstein.engines.prometheus import SCRAPES_ARTIFACT, Sample, Scrapes, counter_deltas
 from frankenstein.errors import EngineError
+from frankenstein.measure.memory import RssSampler
 from frankenstein.measure.machine import MachineSnapshot, binary_sha256, differences, snapshot
 from frankenstein.measure.noise import LoadRecord, LoadSampler, judge_load
 from frankenstein.measure.resources import ResourceSampler, not_sampled
@@ -57,16 +58,20 @@ def measure_start(
     settings: ReplaySettings,
     log_dir: Path,
     progress: Callable[[int, int], None] | None = None,
+    rss: bool = False,
 ) -> StartOutcome:
     """Run one start; never raises for engine failures (they become a failed outcome). Its phases
-    (launch, ready, warmup, replay, scrape, stop) go to the current :mod:`~frankenstein.design.phases` recorder."""
+    (launch, ready, warmup, replay, scrape, stop) go to the current :mod:`~frankenstein.design.phases` recorder.
+    ``rss``: also sample the engine process tree's peak RSS (``resources["rss"]``, a memory design's starts)."""
     started = now_iso()
     engine = adapter_for(recipe, log_dir)
     out = StartOutcome(status="failed", reason=None, started_at=started, recipe=recipe, engine=engine.kind)
-    sampler = ResourceSampler()
+    sampler, rss_sampler = ResourceSampler(), RssSampler()
     try:
         start_engine(engine)
         sampler.start(engine.pid)
+        if rss:
+            rss_sampler.start(engine.pid)
         out.engine_version = engine.version
         out.capabilities = engine.capabilities()
         with phases.phase("scrape"):
@@ -83,6 +88,8 @@ def measure_start(
         out.status, out.reason = "failed", str(exc)
     finally:
         out.resources = sampler.stop()
+        if rss:
+            out.resources["rss"] = rss_sampler.stop()
         stop_engine(engine)
     return out
 
@@ -151,7 +158,10 @@ def watched(run: Callable[[], StartOutcome]) -> StartOutcome:
             out = run()
             run_s = time.monotonic() - t
         if out.resources.get("status") != "sampled":
+            rss = out.resources.get("rss")  # the process tree's peak RSS (a memory design), kept
             out.resources = dict(sampler.result or not_sampled("the sampler gave no result"))
+            if rss is not None:
+                out.resources["rss"] = rss
         out.resources["machine"] = machine.as_dict()
         binary = engine_binary(out)
         if binary:

@@ -20,6 +20,7 @@ from frankenstein.design.percentiles import Percentiles, arm_percentiles
 from frankenstein.design.registry import get, verify
 from frankenstein.design.serving import Served, served_now
 from frankenstein.errors import ConfigError, FrankError, RegistryError
+from frankenstein.part_status import PartStatus, part_statuses
 from frankenstein.served import served_parts
 from frankenstein.store import EpisodeRow, LedgerEntry, Override, Refusal
 
@@ -89,6 +90,7 @@ class NoteData:
     pieces: list[PieceCredit] = field(default_factory=list)  # the base recipe, models, engines, formats
     header: NoteHeader = field(default_factory=NoteHeader)  # frank.toml's [note], printed as given
     served_recipe: Served | None = None  # the recipe `frank serve` launches (frozen by adopt), with its pins
+    parts: list[PartStatus] = field(default_factory=list)  # every part of frank.toml with its status now
 
 
 def collect(campaign: Campaign, since: str | None = None) -> NoteData:
@@ -115,6 +117,7 @@ def collect(campaign: Campaign, since: str | None = None) -> NoteData:
         pieces=piece_credits(campaign),
         header=campaign.config.note,
         served_recipe=_served(campaign),
+        parts=part_statuses(campaign),
     )
 
 

@@ -33,6 +33,7 @@ from frankenstein.design.percentiles import PERCENTILE_CAPTION, PERCENTILE_HEADE
 from frankenstein.design.table import descriptive_label, describe_rule, format_p, harm_text, p_text
 from frankenstein.fidelity.gate import rule_line
 from frankenstein.report import plots as P
+from frankenstein.part_status import STATUS_ACTIONS, PartStatus
 from frankenstein.report.collect import DesignReport, NoteData, collect
 from frankenstein.report.export import dumps, note_doc
 from frankenstein.report.facts import stated_limits, what_it_shows
@@ -168,7 +169,16 @@ def _verification_phrase(o: Override) -> str:
     return f"a failed verification ({o.problem.rstrip('.')}; override {o.seq})"
 
 
+def _status_bullet(e: LedgerEntry) -> str:
+    """'- **parked** `claim` (step 3, rests on `claim-bench-1`): why.'"""
+    designs = ", ".join(code(d) for d in e.scope.get("designs") or [])
+    rests = f", rests on {designs}" if designs else ""
+    return f"- **{e.scope.get('status', e.action)}** {code(e.part)} (step {e.seq}{rests}): {e.why}."
+
+
 def _step_bullet(e: LedgerEntry, by_id: dict[str, DesignReport], forced_past: Override | None = None) -> str:
+    if e.action in STATUS_ACTIONS:
+        return _status_bullet(e)
     if e.action == "revert":
         why = f"; why: {e.why}" if e.why else ""
         head = "**re-applied**" if e.scope.get("undoes_action") == "revert" else "**reverted**"
@@ -209,6 +219,8 @@ def format_design(d: DesignReport, base: str, plots: dict[str, str]) -> list[str
     lines += _design_head(d, base)
     lines += ["", *format_block_table(d)]
     lines += ["", *format_rule(d)]
+    lines += format_vetoes(d)
+    lines += format_predictions(d)
     lines += format_secondary(d)
     lines += format_percentiles(d)
     if d.episodes:
@@ -409,6 +421,22 @@ def _units(v: Verdict) -> str:
     return f"{v.n_blocks} blocks"
 
 
+def format_vetoes(d: DesignReport) -> list[str]:
+    """The design's registered vetoes, each checked on the same starts as its primary metric."""
+    if d.analysis is None or not d.analysis.vetoes:
+        return []
+    head = "Vetoes (registered with the design, checked on the same starts; adoption needs every one passed):"
+    return ["", head, "", *(f"- {v.sentence()}." for v in d.analysis.vetoes)]
+
+
+def format_predictions(d: DesignReport) -> list[str]:
+    """Earlier designs' predictions for this part, against what this design observed (ratio and difference)."""
+    if d.analysis is None or not d.analysis.predictions:
+        return []
+    metric = d.reg.design.primary_metric
+    return ["", *(f"**Predicted:** {code(metric)}: {p.sentence()}." for p in d.analysis.predictions)]
+
+
 def format_secondary(d: DesignReport) -> list[str]:
     """Secondary metrics per block as ratio − 1, and their geometric-mean ratio: reported, not tested."""
     a = d.analysis
@@ -486,6 +514,18 @@ def went_wrong(d: DesignReport) -> bool:
     return kind_of(d.reg.design.kind).went_wrong(d.word)
 
 
+def vetoed(d: DesignReport) -> bool:
+    """A design whose primary rule held but a registered veto did not: it cannot be adopted."""
+    return d.analysis is not None and bool(d.analysis.failed_vetoes)
+
+
+def vetoed_phrase(d: DesignReport) -> str:
+    """'confirmed on its primary metric (...), but its veto '...' failed: ...; not adopted.'"""
+    assert d.analysis is not None
+    stops = "; ".join(v.sentence() for v in d.analysis.failed_vetoes)
+    return f"{d.says} on its primary metric ({result_phrase(d)}), but its {stops}. Not adopted."
+
+
 def format_didnt_work(data: NoteData) -> list[str]:
     """Not-confirmed, stopped and refused designs, with their numbers; failed starts too."""
     out = []
@@ -498,8 +538,13 @@ def format_didnt_work(data: NoteData) -> list[str]:
             )
         elif went_wrong(d):
             out.append(head + f"{d.says}: {result_phrase(d)}.")
+        elif vetoed(d):
+            out.append(head + vetoed_phrase(d))
         if d.facts.starts_failed:
             out.append(head + f"{d.facts.starts_failed} failed or invalid start(s){_failures(d)}.")
+    out += [
+        f"- {code(p.part)}: {p.status}{_status_reason(p)}." for p in data.parts if p.status in ("parked", "stopped")
+    ]
     for r in data.refusals:
         if r.what == "registration":
             where = f" ({code(Path(r.path).name)})" if r.path else ""
@@ -511,6 +556,25 @@ def format_didnt_work(data: NoteData) -> list[str]:
         "",
         *(out or ["- Nothing: no design in this note failed, stopped short or was refused."]),
     ]
+
+
+def _status_reason(p: PartStatus) -> str:
+    designs = f"; rests on {', '.join(code(d) for d in p.designs)}" if p.designs else ""
+    return f" (step {p.step}): {p.why}{designs}" if p.step is not None else ""
+
+
+def format_part_statuses(data: NoteData) -> list[str]:
+    """Every part by status (served, parked, stopped, tested, never tested), with its reason; written once a
+    part has a status step (park, stop, unpark) in the ledger."""
+    if not any(e.action in STATUS_ACTIONS for e in data.steps) and not any(
+        p.status in ("parked", "stopped") for p in data.parts
+    ):
+        return []
+    rows = [
+        [code(p.part), p.status, p.why or "—", ", ".join(code(d) for d in p.designs) or "—", str(p.step or "—")]
+        for p in data.parts
+    ]
+    return ["", "## Parts by status", "", *md_table(["part", "status", "why", "designs", "step"], rows, "lllll")]
 
 
 def _failures(d: DesignReport) -> str:
@@ -642,6 +706,7 @@ def render_note(data: NoteData, plots: Plots) -> list[str]:
     for d in data.designs:
         lines += ["", *format_design(d, data.base, plots.get(d.design_id, {}))]
     lines += ["", *format_didnt_work(data)]
+    lines += format_part_statuses(data)
     if data.overrides:
         lines += ["", *format_overrides(data)]
     served = format_served(data)

@@ -32,6 +32,7 @@ from frankenstein.design.kinds.base import (
     Evidence,
     Failure,
     Progress,
+    check_no_vetoes,
     check_stopping,
     metric_scope,
 )
@@ -228,6 +229,7 @@ class AgentKind:
     name = "agent"
     adoptable = False
     measures_fidelity = False
+    measures_memory = False
     uses_workload = False
     same_arms = False
     can_curtail = False
@@ -241,6 +243,7 @@ class AgentKind:
             raise DesignError('an agent design uses rule "harm"', path=path, field="rule.kind")
         check_block_rule(design, path, "difference")
         check_stopping(self.name, design, path)
+        check_no_vetoes(self.name, design, path)
         check_agent_spec(design, path)
 
     def check_recipes(

@@ -1,6 +1,6 @@
 """The contract every design kind implements, and what the kinds share.
 
-A *kind* (speed, fidelity, agent, screen, aa) is one module with one object that satisfies
+A *kind* (speed, fidelity, agent, screen, aa, memory) is one module with one object that satisfies
 :class:`DesignKind`; :mod:`frankenstein.design.kinds` looks it up by name from one table. Nothing
 outside that table branches on a kind's name: the registry asks the kind to check a design, the
 runner asks it to run a start, the analysis asks it for the verdict, the ledger and the note read its
@@ -31,9 +31,11 @@ from frankenstein.campaign import Campaign
 from frankenstein.config import ResolvedRecipe
 from frankenstein.design import rules, stats
 from frankenstein.design.phases import TimeSummary
-from frankenstein.design.model import ARMS, DesignFile, FidelityRule, Registered, Slot
+from frankenstein.design.model import ARMS, DesignFile, Registered, Slot
 from frankenstein.design.start import StartOutcome
 from frankenstein.engines import traits_of
+from frankenstein.design.predicts import PredictionCheck, parse_prediction
+from frankenstein.design.veto import VetoResult, evaluate_veto, veto_problem
 from frankenstein.errors import DesignError
 from frankenstein.measure import metrics
 from frankenstein.store import StartRow
@@ -112,6 +114,15 @@ class Analysis:
     speculation: dict[str, dict[str, float | None]] = field(default_factory=dict)  # per arm, see speculation_per_arm
     warnings: list[str] = field(default_factory=list)  # noise guard: starts run on a busy machine, named
     time_spent: TimeSummary | None = None  # where the time went: phases per arm (design/phases.py)
+    vetoes: list[VetoResult] = field(default_factory=list)  # the registered vetoes, checked (design/veto.py)
+    predictions: list[PredictionCheck] = field(
+        default_factory=list
+    )  # earlier designs' predictions (design/predicts.py)
+
+    @property
+    def failed_vetoes(self) -> list[VetoResult]:
+        """Vetoes that failed or could not be checked: each one stops an adoption."""
+        return [v for v in self.vetoes if v.passed is not True]
 
     @property
     def word(self) -> str:
@@ -143,6 +154,7 @@ class DesignKind(Protocol):
     name: str
     adoptable: bool  # a part may be adopted on this kind's verdict
     measures_fidelity: bool  # its verdict is a fidelity verdict (what a fidelity gate names)
+    measures_memory: bool  # its verdict is a memory verdict (what a memory gate names); its starts sample RSS
     uses_workload: bool  # its starts replay or force a recorded workload
     same_arms: bool  # both arms must be the same recipe (A/A); otherwise they must differ
     can_curtail: bool  # the runner may stop early under stopping = "curtail"
@@ -248,6 +260,51 @@ def missing_notes(rows: list[StartRow], metric: str) -> list[str]:
     ]
 
 
+def check_vetoes(design: DesignFile, path: Path, known: Mapping[str, metrics.Metric]) -> None:
+    """Refuse a veto on an unknown metric or one that can never pass in the design's blocks, and vetoes on a
+    design whose arms are not one served and one candidate in paired blocks (unpaired, a family)."""
+    if design.vetoes and (design.layout == "unpaired" or design.family):
+        shape = "an unpaired design" if design.layout == "unpaired" else "a family of candidates"
+        why = f"vetoes are checked block by block on one candidate against served; {shape} takes none"
+        raise DesignError(why, path=path, field="vetoes")
+    for i, veto in enumerate(design.vetoes):
+        problem = veto_problem(veto, design.blocks, known)
+        if problem:
+            raise DesignError(problem[1], path=path, field=f"vetoes[{i}].{problem[0]}")
+
+
+def check_prediction(design: DesignFile, path: Path, known: Mapping[str, metrics.Metric]) -> None:
+    """Refuse a ``predicts`` that is not a non-zero number in the primary metric's unit."""
+    if design.predicts is None:
+        return
+    m = known.get(design.primary_metric)
+    try:
+        parse_prediction(design.predicts, design.primary_metric, m.unit if m else "")
+    except ValueError as exc:
+        raise DesignError(str(exc), path=path, field="predicts") from exc
+
+
+def check_no_vetoes(kind: str, design: DesignFile, path: Path) -> None:
+    """Refuse vetoes on a kind that decides no adoption by a block rule (fidelity, agent, memory)."""
+    if design.vetoes:
+        raise DesignError(
+            f"a {kind} design takes no vetoes: a veto stops the adoption a speed design would decide",
+            path=path,
+            field="vetoes",
+        )
+
+
+def veto_results(ev: Evidence, blocks: list[int]) -> list[VetoResult]:
+    """Each registered veto over the same starts and the same complete blocks as the primary metric."""
+    reg, out = ev.reg, []
+    for veto in reg.design.vetoes:
+        values = ev.values(veto.metric)[0]
+        m = reg.metric(veto.metric)
+        direction = m.direction if m is not None else "lower"
+        out.append(evaluate_veto(veto, {b: values[b] for b in blocks if b in values}, direction, reg.design.blocks))
+    return out
+
+
 def check_stopping(kind: str, design: DesignFile, path: Path) -> None:
     """Refuse ``stopping = "curtail"`` for a kind whose runner never stops early (agent, fidelity):
     registering it would promise a stopping rule that is not implemented. Such kinds pair their arms in
@@ -314,7 +371,7 @@ def _cannot_produce(needs: tuple[str, ...], recipe: ResolvedRecipe | None) -> st
 def can_still_change(reg: Registered, served: list[float], candidate: list[float], remaining: int) -> bool:
     """Whether ``remaining`` more blocks could change the verdict of the registered block rule."""
     rule = reg.design.rule
-    if isinstance(rule, FidelityRule):
+    if not isinstance(rule, rules.BlockRule):  # fidelity, memory: decided without blocks
         return True
     if any(not v > 0 for v in (*served, *candidate)):  # no ratio: the verdict is invalid, nothing to curtail
         return True

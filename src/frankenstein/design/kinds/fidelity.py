@@ -27,7 +27,15 @@ import numpy as np
 
 from frankenstein.campaign import Campaign
 from frankenstein.config import ResolvedRecipe
-from frankenstein.design.kinds.base import Analysis, Description, Evidence, Failure, Progress, check_stopping
+from frankenstein.design.kinds.base import (
+    Analysis,
+    Description,
+    Evidence,
+    Failure,
+    Progress,
+    check_no_vetoes,
+    check_stopping,
+)
 from frankenstein.design.model import DesignFile, FidelityRule, Registered, Slot
 from frankenstein.design import phases
 from frankenstein.design.start import StartOutcome, start_engine, stop_engine
@@ -326,6 +334,7 @@ class FidelityKind:
     name = "fidelity"
     adoptable = False
     measures_fidelity = True
+    measures_memory = False
     uses_workload = True
     same_arms = False
     can_curtail = False
@@ -344,6 +353,7 @@ class FidelityKind:
                 path=path,
                 field="starts_per_arm",
             )
+        check_no_vetoes(self.name, design, path)
 
     def check_recipes(
         self,

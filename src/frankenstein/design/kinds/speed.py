@@ -28,10 +28,13 @@ from frankenstein.design.kinds.base import (
     Evidence,
     can_still_change,
     check_primary_metric,
+    check_prediction,
+    check_vetoes,
     dropped_blocks,
     metric_scope,
+    veto_results,
 )
-from frankenstein.design.model import DesignFile, FidelityRule, Registered, Slot
+from frankenstein.design.model import DesignFile, FidelityRule, MemoryRule, Registered, Slot
 from frankenstein.design.rules import DataKind
 from frankenstein.design.start import StartOutcome, measure_start
 from frankenstein.design.table import format_family
@@ -46,6 +49,7 @@ class SpeedKind:
     name = "speed"
     adoptable = True
     measures_fidelity = False
+    measures_memory = False
     uses_workload = True
     same_arms = False
     can_curtail = True
@@ -68,6 +72,8 @@ class SpeedKind:
     ) -> None:
         check_signed_primary(design, path, self.data, table)
         check_primary_metric(design, recipes, path, table)
+        check_vetoes(design, path, table)
+        check_prediction(design, path, table)
 
     def check_workload(self, turns: list[Turn], workload: Path, path: Path) -> None:
         return None
@@ -143,8 +149,8 @@ def check_signed_primary(design: DesignFile, path: Path, data: DataKind, table: 
 def check_block_rule(design: DesignFile, path: Path, data: DataKind = "ratio") -> None:
     """A block rule (not the fidelity rule) whose smallest reachable p can reach its alpha in ``blocks``."""
     rule = design.rule
-    if isinstance(rule, FidelityRule):
-        raise DesignError('rule "fidelity" is only for fidelity designs', path=path, field="rule.kind")
+    if isinstance(rule, FidelityRule | MemoryRule):
+        raise DesignError(f'rule "{rule.kind}" is only for {rule.kind} designs', path=path, field="rule.kind")
     shape = rule.shape_problem(design.blocks, design.order, design.failure_policy)
     if shape:
         raise DesignError(shape[1], path=path, field=shape[0])
@@ -156,8 +162,8 @@ def check_block_rule(design: DesignFile, path: Path, data: DataKind = "ratio") -
 def check_unpaired_rule(design: DesignFile, path: Path) -> None:
     """An unpaired design's rule must be a permutation test that its starts can take to alpha."""
     rule = design.rule
-    if isinstance(rule, FidelityRule):
-        raise DesignError('rule "fidelity" is only for fidelity designs', path=path, field="rule.kind")
+    if isinstance(rule, FidelityRule | MemoryRule):
+        raise DesignError(f'rule "{rule.kind}" is only for {rule.kind} designs', path=path, field="rule.kind")
     reason = rules.unpaired_reason(rule, design.starts_per_arm, design.starts_per_arm)
     if reason:
         field = "rule.kind" if rule.test_name != "permutation" else "starts_per_arm"
@@ -169,7 +175,7 @@ def check_family(design: DesignFile, path: Path) -> None:
     if design.stopping != "none":
         raise DesignError('a family of candidates runs every block: stopping = "none"', path=path, field="stopping")
     rule = design.rule
-    if isinstance(rule, FidelityRule) or rule.looks_for() != "better":
+    if isinstance(rule, FidelityRule | MemoryRule) or rule.looks_for() != "better":
         why = f"a family screens for candidates better than served; the {rule.kind} rule does not look for better"
         raise DesignError(why, path=path, field="rule.kind")
     reason = rules.family_reason(rule, design.blocks, len(design.candidates))
@@ -225,6 +231,7 @@ def analyze_blocks(ev: Evidence) -> Analysis:
     for metric in d.secondary:
         out.secondary[metric] = _secondary(out.per_block[metric])
     out.speculation = ev.speculation()
+    out.vetoes = veto_results(ev, blocks)
     spread = spread_warning(reg, s, out.verdict)
     if spread:
         out.warnings.append(spread)
