@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from frankenstein.campaign import open_campaign
 from frankenstein.config import CampaignConfig, load_config
 from frankenstein.design.analysis import analyze, format_analysis
 from frankenstein.design.registry import register
@@ -21,6 +22,7 @@ from frankenstein.report.export import analysis_doc
 from frankenstein.report.note import write_report
 
 from helpers_campaign import TOML, make_campaign, make_workload
+from helpers_cli import cli
 
 METRICS = """
 [metrics.time_per_job_ms]
@@ -93,7 +95,8 @@ def test_a_command_arm_metric_is_registered_analysed_plotted_and_exported_by_its
     text = note.read_text()
     assert "- Primary metric: `time_per_job_ms` (ms, a user metric: command; lower is better)." in text
     assert "`time_per_job_ms` in ms (wall time per recorded job shape of the CPU-expert pool)" in text
-    assert (note.parent / f"{reg.design_id}-blocks.png").exists() or any(note.parent.glob("*.png"))
+    assert (note.parent / f"{reg.design_id}-blocks.png").stat().st_size > 0  # its y axis: reg.label(...)
+    assert reg.label("time_per_job_ms") == "time_per_job_ms (ms)" and reg.label("e2e_ms") == "e2e_ms (ms)"
 
 
 def test_a_design_naming_an_unknown_metric_is_refused_naming_file_and_field(tmp_path: Path) -> None:
@@ -108,6 +111,21 @@ def test_a_design_naming_an_unknown_metric_is_refused_naming_file_and_field(tmp_
     )
     with pytest.raises(DesignError, match=r"pool\.toml: secondary\[1\]: unknown metric 'nope_ms'.*time_per_job_ms"):
         register(c, path)  # type: ignore[arg-type]
+
+
+def test_the_cli_refuses_an_unknown_metric_in_one_line_and_records_the_refusal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    c, path = _command_campaign(tmp_path / "c")
+    path.write_text(path.read_text().replace("secondary", "x").replace('"time_per_job_ms"', '"time_per_jobs_ms"'))
+    c.store.close()  # type: ignore[attr-defined]
+    code, out, err = cli(capsys, "register", str(path), "-c", str(tmp_path / "c"))
+    assert (code, out) == (1, "")
+    assert err.startswith(f"frank: error: {path}: primary_metric: unknown metric 'time_per_jobs_ms' (known: "), err
+    assert "time_per_job_ms" in err and err.count("\n") == 1 and "Traceback" not in err
+    with open_campaign(tmp_path / "c") as again:
+        assert again.store.registry_rows() == []
+        assert "unknown metric 'time_per_jobs_ms'" in (again.store.refusals(None)[-1].reason or "")
 
 
 def test_a_metric_no_arm_can_produce_is_refused(tmp_path: Path) -> None:

@@ -367,6 +367,11 @@ class Registered:
         m = self.metric(name)
         return m.unit if m else ""
 
+    def label(self, name: str) -> str:
+        """A metric's axis label: its name and unit, ``time_per_job_ms (ms)``."""
+        unit = self.unit(name)
+        return f"{name} ({unit})" if unit else name
+
     def slots(self) -> list[Slot]:
         """Every start the design registered, in run order: block, position in the block, arm, repeat."""
         out = []

@@ -783,7 +783,7 @@ def draw_plots(
                     [str(b + 1) for b in blocks],
                     [vals.get(b, {}).get("served") for b in blocks],
                     [vals.get(b, {}).get("candidate") for b in blocks],
-                    f"{metric} ({d.reg.unit(metric)})" if d.reg.unit(metric) else metric,
+                    d.reg.label(metric),
                     f"{did}: {metric} per block",
                     orders=(orders or {}).get(did),
                 )
