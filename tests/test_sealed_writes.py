@@ -9,8 +9,10 @@ finishes. A full disk is named as such, with nothing lost. Real SQLite, real CLI
 
 from __future__ import annotations
 
+import os
 import signal
 import sqlite3
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -154,3 +156,31 @@ def test_a_full_disk_is_named_and_nothing_is_lost(tmp_path: Path) -> None:
         s.conn.execute("PRAGMA max_page_count = 1073741823")
         s.insert_start(arm="served", status="ok", started_at="2026-01-01T00:00:00.000Z", metrics={})
         assert s.verify() == n + 1
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    """A real 1 MiB file system (tmpfs): the disk fills for real, ENOSPC from the kernel."""
+    where = tmp_path / "disk"
+    where.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(where)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here (needs root): {r.stderr.strip()}")
+    yield where
+    subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def test_a_really_full_disk_is_named_and_nothing_is_lost(small_disk: Path) -> None:
+    with Store(small_disk / "frank.db") as s:
+        written = 0
+        with pytest.raises(StoreError, match="disk full") as info:
+            for i in range(100):
+                s.insert_start(
+                    arm="served", status="ok", started_at=f"t{i}", metrics={}, artifacts={"a": os.urandom(50_000)}
+                )
+                written += 1
+        assert 0 < written < 100 and "nothing of this record was written" in str(info.value)
+        assert len(s.query("SELECT id FROM starts")) == written and s.verify() == written
+        assert not chain.pending_path(small_disk / "frank.head").exists()
+    with Store(small_disk / "frank.db") as s:  # opened again: everything committed is there and verifies
+        assert s.verify() == written
