@@ -156,3 +156,33 @@ def test_a_registered_non_inferiority_margin_is_stated(tmp_path: Path) -> None:
     assert v.non_inferior is False and v.reason.endswith(
         "a harm of 1 or more is not excluded (one-sided p = 1/16 > alpha = 0.05)"
     )
+
+
+def test_frank_plan_harm_gives_the_blocks_to_exclude_a_loss(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """With the seed's spread (sd 1.63 passes per start) and no true difference, excluding a loss of 1 pass
+    per start at one-sided 95 % with 80 % power takes 19 blocks; at the 10-block pilot's upper bound, 39."""
+    p = tmp_path / "passes.csv"
+    p.write_text("block,difference\n" + "".join(f"{i},{d}\n" for i, d in enumerate(SEED_PASSES, 1)))
+    rc, out, err = cli(capsys, "plan", "--harm", "1", "--pilot", str(p))
+    assert (rc, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[0] == f"pilot: {p}: 10 blocks; sd of the block difference 1.633 (90% upper bound 2.4)"
+    assert lines[1].startswith("harm to exclude: a loss of more than 1 per block, at one-sided 95% ")
+    assert any(line.startswith("harm   0.05      19  81.8% (>= 80.3%)") for line in lines), lines
+    assert lines[-1] == "recommended: 39 blocks (planned at the pilot sd's upper bound)"
+    rc, _, err = cli(capsys, "plan", "--harm", "1", "--sd", "1", "--effect", "0.1")
+    assert rc == 2 and "--harm plans the harm rule on per-block differences" in err
+
+
+def test_the_harm_planner_counts_what_the_verdict_decides() -> None:
+    """The planner's power is the share of simulated designs whose verdict shows non-inferiority at the
+    margin: the same test, through evaluate_differences with a registered margin of the harm."""
+    import numpy as np
+
+    from frankenstein.design import plan
+
+    rule = rules.RULE_ADAPTER.validate_python({"kind": "harm", "margin": 1})
+    draws = np.random.default_rng(3).standard_normal((200, 12))
+    pw = plan.harm_power(rule, 12, 1.6, 1.0, draws=draws)
+    shown = sum(bool(rules.evaluate_differences(rule, list(1.6 * row), "higher").non_inferior) for row in draws)
+    assert pw.value == shown / 200

@@ -168,8 +168,13 @@ def analyze(
 
 @app.command()
 def plan(
-    effect: float = typer.Option(..., "--effect", help="Effect to detect: 0.05 = 5% better for the candidate."),
-    direction: DirectionName = typer.Option(..., "--direction", help="Which way is better for the candidate."),
+    effect: float | None = typer.Option(None, "--effect", help="Effect to detect: 0.05 = 5% better for the candidate."),
+    direction: DirectionName | None = typer.Option(
+        None, "--direction", help="Which way is better for the candidate (with --effect)."
+    ),
+    harm: float | None = typer.Option(
+        None, "--harm", help="Or: the loss a harm design must exclude (per block, e.g. passes per start)."
+    ),
     pilot: Path | None = typer.Option(None, "--pilot", help="A/A pilot CSV: block,served,candidate."),
     sd: float | None = typer.Option(None, "--sd", help="Or: the sd of the block log ratio."),
     rule: list[PlanRuleName] = typer.Option(
@@ -186,18 +191,39 @@ def plan(
     campaign: Path = typer.Option(Path("."), "--campaign", "-c", help="Campaign folder of --timing-from."),
     blocks: int | None = typer.Option(None, "--blocks", help="Estimate the wall time at this many blocks."),
 ) -> None:
-    """How many blocks a rule needs to detect an effect, from an A/A pilot's spread or a given sd.
+    """How many blocks a rule needs to detect an effect, from an A/A pilot's spread or a given sd; with
+    --harm, how many an agent (difference) design needs to exclude a loss of that size.
 
     Example: frank plan --pilot aa.csv --effect 0.05 --direction lower
+    Example: frank plan --harm 1 --sd 1.6   (exclude a loss of more than 1 pass per start)
     """
-    from frankenstein.design.plan import plan_from_options
-    from frankenstein.design.table import format_plan
+    from frankenstein.design.plan import harm_plan_from_options, plan_from_options
+    from frankenstein.design.table import format_harm_plan, format_plan
 
-    for name, value in (("--effect", effect), ("--sd", sd), ("--alpha", alpha), ("--power", power)):
+    for name, value in (("--effect", effect), ("--harm", harm), ("--sd", sd), ("--alpha", alpha), ("--power", power)):
         if value is not None and not math.isfinite(value):
             raise typer.BadParameter(f"{value} is not a finite number", param_hint=name)
     if not 1 <= simulations <= 100_000:
         raise typer.BadParameter("between 1 and 100000", param_hint="--simulations")
+    if harm is not None:
+        if effect is not None or direction is not None or rule or timing_from is not None:
+            raise typer.BadParameter(
+                "--harm plans the harm rule on per-block differences: no --effect, --direction, --rule or --timing-from"
+            )
+        hp = harm_plan_from_options(
+            harm=harm,
+            pilot=pilot,
+            sd=sd,
+            alpha=alpha,
+            target=power,
+            max_blocks=max_blocks,
+            simulations=simulations,
+            seed=seed,
+        )
+        _echo_lines(format_harm_plan(hp, str(pilot) if pilot else None))
+        return
+    if effect is None or direction is None:
+        raise typer.BadParameter("--effect and --direction are required (or --harm)")
     kinds = [r.value for r in rule] or ["all_blocks_better", "sign", "permutation"]
     result = plan_from_options(
         kinds,

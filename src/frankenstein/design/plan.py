@@ -21,7 +21,7 @@ block's log ratio, estimated from an A/A pilot). Under it:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
@@ -220,13 +220,23 @@ def plan_blocks(
     if sd <= 0:
         raise AnalysisError(f"the spread sd must be positive, got {sd:g}")
     draws = np.random.default_rng(seed).standard_normal((simulations, max_blocks))
+    return _first_reaching(
+        rule,
+        lambda n: power(rule, n, sd, effect, direction, simulations=simulations, seed=seed, draws=draws),
+        target,
+        max_blocks,
+    )
+
+
+def _first_reaching(rule: BlockRule, power_at: Callable[[int], Power], target: float, max_blocks: int) -> PlanRow:
+    """The fewest blocks whose power (exact, or a simulation's lower bound) reaches ``target``."""
     best_n, best, method, low = None, -1.0, "", None
     for n in range(min_blocks(rule), max_blocks + 1):
         refused = rule.computable(n, "ratio")
         if refused is not None:  # registration would refuse it, so the planner never recommends it
             why = f"{method or 'unreachable'}; not above {n - 1} blocks: {refused}"
             return PlanRow(rule, None, max(best, 0.0), best_n, why, low)
-        pw = power(rule, n, sd, effect, direction, simulations=simulations, seed=seed, draws=draws)
+        pw = power_at(n)
         if pw.value > best:
             best_n, best, method, low = n, pw.value, pw.method, pw.low
         if pw.assured >= target:
@@ -255,6 +265,33 @@ def make_plan(
     rows = [plan_blocks(r, use_sd, effect, direction, **kw) for r in rules]  # type: ignore[arg-type]
     upper = [plan_blocks(r, spread.sd_upper, effect, direction, **kw) for r in rules] if spread else []  # type: ignore[arg-type]
     return Plan(use_sd, effect, direction, target, max_blocks, rows, spread, upper)
+
+
+def harm_plan_from_options(
+    *,
+    harm: float,
+    pilot: Path | None,
+    sd: float | None,
+    alpha: float = 0.05,
+    target: float = 0.8,
+    max_blocks: int = 40,
+    simulations: int = 2000,
+    seed: int = 1,
+) -> HarmPlan:
+    """What ``frank plan --harm`` does: read a pilot of per-block differences (block,difference) or take --sd."""
+    if not 0 < target < 1:
+        raise AnalysisError(f"--power must be between 0 and 1, got {target:g}")
+    if not 1 <= max_blocks <= 1000 or simulations < 1:
+        raise AnalysisError("--max-blocks must be 1..1000 and --simulations at least 1")
+    diffs = None
+    if pilot is not None:
+        data = read_blocks_csv(pilot)
+        if data.data != "difference":
+            raise AnalysisError(f"{pilot}: a harm plan's pilot gives per-block differences: block,difference")
+        diffs = data.differences
+    rule = parse_rule("harm", alpha=alpha)
+    kw = dict(target=target, max_blocks=max_blocks, simulations=simulations, seed=seed)
+    return plan_harm(rule, harm, sd=sd, pilot_differences=diffs, **kw)  # type: ignore[arg-type]
 
 
 def plan_from_options(
@@ -295,6 +332,91 @@ def plan_from_options(
         simulations=simulations,
         seed=seed,
     )
+
+
+# ---------------------------------------------------------------- harm: blocks needed to exclude a given harm
+
+
+@dataclass(frozen=True)
+class HarmPlan:
+    """Blocks an agent (difference) design needs so that, with no true difference, its harm bound excludes
+    a loss of ``harm`` (the non-inferiority test at that margin fires) with ``target`` probability."""
+
+    harm: float
+    sd: float
+    target: float
+    max_blocks: int
+    row: PlanRow
+    pilot_blocks: int | None = None
+    sd_upper: float | None = None  # the pilot sd's UPPER_BOUND_LEVEL upper bound
+    upper_row: PlanRow | None = None
+
+    @property
+    def recommended(self) -> PlanRow:
+        return self.upper_row or self.row
+
+
+def non_inferiority_probe(rule: BlockRule) -> BlockRule:
+    """The test a harm bound inverts, as a rule that looks for "better": the harm rule's own test at its alpha."""
+    kind = "permutation" if rule.test_name == "permutation" else "sign"
+    return parse_rule(kind, alpha=rule.alpha)
+
+
+def harm_power(
+    rule: BlockRule,
+    n: int,
+    sd: float,
+    harm: float,
+    *,
+    simulations: int = 2000,
+    seed: int = 1,
+    draws: np.ndarray | None = None,
+) -> Power:
+    """P(the data exclude a loss of ``harm``) with n blocks of independent normal differences of mean 0 and
+    sd ``sd``: the registered test of the differences shifted by ``harm`` (side better) at alpha."""
+    probe = non_inferiority_probe(rule)
+    if smallest_p(probe, n) > stats.exact_fraction(probe.alpha):
+        return Power(0.0, "unreachable")
+    from scipy import stats as sps  # ~1.4 s to import: only where a plan needs it, never in frank run
+
+    exact = probe.exact_power(n, float(sps.norm.cdf(harm / sd)))
+    if exact is not None:
+        return Power(exact, "exact (normal model)")
+    if draws is None:
+        draws = np.random.default_rng(seed).standard_normal((simulations, n))
+    return _simulated_power(probe, harm + sd * draws[:, :n], "higher", seed)
+
+
+def plan_harm(
+    rule: BlockRule,
+    harm: float,
+    *,
+    sd: float | None = None,
+    pilot_differences: Sequence[float] | None = None,
+    target: float = 0.8,
+    max_blocks: int = 40,
+    simulations: int = 2000,
+    seed: int = 1,
+) -> HarmPlan:
+    """The fewest blocks to exclude a loss of ``harm`` at the rule's level, at a given sd or a pilot's (and
+    at the pilot sd's upper bound, the recommendation)."""
+    if harm <= 0 or not math.isfinite(harm):
+        raise AnalysisError(f"--harm must be a positive number (a loss in the data's units), got {harm:g}")
+    if (sd is None) == (pilot_differences is None):
+        raise AnalysisError("give either --pilot FILE.csv (block,difference) or --sd, not both or neither")
+    spread = pilot_spread(pilot_differences) if pilot_differences is not None else None
+    use = spread.sd if spread else float(sd)  # type: ignore[arg-type]
+    if use <= 0:
+        raise AnalysisError(f"the spread sd must be positive, got {use:g}")
+    draws = np.random.default_rng(seed).standard_normal((simulations, max_blocks))
+
+    def row(at: float) -> PlanRow:
+        kw = dict(simulations=simulations, seed=seed, draws=draws)
+        return _first_reaching(rule, lambda n: harm_power(rule, n, at, harm, **kw), target, max_blocks)  # type: ignore[arg-type]
+
+    if spread is None:
+        return HarmPlan(harm, use, target, max_blocks, row(use))
+    return HarmPlan(harm, use, target, max_blocks, row(use), spread.n_blocks, spread.sd_upper, row(spread.sd_upper))
 
 
 # ---------------------------------------------------------------- wall time, from the phases of an earlier design

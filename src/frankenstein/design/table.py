@@ -18,7 +18,7 @@ import math
 from collections.abc import Sequence
 from fractions import Fraction
 
-from frankenstein.design.plan import SIM_BOUND_LEVEL, UPPER_BOUND_LEVEL, Plan, PlanRow
+from frankenstein.design.plan import SIM_BOUND_LEVEL, UPPER_BOUND_LEVEL, HarmPlan, Plan, PlanRow
 from frankenstein.design.rules import (
     AllBlocksBetter,
     Family,
@@ -270,15 +270,41 @@ def format_plan(plan: Plan, pilot: str | None = None) -> list[str]:
         f"effect: {plan.effect * 100:g}% ({better} is better); target power {plan.target * 100:g}%; "
         f"at most {plan.max_blocks} blocks; model: independent normal block log ratios"
     )
-    lines += ["", *_plan_table(plan.rows, plan)]
+    lines += ["", *_plan_table(plan.rows, plan.max_blocks, plan.target)]
     if s is not None:
         lines += [
             "",
             f"at the {UPPER_BOUND_LEVEL * 100:g}% upper bound of the spread (sd {s.sd_upper:.4f}):",
-            *_plan_table(plan.upper_rows, plan),
+            *_plan_table(plan.upper_rows, plan.max_blocks, plan.target),
         ]
     lines += _recommendation(plan)
     lines += _plan_warnings(plan)
+    return lines
+
+
+def format_harm_plan(hp: HarmPlan, pilot: str | None = None) -> list[str]:
+    """``frank plan --harm``: blocks needed so that, with no true difference, the harm bound excludes the harm."""
+    r = hp.recommended
+    lines = [
+        f"pilot: {pilot}: {hp.pilot_blocks} blocks; sd of the block difference {hp.sd:.4g} "
+        f"({UPPER_BOUND_LEVEL * 100:g}% upper bound {hp.sd_upper:.4g})"
+        if pilot and hp.sd_upper is not None
+        else f"sd of the block difference: {hp.sd:.4g} (given)",
+        f"harm to exclude: a loss of more than {hp.harm:g} per block, at one-sided {(1 - r.rule.alpha) * 100:g}% "
+        f"(the {r.rule.test_name} test inverted); target power {hp.target * 100:g}% with no true difference; "
+        f"at most {hp.max_blocks} blocks; model: independent normal block differences",
+        "",
+        *_plan_table([hp.row], hp.max_blocks, hp.target),
+    ]
+    if hp.upper_row is not None:
+        lines += [
+            "",
+            f"at the {UPPER_BOUND_LEVEL * 100:g}% upper bound of the pilot's sd ({hp.sd_upper:.4g}):",
+            *_plan_table([hp.upper_row], hp.max_blocks, hp.target),
+        ]
+    if r.blocks is not None:
+        at = "the pilot sd's upper bound" if hp.upper_row is not None else "the sd given"
+        lines += ["", f"recommended: {r.blocks} blocks (planned at {at})"]
     return lines
 
 
@@ -304,10 +330,10 @@ def _aa_test(p: Fraction | None) -> str:
     return f"A/A arms differ? two-sided sign-flip p = {format_p(p)}"
 
 
-def _plan_table(rows: Sequence[PlanRow], plan: Plan) -> list[str]:
+def _plan_table(rows: Sequence[PlanRow], max_blocks: int, target: float) -> list[str]:
     cells = []
     for r in rows:
-        blocks = str(r.blocks) if r.blocks is not None else f"> {plan.max_blocks}"
+        blocks = str(r.blocks) if r.blocks is not None else f"> {max_blocks}"
         low = "" if r.power_low is None else f" (>= {_power(r.power_low)})"
         cells.append([r.rule.kind, f"{r.rule.alpha:g}", blocks, _power(r.power) + low, r.method])
     table = render_table(["rule", "alpha", "blocks", "power", "method"], cells, "lrrrl")
@@ -320,8 +346,7 @@ def _plan_table(rows: Sequence[PlanRow], plan: Plan) -> list[str]:
         if r.blocks is None:
             where = f" (best: {_power(r.power)} at {r.best_blocks} blocks)" if r.best_blocks else ""
             table.append(
-                f"no block count up to {plan.max_blocks} gives the {r.rule.kind} rule "
-                f"{plan.target * 100:g}% power{where}"
+                f"no block count up to {max_blocks} gives the {r.rule.kind} rule {target * 100:g}% power{where}"
             )
     return table
 
