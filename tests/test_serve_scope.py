@@ -26,6 +26,7 @@ from frankenstein import ledger
 from frankenstein.campaign import open_campaign
 from frankenstein.errors import ConfigError
 from frankenstein.regioncache.service import ServeOptions, serving
+from frankenstein.report import write_report
 from frankenstein.scope import parse_scope, scope_words, served_adoptions, served_scope
 
 from helpers_campaign import make_campaign, make_workload
@@ -193,7 +194,8 @@ def test_frank_serve_queues_a_second_simultaneous_request(adopted: Path) -> None
         assert any(line.endswith("one more waits for a free place (--over-scope queue)") for line in lines)
         assert lines[-2:] == [
             f"frank serve: draft (ledger step 1) is adopted for concurrency 1 (one request at a time); note: {NOTE}",
-            "frank serve: of these, only concurrency is held here; the others are the adopters' words",
+            "frank serve: of these, concurrency is held here; a prompt longer than the context is kept as an "
+            "observation outside scope (counted with the cache); the others are the adopters' words",
         ]
         first = held_request(front.url)
         with ThreadPoolExecutor(1) as pool:
@@ -226,3 +228,32 @@ def test_the_held_concurrency_follows_the_served_parts(adopted: Path) -> None:
         assert served_scope(c.store.ledger_steps())[0] == 1  # draft (concurrency 1) is still served
     with open_campaign(adopted) as c:
         assert [e.part for e in served_adoptions(c.store.ledger_steps())] == ["draft"]
+
+
+def test_a_prompt_longer_than_the_adopted_context_is_kept_as_outside_scope(tmp_path: Path) -> None:
+    """Adopted for a context of 8 tokens: a longer prompt is still served (the scope is not a gate) but kept as
+    an observation outside scope, and the note says so under the step; a short one is within it."""
+    camp = make_campaign(tmp_path / "c")
+    make_workload(camp.root / "workloads" / "w.jsonl")
+    reg = stored_design(camp, name="draft-speed", served=CONFIRMED[0], candidate=CONFIRMED[1])
+    ledger.adopt(camp, "draft", reg.design_id, scope=parse_scope(["context=8"]))
+    camp.close()
+    srv = EngineTestDouble(tok())
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    long_prompt = "def f(x):\n    return x  # a prompt of more than eight tokens\n"
+    want = len(tok().encode(long_prompt, add_special_tokens=True).ids)
+    lines: list[str] = []
+    try:
+        opts = ServeOptions(campaign=tmp_path / "c", upstream=srv.url, tokenizer=TOKENIZER, listen="127.0.0.1:0")
+        with serving(opts, echo=lines.append) as front:
+            for prompt in ("hi", long_prompt):
+                r = httpx.post(front.url + "/completion", json={"prompt": prompt}, trust_env=False, timeout=30)
+                assert r.status_code == 200
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert "frank serve: draft (ledger step 1) is adopted for context 8 tokens" in lines
+    with open_campaign(tmp_path / "c") as c:
+        assert [r.outside_scope for r in c.store.served_requests()] == [None, f"context {want} > 8 tokens"]
+        text = write_report(c, tmp_path / "out").read_text()
+    assert f"Outside the adopted scope: 1 request(s) served under step 1 (first: context {want} > 8 tokens)." in text

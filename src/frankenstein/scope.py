@@ -100,12 +100,13 @@ def served_adoptions(steps: Sequence[LedgerEntry]) -> list[LedgerEntry]:
     return [adopts[p] for p in last.parts if p in adopts]
 
 
-def served_scope(steps: Sequence[LedgerEntry]) -> tuple[int | None, list[LedgerEntry]]:
-    """(the smallest ``concurrency`` any served part was adopted for, the adopt steps that set it): each part
-    served after the last step counts with the adopt step that brought it in last. (None, []) without one."""
+def served_scope(steps: Sequence[LedgerEntry], key: str = "concurrency") -> tuple[int | None, list[LedgerEntry]]:
+    """(the smallest ``key`` (concurrency, context, gpus) any served part was adopted for, the adopt steps that set
+    it): each part served after the last step counts with the adopt step that brought it in last. (None, [])
+    without one."""
     limits: list[tuple[int, LedgerEntry]] = []
     for e in served_adoptions(steps):
-        n = adopted_for(e).get("concurrency")
+        n = adopted_for(e).get(key)
         if isinstance(n, int):
             limits.append((n, e))
     if not limits:

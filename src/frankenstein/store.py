@@ -246,6 +246,12 @@ MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE ledger_with_status RENAME TO ledger
         """,
     ),
+    (
+        # A served request outside what the served recipe was adopted for (`adopt --scope`), in words
+        # (e.g. "context 40960 > 32768 tokens"); NULL: within it, or nothing to check it against.
+        "0008_served_outside_scope",
+        "ALTER TABLE served_requests ADD COLUMN outside_scope TEXT",
+    ),
 ]
 
 BOOTSTRAP = (
@@ -634,8 +640,9 @@ class Store:
             return
         with self.transaction() as c:
             c.executemany(
-                "INSERT INTO served_requests (at, step, route, status, ms, engine_error) VALUES (?,?,?,?,?,?)",
-                [(r.at, r.step, r.route, r.status, r.ms, int(r.engine_error)) for r in rows],
+                "INSERT INTO served_requests (at, step, route, status, ms, engine_error, outside_scope) "
+                "VALUES (?,?,?,?,?,?,?)",
+                [(r.at, r.step, r.route, r.status, r.ms, int(r.engine_error), r.outside_scope) for r in rows],
             )
 
     def insert_observed_draw(self, row: ObservedDraw) -> int:
@@ -851,7 +858,16 @@ class Store:
     def served_requests(self) -> list[ServedRequest]:
         """Every served-request observation (``frank serve``), oldest first."""
         return [
-            ServedRequest(r["at"], r["step"], r["route"], r["status"], r["ms"], bool(r["engine_error"]), r["seq"])
+            ServedRequest(
+                r["at"],
+                r["step"],
+                r["route"],
+                r["status"],
+                r["ms"],
+                bool(r["engine_error"]),
+                r["seq"],
+                r["outside_scope"],
+            )
             for r in self.query("SELECT * FROM served_requests ORDER BY seq")
         ]
 
@@ -974,6 +990,7 @@ class ServedRequest:
     ms: float
     engine_error: bool
     seq: int | None = None
+    outside_scope: str | None = None  # outside the served recipe's adopted scope, in words; None: within it
 
 
 @dataclass(frozen=True)

@@ -49,18 +49,19 @@ class ServedLog:
         self.store = store
         self.step = step
         self.flush_s = flush_s
-        self._pending: deque[tuple[float, str, int, float, bool]] = deque()
+        self._pending: deque[tuple[float, str, int, float, bool, str | None]] = deque()
         self._stop = threading.Event()
         self.written = 0
         self._thread = threading.Thread(target=self._run, name="frank-serve-observe", daemon=True)
         self._thread.start()
 
-    def add(self, path: str, status: int, ms: float, engine_error: bool) -> None:
+    def add(self, path: str, status: int, ms: float, engine_error: bool, outside_scope: str | None = None) -> None:
         """Called once per answered request (cheap: one tuple appended; the writer makes the row). frank's
-        own routes (``/frank/...``, e.g. ``/frank/status``) are not served traffic and are not kept."""
+        own routes (``/frank/...``, e.g. ``/frank/status``) are not served traffic and are not kept.
+        ``outside_scope``: how the request fell outside the served recipe's adopted scope, in words."""
         if path.startswith(OWN_PREFIX):
             return
-        self._pending.append((time.time(), path, status, ms, engine_error))
+        self._pending.append((time.time(), path, status, ms, engine_error, outside_scope))
 
     def _run(self) -> None:
         while not self._stop.wait(self.flush_s):
@@ -69,8 +70,8 @@ class ServedLog:
     def _flush(self) -> None:
         batch = []
         while self._pending:
-            at, path, status, ms, error = self._pending.popleft()
-            batch.append(ServedRequest(iso(at), self.step, route_of(path), status, ms, error))
+            at, path, status, ms, error, outside = self._pending.popleft()
+            batch.append(ServedRequest(iso(at), self.step, route_of(path), status, ms, error, outside_scope=outside))
         if batch:
             self.store.insert_served(batch)
             self.written += len(batch)

@@ -76,9 +76,11 @@ class FrontServer(ProxyHTTPServer):
         timeout_s: float,
         observe: ServedLog | None = None,
         admission: Admission | None = None,
+        context_scope: int | None = None,
     ) -> None:
         super().__init__(addr, _Handler)
         self.admission = admission  # the served recipe's adopted concurrency, held for passed-through POSTs
+        self.context_scope = context_scope  # its adopted context (tokens): a longer prompt is observed as outside
         self.upstream = upstream.rstrip("/")
         self.cache = cache
         self.renderer = renderer
@@ -117,6 +119,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._t0 = time.perf_counter()  # the request line is read: the request's time starts here
         self._status: int | None = None
         self._engine_error = False
+        self._outside: str | None = None
         return super().parse_request()
 
     def send_response(self, code: int, message: str | None = None) -> None:
@@ -125,10 +128,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def handle_one_request(self) -> None:
         self._status = None
+        self._outside = None
         super().handle_one_request()
         observe = self.server.observe
         if observe is not None and self._status is not None:
-            observe.add(self.path, self._status, (time.perf_counter() - self._t0) * 1000.0, self._engine_error)
+            ms = (time.perf_counter() - self._t0) * 1000.0
+            observe.add(self.path, self._status, ms, self._engine_error, self._outside)
 
     # ------------------------------------------------------------------ routing
     def do_POST(self) -> None:
@@ -181,7 +186,31 @@ class _Handler(BaseHTTPRequestHandler):
                 self.server.tally(local=True)
                 self._json(200, answer)
                 return
+        self._outside = self._outside_context(raw)
         self._pass_through(raw)
+
+    def _outside_context(self, raw: bytes) -> str | None:
+        """'context N > LIMIT tokens' when the prompt is longer than the adopted context scope (counted with the
+        cache: a chat body through the chat template, a completion's prompt as is); None within it, or when it
+        cannot be counted here (no scope, no template, not JSON)."""
+        limit = self.server.context_scope
+        if limit is None:
+            return None
+        try:
+            n = self._prompt_tokens(_json_object(raw))
+        except Exception:  # noqa: BLE001 - counting is an observation: a body it cannot count is passed on as is
+            return None
+        return f"context {n} > {limit} tokens" if n is not None and n > limit else None
+
+    def _prompt_tokens(self, body: dict[str, Any]) -> int | None:
+        prompt = body.get("prompt")
+        if isinstance(prompt, str):
+            return self.server.cache.count(prompt, add_special_tokens=True)
+        template, messages = self.server.renderer.template, body.get("messages")
+        if template is None or not isinstance(messages, list):
+            return None
+        tools = body.get("tools") if isinstance(body.get("tools"), list) else None
+        return self.server.cache.count(template.render(messages, tools), add_special_tokens=False)
 
     def do_GET(self) -> None:
         if urlsplit(self.path).path.rstrip("/") == "/frank/status":
@@ -354,12 +383,15 @@ def start_front(
     timeout_s: float = 600.0,
     observe: ServedLog | None = None,
     admission: Admission | None = None,
+    context_scope: int | None = None,
 ) -> Front:
     """Serve the front in a background thread (``port=0``: a free port)."""
     if not upstream.startswith(("http://", "https://")):
         raise FrankError(f"upstream {upstream!r}: expected an http:// or https:// URL")
     try:
-        server = FrontServer((host, port), upstream, cache, renderer or Renderer(None), timeout_s, observe, admission)
+        server = FrontServer(
+            (host, port), upstream, cache, renderer or Renderer(None), timeout_s, observe, admission, context_scope
+        )
     except OSError as exc:
         raise FrankError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
     return Front(server)

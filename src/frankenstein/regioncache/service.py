@@ -165,8 +165,16 @@ def serving(opts: ServeOptions, echo: Callable[[str], None] = print) -> Iterator
         renderer = Renderer(template or find_template(choice.path, Path(model) if model else None))
         observe = _observe(campaign, stack)
         admission = _admission(campaign, opts.over_scope)
+        context = served_scope(campaign.store.ledger_steps(), "context")[0] if campaign is not None else None
         front = start_front(
-            upstream, cache, renderer=renderer, host=host, port=port, observe=observe, admission=admission
+            upstream,
+            cache,
+            renderer=renderer,
+            host=host,
+            port=port,
+            observe=observe,
+            admission=admission,
+            context_scope=context if observe is not None else None,
         )
         stack.callback(front.shutdown)
         st = cache.status()
@@ -296,7 +304,10 @@ def _scope_lines(campaign: Campaign | None) -> list[str]:
         if words:
             lines.append(f"frank serve: {e.part} (ledger step {e.seq}) is adopted for {words}")
     if lines:
-        lines.append("frank serve: of these, only concurrency is held here; the others are the adopters' words")
+        lines.append(
+            "frank serve: of these, concurrency is held here; a prompt longer than the context is kept as an "
+            "observation outside scope (counted with the cache); the others are the adopters' words"
+        )
     return lines
 
 

@@ -5,7 +5,8 @@ each ledger step, always labelled as observational.
 (:mod:`frankenstein.regioncache.observe`, ``Store.served_requests``). For each ledger step this section
 puts side by side, per route (``count_tokens``, ``chat``, ...), the requests served under the step
 before it and under the step itself: how many, the median milliseconds, how many got an error status
-(4xx/5xx) and how many the engine failed. Those are **different occasions**: other traffic, other
+(4xx/5xx) and how many the engine failed; and how many requests fell outside the scope the served recipe
+was adopted for (a prompt longer than its ``context``). Those are **different occasions**: other traffic, other
 prompts, another machine load. It is never a verdict (the registered designs are) and says so in
 every section.
 
@@ -113,6 +114,7 @@ def observed_lines(campaign: Campaign, since: str | None = None) -> list[str]:
         routes = sorted(set(before) | set(after))
         table = [[r, *_cells(before.get(r, [])), *_cells(after.get(r, []))] for r in routes]
         lines += md_table(HEADER, table, "lrrrrrrrr")
+        lines += outside_lines(e.seq, after)
     if base:
         lines += [
             "",
@@ -120,6 +122,20 @@ def observed_lines(campaign: Campaign, since: str | None = None) -> list[str]:
             "them beside.",
         ]
     return lines
+
+
+def outside_lines(seq: int, after: dict[str, list[ServedRequest]]) -> list[str]:
+    """How many requests served under step ``seq`` fell outside the scope the served recipe was adopted for
+    (``adopt --scope``; ``frank serve`` keeps how), with the first such; nothing when none did."""
+    outside = sorted((r for rs in after.values() for r in rs if r.outside_scope), key=lambda r: r.at)
+    if not outside:
+        return []
+    return [
+        "",
+        f"Outside the adopted scope: {len(outside)} request(s) served under step {seq} (first: "
+        f"{outside[0].outside_scope}). Observational: the scope says where the part was shown to hold, not "
+        "what happened to these requests.",
+    ]
 
 
 DRAW_HEADER = ("served", "draws", "episodes", "passed", "engine errors", "episode errors")
