@@ -16,7 +16,7 @@ from frankenstein.errors import FrankError
 
 # Each module registers its commands on ``app`` when imported; each imports its library room lazily,
 # inside the command, so ``frank --help`` stays fast.
-from frankenstein.cli import agent, core, design, fidelity, ledger, runs, serve, workload  # noqa: F401
+from frankenstein.cli import agent, cluster, core, design, fidelity, ledger, runs, serve, workload  # noqa: F401
 
 
 _interrupted: list[int] = []

@@ -190,6 +190,22 @@ def hosts(gpus: float = 0.0) -> int:
     return total
 
 
+def shared_machines(nodes: list[dict[str, Any]]) -> list[str]:
+    """One warning per machine that holds two or more alive hosts (``frank_host`` nodes at one address): their
+    blocks run at the same time on the same cores, so their timings are not independent of each other."""
+    by_address: dict[str, list[str]] = {}
+    for node in nodes:
+        if node.get("Alive") and node.get("Resources", {}).get(RESOURCE):
+            address = str(node.get("NodeManagerAddress") or "?")
+            by_address.setdefault(address, []).append(str(node.get("NodeName") or node.get("NodeID", "?")[:12]))
+    return [
+        f"warning: hosts {', '.join(sorted(names))} share one machine ({address}): blocks on them run at the same "
+        "time on the same cores and memory, so their timings are not independent"
+        for address, names in sorted(by_address.items())
+        if len(names) > 1
+    ]
+
+
 def connect(address: str) -> str:
     """Connect to the cluster at ``address`` (``auto`` resolved first); the address connected to."""
     address = resolve(address)
@@ -265,6 +281,8 @@ def run_on_cluster(
                 need = f"{RESOURCE} with {gpus:g} GPU(s) ([cluster] gpus)" if gpus else RESOURCE
                 raise ClusterError(f"no node of the Ray cluster at {address} offers {need}: {HOW_TO_ADD}")
             echo(f"{design_id}: {len(todo)} starts in {len(by_block(todo))} blocks on {n} host(s) of {address}")
+            for line in shared_machines(ray.nodes()):
+                echo(line)
             put = [ray.put(x) if x is not None else None for x in (data, suite)]
             run = Run(campaign, reg, echo, gpus, put[0], put[1], pins, progress, recorded_hosts(rows))
             with progress.heartbeat(run.status) if progress is not None else nullcontext():
