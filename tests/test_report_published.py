@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from matplotlib.image import imread
 
-from frankenstein import ledger
+from frankenstein import ledger, part_status
 from frankenstein.design.registry import register
 from frankenstein.errors import ConfigError
 from frankenstein.report import write_report
@@ -113,6 +113,7 @@ def published(tmp_path_factory: pytest.TempPathFactory) -> Path:
         camp, name="draft-speed", served=CONFIRMED[0], candidate=CONFIRMED[1], extra=f"limits = {json.dumps(LIMITS)}"
     )
     ledger.adopt(camp, "draft", speed.design_id, scope=parse_scope(["concurrency=1", f"note={NOTE}"]))
+    part_status.park(camp, "threads1", "8.2-8.7% longer per job on a CPU benchmark of recorded job shapes", [])
     for n in range(5):  # agent draws run since, outside any design (frank tasks draw -c; test_observed_draws.py)
         camp.store.insert_observed_draw(ObservedDraw(f"2025-03-07T10:0{n}:00.000Z", 1, n, 6, 5, 0, 0))
     stored_fidelity(camp, "fid", 0.3)
@@ -138,6 +139,8 @@ def test_the_note_says_scope_limits_verdicts_and_credits(published: Path) -> Non
     )
     assert "(fidelity, part `draft`): mean KL" in summary
     assert "verdict no harm shown; a harm check on task passes." in summary
+    assert "- **parked** `threads1` (step 2" in summary and "8.2-8.7% longer per job" in summary
+    assert "- `threads1`: parked" in section(text, "## What didn't work")
     speed = section(text, "## Design `draft-speed-1`")
     assert speed.rstrip().endswith("- Step time, not task time.\n- Measured without the region cache.") or (
         "- Step time, not task time.\n- Measured without the region cache.\n\n### Machine" in speed
