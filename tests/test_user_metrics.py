@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from frankenstein.campaign import open_campaign
+from frankenstein.campaign import Campaign, open_campaign
 from frankenstein.config import CampaignConfig, load_config
 from frankenstein.design.analysis import analyze, format_analysis
 from frankenstein.design.registry import register
@@ -70,7 +70,7 @@ alpha = 0.05
 """
 
 
-def _command_campaign(root: Path) -> tuple[object, Path]:
+def _command_campaign(root: Path) -> tuple[Campaign, Path]:
     c = make_campaign(root, TOML + METRICS)
     (c.root / "jobs.py").write_text(JOBS)
     path = c.root / "pool.toml"
@@ -80,18 +80,23 @@ def _command_campaign(root: Path) -> tuple[object, Path]:
 
 def test_a_command_arm_metric_is_registered_analysed_plotted_and_exported_by_its_name(tmp_path: Path) -> None:
     c, path = _command_campaign(tmp_path / "c")
-    reg = register(c, path)  # type: ignore[arg-type]
+    reg = register(c, path)
     assert reg.frozen.direction == "lower" and reg.frozen.metrics["time_per_job_ms"].source == "command"
-    run_design(c, reg.design_id, echo=lambda s: None)  # type: ignore[arg-type]
-    a = analyze(c, reg.design_id)  # type: ignore[arg-type]
+    run_design(c, reg.design_id, echo=lambda s: None)
+    a = analyze(c, reg.design_id)
     assert a.word == "confirmed" and a.verdict is not None
     assert [r.ratio_minus_one for r in a.verdict.rows] == [pytest.approx(30.9 / 41.2 - 1)] * 5
     assert "primary metric: time_per_job_ms (lower is better)" in "\n".join(format_analysis(a))
+    (c.root / "frank.toml").write_text(TOML)  # the declaration gone from frank.toml: nothing registered changes
+    c.store.close()
+    with open_campaign(c.root) as again:
+        a = analyze(again, reg.design_id)  # the design still reads its metric as registered
     doc = analysis_doc(a)
     assert doc["design"]["primary_metric"] == "time_per_job_ms"
     assert doc["design"]["units"] == {"time_per_job_ms": "ms"}
     assert doc["per_arm"]["time_per_job_ms"] == {"served": pytest.approx(41.2), "candidate": pytest.approx(30.9)}
-    note = write_report(c, tmp_path / "out")  # type: ignore[arg-type]
+    with open_campaign(c.root) as again:
+        note = write_report(again, tmp_path / "out")
     text = note.read_text()
     assert "- Primary metric: `time_per_job_ms` (ms, a user metric: command; lower is better)." in text
     assert "`time_per_job_ms` in ms (wall time per recorded job shape of the CPU-expert pool)" in text
@@ -105,12 +110,12 @@ def test_a_design_naming_an_unknown_metric_is_refused_naming_file_and_field(tmp_
         path.read_text().replace('primary_metric = "time_per_job_ms"', 'primary_metric = "time_per_jobs_ms"')
     )
     with pytest.raises(DesignError, match=r"pool\.toml: primary_metric: unknown metric 'time_per_jobs_ms' \(known: "):
-        register(c, path)  # type: ignore[arg-type]
+        register(c, path)
     path.write_text(
         path.read_text().replace('"time_per_jobs_ms"', '"time_per_job_ms"\nsecondary = ["queue_free_ms", "nope_ms"]')
     )
     with pytest.raises(DesignError, match=r"pool\.toml: secondary\[1\]: unknown metric 'nope_ms'.*time_per_job_ms"):
-        register(c, path)  # type: ignore[arg-type]
+        register(c, path)
 
 
 def test_the_cli_refuses_an_unknown_metric_in_one_line_and_records_the_refusal(
@@ -118,7 +123,7 @@ def test_the_cli_refuses_an_unknown_metric_in_one_line_and_records_the_refusal(
 ) -> None:
     c, path = _command_campaign(tmp_path / "c")
     path.write_text(path.read_text().replace("secondary", "x").replace('"time_per_job_ms"', '"time_per_jobs_ms"'))
-    c.store.close()  # type: ignore[attr-defined]
+    c.store.close()
     code, out, err = cli(capsys, "register", str(path), "-c", str(tmp_path / "c"))
     assert (code, out) == (1, "")
     assert err.startswith(f"frank: error: {path}: primary_metric: unknown metric 'time_per_jobs_ms' (known: "), err
@@ -133,12 +138,12 @@ def test_a_metric_no_arm_can_produce_is_refused(tmp_path: Path) -> None:
     c, path = _command_campaign(tmp_path / "c")
     path.write_text(path.read_text().replace('"time_per_job_ms"', '"tokens_per_decode"'))
     with pytest.raises(DesignError, match=r"pool\.toml: primary_metric: arm served is a command arm, not an engine"):
-        register(c, path)  # type: ignore[arg-type]
-    make_workload(c.root / "workloads" / "w.jsonl")  # type: ignore[attr-defined]
-    engine = c.root / "engine.toml"  # type: ignore[attr-defined]
+        register(c, path)
+    make_workload(c.root / "workloads" / "w.jsonl")
+    engine = c.root / "engine.toml"
     engine.write_text(ENGINE_DESIGN.replace('"tokens_per_decode"', '"time_per_job_ms"'))
     with pytest.raises(DesignError, match=r"engine\.toml: primary_metric: arm served \(served\) is an engine recipe"):
-        register(c, engine)  # type: ignore[arg-type]
+        register(c, engine)
 
 
 @pytest.mark.parametrize(
@@ -191,6 +196,9 @@ def test_turn_values_and_engine_series_are_exact() -> None:
     from_engine = start_values({"t": cfg["tokens_per_decode"].model_copy(update={"counter": "a_total", "per": "b_total"})},
                                [], before, after)  # fmt: skip
     assert from_engine == {"t": 3.0}
+    restarted = start_values({"t": cfg["tokens_per_decode"].model_copy(update={"counter": "a_total", "per": None})},
+                             [], after, before)  # fmt: skip
+    assert restarted == {"t": None}  # a counter that went down is no difference
 
 
 def load_config_text(text: str) -> dict[str, Declared]:

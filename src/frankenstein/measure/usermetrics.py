@@ -201,7 +201,7 @@ def _delta(
     before: Mapping[str, float], after: Mapping[str, float], name: str, labels: Mapping[str, str]
 ) -> float | None:
     a, b = series(after, name, labels), series(before, name, labels)
-    return None if a is None or b is None else a - b
+    return None if a is None or b is None or a < b else a - b  # a counter that went down: the engine restarted
 
 
 def _engine_value(m: EngineMetric, before: Mapping[str, float], after: Mapping[str, float]) -> float | None:
