@@ -5,19 +5,24 @@ shows the frozen recipe with its pins. Real store, real registry, the real CLI i
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
 
 from frankenstein.campaign import open_campaign
 from frankenstein.design.serving import checked, served_now
+from frankenstein.engines.process import free_port
 from frankenstein.errors import LedgerError
 from frankenstein.shipped import data_path
 from frankenstein.store import LedgerEntry
 
 from helpers_campaign import TOML, make_campaign, make_workload, write_design
+from conftest import pids_of
 from helpers_cli import cli
+from test_serve import start_cli, wait_listening
 from helpers_ledger import CONFIRMED, stored_design
 
 
@@ -162,3 +167,26 @@ def test_a_served_arm_is_refused_while_frank_toml_disagrees_with_what_is_served(
     assert "frank.toml: the served recipe's args is now [" in err
     _edit(root, '"--spec-draft-n-max", "16"]', '"--spec-draft-n-max", "8"]')  # put back: registers
     assert cli(capsys, "register", str(design), "-c", str(root))[0] == 0
+
+
+@pytest.mark.engine
+def test_a_forced_serve_launches_the_frozen_recipe_not_the_edit(
+    root: Path, tmp_path: Path, llama_server_bin: str
+) -> None:
+    """The real `frank serve --force --why` after frank.toml was edited: a warning on stderr, the override recorded,
+    and the llama-server it starts runs the frozen args (draft n max 8), not frank.toml's (16)."""
+    _edit(root, '"--spec-draft-n-max", "8"]', '"--spec-draft-n-max", "16"]')
+    proc = start_cli(
+        "-c", str(root), "--listen", f"127.0.0.1:{free_port()}", "--force", "--why", "trying", cwd=tmp_path
+    )
+    try:
+        _, engine = wait_listening(proc)
+        (pid,) = pids_of(f"--port {engine.rsplit(':', 1)[1]}")
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        assert cmdline[cmdline.index(b"--spec-draft-n-max") + 1] == b"8"
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    assert "warning: the served recipe (frozen at ledger step 1 (adopt draft on design good-1)) disagrees" in err, err
+    with open_campaign(root) as c:
+        assert [(o.command, o.why) for o in c.store.overrides()] == [("serve", "trying")]

@@ -97,4 +97,6 @@ def serve(
         force=force,
         why=why,
     )
-    serve_until_interrupted(opts, echo=lambda line: typer.echo(line, err=line.startswith("frank serve: region")))
+    serve_until_interrupted(
+        opts, echo=lambda line: typer.echo(line, err=line.startswith(("frank serve: region", "warning: ")))
+    )

@@ -151,7 +151,7 @@ def serving(opts: ServeOptions, echo: Callable[[str], None] = print) -> Iterator
     """Start engine (unless ``upstream``), recorder (with ``record``) and front; stop all on exit."""
     host, port = parse_listen(opts.listen)
     with ExitStack() as stack:
-        upstream, engine_kind, recipe_model, campaign = _upstream(opts, stack)
+        upstream, engine_kind, recipe_model, campaign = _upstream(opts, stack, echo)
         props = _engine_props(upstream)
         model = _engine_model(upstream, props) or recipe_model
         fronting = _fronting(campaign, model, recipe_model) if opts.upstream and campaign is not None else None
@@ -239,7 +239,9 @@ def _engine_model(url: str, props: dict[str, Any] | None) -> str | None:
     return root if root and Path(root).exists() else None
 
 
-def _upstream(opts: ServeOptions, stack: ExitStack) -> tuple[str, str | None, str | None, Campaign | None]:
+def _upstream(
+    opts: ServeOptions, stack: ExitStack, echo: Callable[[str], None] = print
+) -> tuple[str, str | None, str | None, Campaign | None]:
     """(engine URL, engine kind when frank starts it, the model, the campaign whose step is served).
     ``--upstream`` with ``--campaign``: the campaign is opened (and verified) only to tag observations."""
     if opts.upstream and opts.campaign is None:
@@ -247,6 +249,11 @@ def _upstream(opts: ServeOptions, stack: ExitStack) -> tuple[str, str | None, st
     campaign = stack.enter_context(open_campaign(opts.campaign or Path(".")))
     verified(campaign, "serve", force=opts.force, why=opts.why)  # a ledger row written outside frank changes nothing
     served = checked(campaign, "serve", force=opts.force, why=opts.why)  # the recipe adopt froze, as tested
+    if served.problems:  # forced: it was recorded; say so before anything starts
+        echo(
+            f"warning: the served recipe ({served.why}) disagrees with this campaign now ({'; '.join(served.problems)}); "
+            f"serving it as frozen because --force --why {opts.why!r} (recorded as an override)"
+        )
     recipe = served.recipe
     if opts.upstream:
         return opts.upstream.rstrip("/"), None, recipe.model, campaign
