@@ -142,7 +142,7 @@ def test_a_registered_non_inferiority_margin_is_stated(tmp_path: Path) -> None:
     a = analyze(c, reg.design_id)
     assert a.verdict is not None and a.verdict.non_inferior is True and a.verdict.p_non_inferior == Fraction(1, 1024)
     assert a.verdict.reason == (
-        "p > alpha = 0.05; non-inferiority at the registered margin 2: a harm of 2 or more is excluded "
+        "p > alpha = 0.05; non-inferiority at margin 2: a harm of 2 or more is excluded "
         "(one-sided p = 1/1024 <= alpha = 0.05)"
     )
     assert any(
@@ -186,3 +186,22 @@ def test_the_harm_planner_counts_what_the_verdict_decides() -> None:
     pw = plan.harm_power(rule, 12, 1.6, 1.0, draws=draws)
     shown = sum(bool(rules.evaluate_differences(rule, list(1.6 * row), "higher").non_inferior) for row in draws)
     assert pw.value == shown / 200
+
+
+def test_analyze_blocks_states_a_margin_given_for_the_harm_rule(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    p = tmp_path / "passes.csv"
+    p.write_text("block,difference\n" + "".join(f"{i},{d}\n" for i, d in enumerate(SEED_PASSES, 1)))
+    rc, out, err = cli(
+        capsys, "analyze", "--blocks", str(p), "--rule", "harm", "--direction", "higher", "--margin", "2"
+    )
+    assert (rc, err) == (0, "")
+    assert out.splitlines()[-1] == (
+        "verdict: no harm shown (p > alpha = 0.05; non-inferiority at margin 2: a harm of 2 or more is excluded "
+        "(one-sided p = 3/512 <= alpha = 0.05))"
+    )
+    rc, out, err = cli(
+        capsys, "analyze", "--blocks", str(p), "--rule", "sign", "--direction", "higher", "--margin", "2"
+    )
+    assert (rc, out, err) == (1, "", "frank: error: --margin applies only to the harm rule, not 'sign'\n")

@@ -99,6 +99,9 @@ def analyze(
         None, "--by", help="all_blocks_by / mean_by: the threshold (0.05 = 5%, or in the metric's unit)."
     ),
     unit: UnitName | None = typer.Option(None, "--unit", help="all_blocks_by / mean_by: relative or metric."),
+    margin: float | None = typer.Option(
+        None, "--margin", help="harm rule: a non-inferiority margin the verdict states (in the data's units)."
+    ),
     campaign: Path = typer.Option(Path("."), "--campaign", "-c", help="Campaign folder (with DESIGN_ID)."),
     force: bool = typer.Option(
         False, "--force", help="Analyze although the campaign fails verification (needs --why)."
@@ -118,10 +121,10 @@ def analyze(
     if design_id is not None:
         if blocks is not None:
             raise typer.BadParameter("give a DESIGN_ID or --blocks, not both")
-        if any(v is not None for v in (rule, direction, alpha, side, test, min_effect, by, unit)):
+        if any(v is not None for v in (rule, direction, alpha, side, test, min_effect, by, unit, margin)):
             raise typer.BadParameter(
                 "a registered design is analysed under its registered rule; "
-                "--rule, --direction, --alpha, --side, --test, --min-effect, --by and --unit go with --blocks"
+                "--rule, --direction, --alpha, --side, --test, --min-effect, --by, --unit and --margin go with --blocks"
             )
         from frankenstein.campaign import open_campaign
         from frankenstein.design.analysis import analyze as do_analyze
@@ -156,6 +159,7 @@ def analyze(
         test=test.value if test else None,
         by=by,
         unit=unit.value if unit else None,
+        margin=margin,
     )
     verdict = analyze_blocks_file(blocks, r, direction.value)
     if as_json:

@@ -301,6 +301,7 @@ def parse_rule(
     test: str | None = None,
     by: float | None = None,
     unit: str | None = None,
+    margin: float | None = None,
 ) -> BlockRule:
     """Build a rule from command-line words; a bad value raises AnalysisError naming the field."""
     data: dict[str, object] = {"kind": kind, "alpha": alpha}
@@ -312,6 +313,7 @@ def parse_rule(
         ("--test", "test", test),
         ("--by", "by", by),
         ("--unit", "unit", unit),
+        ("--margin", "margin", margin),
     )
     for flag, name, value in options:
         if value is None:

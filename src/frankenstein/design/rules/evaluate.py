@@ -436,7 +436,7 @@ def non_inferiority_words(rule: BlockRule, ni: tuple[Fraction, bool]) -> str:
     margin = rule.harm_margin() or 0.0
     what = "excluded" if shown else "not excluded"
     return (
-        f"non-inferiority at the registered margin {margin:g}: a harm of {margin:g} or more is {what} "
+        f"non-inferiority at margin {margin:g}: a harm of {margin:g} or more is {what} "
         f"(one-sided p = {p} {'<=' if shown else '>'} alpha = {rule.alpha:g})"
     )
 
