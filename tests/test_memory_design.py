@@ -168,6 +168,14 @@ def test_a_memory_design_cited_as_a_gate_decides_the_adoption(tmp_path: Path) ->
     r = frank("adopt", "bigctx", "--design", "speed-loose-1", "-c", root)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("step 1: adopted bigctx on design speed-loose-1; served: base + bigctx")
+    r = frank("analyze", strict, "-c", root)
+    assert r.returncode == 0 and "peak memory per arm (largest over its ok starts, MiB):" in r.stdout, r.stderr
+    assert "primary metric:" not in r.stdout  # a memory design tests no primary metric
+    out = tmp_path / "note"
+    assert frank("report", "--out", str(out), "-c", root).returncode == 0
+    didnt = (out / "note.md").read_text().split("## What didn't work", 1)[1]
+    assert f"- `{strict}` (memory, part `bigctx`): failed: the largest increase of peak memory is +" in didnt
+    assert f"- adoption of `bigctx` on design `speed-strict-1` refused: memory gate {strict}: failed" in didnt
 
 
 def test_a_memory_gate_citing_another_kind_or_another_part_is_refused(tmp_path: Path) -> None:

@@ -86,7 +86,7 @@ def prediction_checks(campaign: Campaign, reg: registry.Registered, a: Analysis)
 def format_analysis(a: Analysis, percentiles: Percentiles | None = None) -> list[str]:
     d = a.reg.design
     lines = [f"design {a.reg.design_id} ({d.kind}): {d.name}", f"hypothesis: {d.hypothesis or '-'}"]
-    if not kind_of(d.kind).measures_fidelity:
+    if not (kind_of(d.kind).measures_fidelity or kind_of(d.kind).measures_memory):
         lines.append(
             f"primary metric: {d.primary_metric} ({a.reg.frozen.direction} is better); "
             f"{a.blocks_done} of {d.blocks} blocks complete"

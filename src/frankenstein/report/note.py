@@ -66,6 +66,8 @@ def result_phrase(d: DesignReport) -> str:
     v = a.verdict
     if v is None and a.fidelity is not None:
         return fidelity_phrase(a.fidelity, a.word)
+    if v is None and a.why and kind_of(d.reg.design.kind).measures_memory:
+        return f"{a.why}, verdict {a.word}"
     if v is None or v.n_blocks == 0:
         return f"verdict {a.word}"
     metric = d.reg.design.primary_metric
