@@ -14,7 +14,7 @@ from frankenstein.campaign import init_campaign, open_campaign
 from frankenstein.design.registry import register
 from frankenstein.design.runner import run_design
 
-from helpers_campaign import make_campaign
+from helpers_campaign import TOML, make_campaign
 from helpers_cli import cli
 from helpers_tamper import rewrite_chain_from, write_command_design
 
@@ -191,3 +191,44 @@ def test_the_kept_head_in_the_environment_passes_an_untouched_campaign(
     monkeypatch.setenv("FRANK_EXPECT_HEAD", "not a head")
     code, _, err = cli(capsys, "analyze", "kernel-1", "-c", str(root))
     assert code == 1 and "FRANK_EXPECT_HEAD: no chain head in it" in err and "Traceback" not in err
+
+
+# ---------------------------------------------------------------- [integrity] head_mirror
+
+
+@pytest.mark.parametrize("attack", ["rewrite", "rollback", "cut tail"])
+def test_a_head_mirror_outside_the_campaign_catches_each_attack(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], attack: str
+) -> None:
+    mirror = tmp_path / "elsewhere" / "camp.head"
+    mirror.parent.mkdir()
+    c = make_campaign(tmp_path / "c", TOML + f'\n[integrity]\nhead_mirror = "{mirror}"\n')
+    c.close()
+    root = c.root
+    _design(root, "kernel")
+    if attack == "rollback":
+        _save(root, tmp_path / "backup")
+        _design(root, "later")
+    assert mirror.read_text() == (root / "frank.head").read_text()  # every commit's line, appended there too
+    code, out, err = cli(capsys, "verify", "-c", str(root))
+    assert code == 0, err
+    if attack == "rewrite":
+        _rewrite_everything(root)
+    elif attack == "rollback":
+        _rollback_both(root, tmp_path / "backup")
+    else:
+        _cut_tail(root, 2)
+    for args in (["verify"], ["analyze", "kernel-1"], ["adopt", "draft", "--design", "kernel-1"]):
+        code, _, err = cli(capsys, *args, "-c", str(root))
+        assert code == 1 and "Traceback" not in err, (args, err)
+        assert f"[integrity] head_mirror {mirror}" in err, err
+
+
+def test_a_head_mirror_inside_the_campaign_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    c = make_campaign(tmp_path / "c")
+    c.close()
+    toml = c.root / "frank.toml"
+    toml.write_text(toml.read_text() + '\n[integrity]\nhead_mirror = "logs/head"\n')
+    code, _, err = cli(capsys, "verify", "-c", str(c.root))
+    assert code == 1 and "Traceback" not in err
+    assert f"{toml}: integrity.head_mirror: 'logs/head' is inside the campaign folder" in err, err

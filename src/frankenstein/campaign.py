@@ -97,7 +97,24 @@ def open_campaign(root: str | Path) -> Campaign:
     config = load_config(cfg)
     for sub in SUBDIRS:
         (root / sub).mkdir(exist_ok=True)
-    return Campaign(root=root, config=config, store=Store(root / DB_NAME))
+    return Campaign(root=root, config=config, store=Store(root / DB_NAME, head_mirror=head_mirror(root, config)))
+
+
+def head_mirror(root: Path, config: CampaignConfig) -> Path | None:
+    """``[integrity] head_mirror``, resolved (``~`` expanded, relative to the campaign folder); refused inside
+    the campaign folder, where it could be rewritten together with what it guards."""
+    given = config.integrity.head_mirror
+    if given is None:
+        return None
+    path = (root / Path(given).expanduser()).resolve()
+    if path.is_relative_to(root.resolve()):
+        raise ConfigError(
+            f"{given!r} is inside the campaign folder {root.resolve()}: a head kept there is rewritten with it; "
+            "name a file elsewhere",
+            path=root / CONFIG_NAME,
+            field="integrity.head_mirror",
+        )
+    return path
 
 
 def default_name(root: Path) -> str:

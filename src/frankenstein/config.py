@@ -170,6 +170,17 @@ class ClusterConfig(FrozenUserFile):
     gpus: float = Field(default=0.0, ge=0, allow_inf_nan=False, description="GPUs one block needs on its host")
 
 
+class IntegrityConfig(FrozenUserFile):
+    """``[integrity]``: a copy of the chain's head kept outside the campaign (docs/integrity.md)."""
+
+    head_mirror: str | None = Field(
+        default=None,
+        min_length=1,
+        description="a file outside the campaign folder that every commit appends its head line to, and every "
+        "command that verifies checks the chain against",
+    )
+
+
 class CampaignConfig(FrozenUserFile):
     name: Name = "campaign"
     served: Name = "base"
@@ -182,6 +193,7 @@ class CampaignConfig(FrozenUserFile):
     formats: dict[str, Provenance] = Field(default_factory=dict)
     note: NoteHeader = NoteHeader()
     metrics: dict[str, UserMetric] = Field(default_factory=dict)  # user metrics (measure/usermetrics.py)
+    integrity: IntegrityConfig = IntegrityConfig()
 
     @field_validator("recipes", "parts")
     @classmethod

@@ -335,9 +335,10 @@ def now_iso() -> str:
 class Store:
     """A campaign's SQLite store."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, head_mirror: Path | None = None) -> None:
         self.path = Path(path)
         self.head_path = chain.head_path(self.path)
+        self.head_mirror = head_mirror  # ``[integrity] head_mirror``: every head line appended there too
         self._links: list[Link] = []  # appended in the open transaction; their head lines go out before COMMIT
         self._schema = schema.expected((*BOOTSTRAP, *(x for _, sql in MIGRATIONS for x in statements(sql))))
         try:
@@ -350,6 +351,7 @@ class Store:
             self.conn.execute("PRAGMA synchronous=NORMAL")
             self._migrate()
             self._repair_head()
+            self._start_mirror()
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{self.path}: cannot open the store: {exc}") from exc
 
@@ -414,6 +416,29 @@ class Store:
                     f"{pending.name} keeps its line: the next frank command on this campaign appends it"
                 ) from exc
             pending.unlink(missing_ok=True)
+            self._mirror(links)
+
+    def _mirror(self, links: Sequence[Link | tuple[int, str]]) -> None:
+        """Append head lines to ``[integrity] head_mirror`` (after frank.head: a mirror behind is still a head)."""
+        if self.head_mirror is None or not links:
+            return
+        try:
+            with chain.head_lock(self.head_mirror) as fd:
+                chain.append_head(fd, links)
+        except OSError as exc:
+            raise StoreError(
+                f"[integrity] head_mirror {self.head_mirror}: cannot append the head line ({exc}); the record was "
+                "committed and frank.head has it"
+            ) from exc
+
+    def _start_mirror(self) -> None:
+        """A mirror named but not there yet starts with every head line of the chain as it is now: it guards
+        from this moment on (whoever could delete it could as well rewrite it)."""
+        if self.head_mirror is None or self.head_mirror.exists():
+            return
+        self._mirror([(x.seq, x.row_hash) for x in self.chain_links()] or [])
+        if not self.head_mirror.exists():
+            self.head_mirror.touch()
 
     def _repair_head(self) -> None:
         """A pending file left by a kill inside a commit: append the head lines of the records the database
@@ -426,8 +451,11 @@ class Store:
             if lines is None:  # another process repaired it while this one waited for the lock
                 return
             committed = {x.seq: x.row_hash for x in self.chain_links()}
-            chain.append_head(fd, chain.repair_plan(lines, committed, chain.read_head(self.head_path)))
+            missing = chain.repair_plan(lines, committed, chain.read_head(self.head_path))
+            chain.append_head(fd, missing)
             pending.unlink(missing_ok=True)
+        if self.head_mirror is not None:
+            self._mirror(chain.repair_plan(lines, committed, chain.read_head(self.head_mirror)))
 
     def _begin(self) -> None:
         """Take the write lock, waiting while another process holds it: SQLite's busy timeout per try,

@@ -355,8 +355,9 @@ def verify(campaign: Campaign) -> list[str]:
         prev = row.row_hash
         lines.append(f"ok  {did}  {row.design_hash[:16]}  {row.registered_at}")
     campaign.store.verify()
-    for text, source in kept_heads(os.environ):
-        campaign.store.verify_kept(text, source)
+    for text, source in kept_heads(os.environ, campaign.store.head_mirror):
+        if text.strip() or campaign.store.chain_head() is not None:  # an empty mirror of an empty chain is fine
+            campaign.store.verify_kept(text, source)
     for row in campaign.store.registry_rows():
         _check_pinned_workload(_from_row(row))
     campaign.verified_through = prev
@@ -366,21 +367,28 @@ def verify(campaign: Campaign) -> list[str]:
 EXPECT_HEAD = "FRANK_EXPECT_HEAD"
 
 
-def kept_heads(env: Mapping[str, str]) -> list[tuple[str, str]]:
+def kept_heads(env: Mapping[str, str], mirror: Path | None = None) -> list[tuple[str, str]]:
     """(text, source) of every head kept outside the campaign that verification checks besides frank.head:
-    ``FRANK_EXPECT_HEAD`` (a head as ``frank verify`` prints it, ``SEQ HASH``, the bare hash, or a file holding
-    one, such as a copy of frank.head kept elsewhere). So every command that verifies (analyze, adopt, revert,
-    run, serve, report, verify) also refuses a chain that no longer holds the kept head."""
+    ``[integrity] head_mirror`` (appended on every commit; its last line) and ``FRANK_EXPECT_HEAD`` (a head as
+    ``frank verify`` prints it, ``SEQ HASH``, the bare hash, or a file holding one, such as a copy of frank.head
+    kept elsewhere). So every command that verifies (analyze, adopt, revert, run, serve, report, verify) also
+    refuses a chain that no longer holds the kept head."""
+    out = []
+    if mirror is not None:
+        try:
+            out.append((mirror.read_text(errors="replace"), f"[integrity] head_mirror {mirror}"))
+        except OSError as exc:
+            raise RegistryError(f"[integrity] head_mirror {mirror}: {exc.strerror}") from exc
     value = env.get(EXPECT_HEAD, "").strip()
     if not value:
-        return []
+        return out
     path = Path(value)
     if path.is_file():
         try:
-            return [(path.read_text(errors="replace"), f"{EXPECT_HEAD}={value}")]
+            return [*out, (path.read_text(errors="replace"), f"{EXPECT_HEAD}={value}")]
         except OSError as exc:
             raise RegistryError(f"{EXPECT_HEAD}={value}: {exc.strerror}") from exc
-    return [(value, EXPECT_HEAD)]
+    return [*out, (value, EXPECT_HEAD)]
 
 
 def _check_pinned_workload(reg: Registered) -> None:
