@@ -109,6 +109,21 @@ def test_a_three_candidate_screen_reproduces_the_audit_case_with_holm(
     assert "a family of 3 candidates (audit, six, slow)" in note and "six passes" in note
 
 
+def test_the_five_audit_blocks_exactly_at_family_alpha_0_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The audit's five values themselves: with 3 candidates Holm's first level is 0.1/3 >= 1/32, so five
+    blocks suffice at a family-wise alpha of 0.1 (at 0.05 registration asks for six, above)."""
+    root = tmp_path / "c"
+    make_campaign(root).close()
+    rule = '\n[rule]\nkind = "all_blocks_by"\nby = 0.05\nalpha = 0.1\n'
+    design = _family(root, {"audit": AUDIT[:5], "six": [94.0] * 5, "slow": [101.0] * 5}, blocks=5, rule=rule)
+    _, out = _register_run_analyze(root, design, capsys)
+    assert "audit: the threshold decided: block 2 is not better by at least 5 % (4 of 5 blocks are)" in out
+    assert re.search(
+        r"^1\s+six\s+-6\.00%\s+5 of 5\s+1/32 = 0\.03125\s+1/30 = 0\.03333\s+confirmed\s+passes$", out, re.M
+    )
+    assert "(family-wise error <= alpha = 0.1): six passes)" in out
+
+
 def test_a_screen_where_none_passes_ends_no_candidate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = tmp_path / "c"
     make_campaign(root).close()
