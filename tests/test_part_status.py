@@ -5,6 +5,7 @@ the note. Real CLI (subprocess) on real store rows."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
@@ -173,6 +174,9 @@ def test_a_screens_prediction_is_compared_with_the_later_design_in_analyze_and_t
     assert r.returncode == 0, r.stderr
     want = "0.702 ms saved, 1.67 times the 0.42 ms predicted by screen-1 (0.282 ms more; mean of 5 blocks)"
     assert f"  {want}" in r.stdout.splitlines()
+    pred = json.loads(frank("analyze", "overlap-1", "--json", "-c", root).stdout)["predictions"]
+    assert [(p["design_id"], p["predicted"], p["unit"], p["blocks"]) for p in pred] == [("screen-1", -0.42, "ms", 5)]
+    assert pred[0]["observed"] == pytest.approx(-0.7024) and pred[0]["ratio"] == pytest.approx(0.7024 / 0.42)
     r = frank("analyze", "screen-1", "-c", root)
     assert "predicted by" not in r.stdout  # a design is not compared with itself
     out = tmp_path / "note"

@@ -5,15 +5,18 @@ starts as the primary. The campaign note's "768 slots" case through the real CLI
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from conftest import frank
 from frankenstein.design.registry import register
 from frankenstein.design.veto import Veto, evaluate_veto
+from frankenstein.shipped import data_path
 from frankenstein.errors import DesignError, LedgerError
 from frankenstein.ledger import adopt
 
@@ -103,6 +106,15 @@ def test_the_768_slots_case_confirmed_but_vetoed_through_the_cli(tmp_path: Path)
         "  veto 'tokens_per_step not lower (geometric mean)' passed: higher in 0 of 5 blocks, "
         "geometric-mean ratio 1.0000 (+0.00 %)" in r.stdout.splitlines()
     )
+
+    r = frank("analyze", did, "--json", "-c", root)
+    doc = json.loads(r.stdout)
+    schema = json.loads(data_path("schemas/analysis.schema.json").read_text())
+    jsonschema.validate(doc, schema, cls=jsonschema.Draft202012Validator)
+    assert [(v["metric"], v["word"]) for v in doc["vetoes"]] == [
+        ("decode_ms_per_token", "failed"),
+        ("tokens_per_step", "passed"),
+    ]
 
     out = tmp_path / "note"
     r = frank("report", "--out", str(out), "-c", root)

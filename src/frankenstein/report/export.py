@@ -144,6 +144,19 @@ def analysis_doc(a: Analysis, percentiles: Percentiles | None = None, not_fresh:
             "invalidated": a.invalidated,
             "fidelity": a.fidelity,
             "lines": a.lines,
+            "vetoes": [{"name": v.name, "metric": v.metric, "word": v.word, "observed": v.observed} for v in a.vetoes],
+            "predictions": [
+                {
+                    "design_id": c.design_id,
+                    "predicted": c.predicted,
+                    "observed": c.observed,
+                    "unit": c.unit,
+                    "ratio": c.ratio,
+                    "difference": c.difference,
+                    "blocks": c.blocks,
+                }
+                for c in a.predictions
+            ],
         }
     )
 
