@@ -260,3 +260,24 @@ def test_an_engine_counter_from_a_real_llama_server_is_registered_and_analysed(t
     text = write_report(c, tmp_path / "out").read_text()
     assert "`tokens_per_decode` (tokens, a user metric: engine; higher is better)" in text
     assert "`queue_free_ms`" in text
+
+
+@pytest.mark.usefixtures("llama_server_bin")
+def test_frank_replay_prints_and_records_the_user_metrics_a_replay_can_give(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    c = make_campaign(tmp_path / "c", TOML + METRICS)
+    make_workload(c.root / "workloads" / "w.jsonl", turns=3, tokens=8)
+    c.store.close()
+    code, out, err = cli(capsys, "replay", "base", str(c.root / "workloads" / "w.jsonl"), "-c", str(c.root))
+    assert code == 0, err
+    lines = {
+        line.split()[0]: line.split()[1]
+        for line in out.splitlines()
+        if line.startswith("  ") and len(line.split()) == 2
+    }
+    assert float(lines["tokens_per_decode"]) > 0 and lines["queue_free_ms"] != "-"
+    assert "time_per_job_ms" not in lines  # a command arm's metric: no replay gives it
+    with open_campaign(c.root) as again:
+        (row,) = again.store.query("SELECT metrics FROM starts")
+        assert json.loads(row["metrics"])["tokens_per_decode"] == pytest.approx(float(lines["tokens_per_decode"]), 1e-3)

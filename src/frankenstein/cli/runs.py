@@ -58,6 +58,7 @@ def replay(
         )
     from frankenstein.campaign import open_campaign
     from frankenstein.design import phases
+    from frankenstein.measure.usermetrics import start_values
     from frankenstein.design.caches import folder_applied
     from frankenstein.design.start import measure_start, record_start, watched
     from frankenstein.progress import RunProgress, heartbeat_seconds
@@ -96,6 +97,10 @@ def replay(
             folder_applied(c, r, "replay"),
         ):
             out = watched(lambda: measure_start(r, wl, settings, c.logs, progress))
+        user = start_values(
+            c.config.metrics, out.rows, *out.scrapes.flat()
+        )  # frank.toml [metrics.NAME] a replay can give
+        out.metrics.update(user)
         start_id = record_start(c.store, out)
     if as_json or as_csv:
         from frankenstein.report.export import dumps, replay_csv, replay_doc
@@ -111,7 +116,7 @@ def replay(
         typer.echo(f"  not a fresh start: {NOT_FRESH} ({url})")
     from frankenstein.measure.metrics import names
 
-    for key in (*names(scope="step"), *names(scope="request")):
+    for key in (*names(scope="step"), *names(scope="request"), *user):
         v = out.metrics.get(key)
         typer.echo(f"  {key:<20} {'-' if v is None else f'{v:.4f}'}")
     from frankenstein.workload.replay import prompt_count_note, reproduced
