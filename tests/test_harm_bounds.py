@@ -19,6 +19,7 @@ from frankenstein.design.kinds.agent import start_passes
 from frankenstein.design.registry import register
 from frankenstein.design.runner import run_design
 from frankenstein.design.table import harm_text
+from frankenstein.report import write_report
 from frankenstein.store import StartRow
 
 from helpers_campaign import make_campaign
@@ -83,6 +84,9 @@ def test_a_candidate_that_crashes_cannot_hide_its_harm(tmp_path: Path) -> None:
     )
     lines = format_analysis(a)
     assert "note: failed starts: 5 counted as their episodes failed, 0 the harness's own (block dropped)" in lines
+    note = write_report(c, c.root / "reports" / "note").read_text()
+    assert "Failed starts: 5 counted as their episodes failed, 0 the harness's own (block dropped)." in note
+    assert "Largest harm excluded: " in note
 
 
 def test_the_harness_own_failure_drops_its_block_and_is_named() -> None:

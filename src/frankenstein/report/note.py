@@ -410,7 +410,8 @@ def format_rule(d: DesignReport) -> list[str]:
             f"; {v.ci.level * 100:g}% CI for the {v.ci.estimand}: [{v.ci.low:.5g}, {v.ci.high:.5g}] "
             f"(exact coverage {format_p(v.ci.coverage)}){descriptive_label(v)}"
         )
-    said += "."
+    harm = harm_text(v, "pass/passes per start" if d.reg.design.kind == "agent" else "")
+    said += f". Largest harm excluded: {harm}." if harm else "."
     if a.invalidated:
         said += f" Overridden to invalid: {a.invalidated}."
     return [f"**Rule:** {code(v.rule.kind)}: {describe_rule(v.rule)}.", "", said]
