@@ -19,11 +19,8 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "docs" / "examples"
 EXPECTED: dict[str, tuple[str, Fraction | None]] = {
     "unpaired.toml": ("confirmed", Fraction(1, 70)),
     "threshold.toml": ("confirmed", Fraction(1, 32)),
-    "family.toml": ("confirmed", None),
-    "order_adjusted.toml": (
-        "confirmed",
-        Fraction(1, 32),
-    ),  # a family has a verdict per candidate: threads-8 passes at 1/64
+    "family.toml": ("confirmed", None),  # a family has a verdict per candidate: threads-8 passes at 1/64
+    "order_adjusted.toml": ("confirmed", Fraction(1, 32)),
 }
 
 
