@@ -19,7 +19,8 @@ import httpx
 import pytest
 
 from frankenstein.errors import FrankError
-from frankenstein.workload.record import StreamAssembler, serve_recorder
+from frankenstein.engines.response import StreamAssembler
+from frankenstein.workload.record import serve_recorder
 from frankenstein.workload.trace import load_trace, parse_line
 
 SECRET = "sk-test-SECRET-1234567890"

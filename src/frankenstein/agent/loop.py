@@ -29,7 +29,7 @@ from frankenstein.agent.sandbox import Sandbox, ToolRefused
 from frankenstein.agent.tasks import Limits
 from frankenstein.engines.http import Answer, TransportError, fetch, split_url
 from frankenstein.errors import EngineFailure
-from frankenstein.workload.record import output_from_response, server_timings
+from frankenstein.engines.response import output_from_response, server_timings
 from frankenstein.workload.trace import CHAT, RecordedTimings, Turn, append_turn, make_turn_id
 
 SUBMITTED, TURN_LIMIT, CONTEXT_LIMIT, TIME_LIMIT = "submitted", "turn_limit", "context_limit", "time_limit"

@@ -1,9 +1,10 @@
 """One request, streamed or not, with client-side TTFT, the gaps between streamed chunks, and end-to-end time.
 
-Memory stays bounded for long streams: only text, token ids, tool-call deltas and one float per
-content-bearing event are kept, never the raw chunks. The server's own numbers (``timings``, ``usage``, ``meta_info``) come from the last
-event that carries them and are read by the adapter's ``step_timing``. Transport failures
-(``OSError``, including a timeout, and ``http.client.HTTPException``) are left to the caller.
+Memory stays bounded for long streams: only text, token ids, tool-call deltas (decoded by the one decoder,
+:mod:`.response`) and one float per content-bearing event are kept, never the raw chunks. The server's own
+numbers (``timings``, ``usage``, ``meta_info``) come from the last event that carries them and are read by
+the adapter's ``step_timing``. Transport failures (``OSError``, including a timeout, and
+``http.client.HTTPException``) are left to the caller.
 
 Chunk gaps (``Reply.chunk_gaps_ms``): every content-bearing event (text, token ids or a tool-call
 delta) after the first is timestamped with ``perf_counter`` as the parser yields it, and the gap to
@@ -26,9 +27,11 @@ from typing import Any
 
 from frankenstein.engines.contract import Reply
 from frankenstein.engines.http import header_dict, open_request
+from frankenstein.engines.response import StreamAssembler, canonical_endpoint, output_from_response
 from frankenstein.engines.sse import SseParser
 from frankenstein.errors import EngineRequestError
 from frankenstein.measure.timings import StepTiming
+from frankenstein.workload.trace import RecordedOutput
 
 # Keys of a streamed event that carry the server's own numbers: llama.cpp ``timings``, OpenAI ``usage``,
 # vLLM per-request ``metrics``, SGLang ``meta_info`` / ``sglext``.
@@ -36,43 +39,20 @@ SERVER_KEYS = ("timings", "usage", "meta_info", "metrics", "sglext")
 READ_SIZE = 65536
 
 
-def _delta(event: dict[str, Any]) -> tuple[str, list[int], list[dict[str, Any]], str | None]:
-    """Text, token ids, tool-call deltas and finish reason carried by one event of any supported shape."""
-    if "choices" in event and event["choices"]:
-        ch = event["choices"][0]
-        d = ch.get("delta") or {}
-        text = d.get("content") or ch.get("text") or (ch.get("message") or {}).get("content") or ""
-        calls = d.get("tool_calls") or (ch.get("message") or {}).get("tool_calls") or []
-        ids = ch.get("token_ids") or []
-        return text, list(ids), list(calls), ch.get("finish_reason")
-    text = event.get("content") or event.get("text") or ""
-    ids = event.get("tokens") or []
-    stop = event.get("stop_type") if event.get("stop") else None
-    return text, list(ids) if isinstance(ids, list) else [], [], stop
-
-
-def _merge_calls(acc: list[dict[str, Any]], deltas: list[dict[str, Any]]) -> None:
-    for d in deltas:
-        i = d.get("index", len(acc))
-        while len(acc) <= i:
-            acc.append({"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
-        c = acc[i]
-        c["id"] = d.get("id") or c["id"]
-        fn = d.get("function") or {}
-        c["function"]["name"] += fn.get("name") or ""
-        c["function"]["arguments"] += fn.get("arguments") or ""
-
-
 class _Collected:
-    def __init__(self) -> None:
-        self.text: list[str] = []
-        self.ids: list[int] = []
-        self.calls: list[dict[str, Any]] = []
-        self.finish: str | None = None
+    def __init__(self, endpoint: str) -> None:
+        self.asm = StreamAssembler(endpoint)  # the one decoder (:mod:`.response`)
         self.last: dict[str, Any] = {}
         self.ttft: float | None = None
         self.gaps: list[float] = []  # ms between successive content-bearing events
         self.last_content: float | None = None  # perf_counter of the previous content-bearing event
+
+
+def _calls(output: RecordedOutput) -> list[dict[str, Any]]:
+    return [
+        {"id": c.id or None, "type": c.type, "function": {"name": c.name, "arguments": c.arguments}}
+        for c in output.tool_calls
+    ]
 
 
 def stream_request(
@@ -91,7 +71,7 @@ def stream_request(
     bounds each wait for bytes from the engine."""
     streamed = bool(json.loads(body).get("stream"))
     t0 = time.perf_counter()
-    got = _Collected()
+    got = _Collected(canonical_endpoint(path) or path)
     conn, r = open_request(host, port, "POST", path, body, timeout_s=timeout_s)
     headers = header_dict(r)
     try:
@@ -102,24 +82,22 @@ def stream_request(
             )
         if not streamed:
             got.last = json.loads(r.read())
-            t, i, c, got.finish = _delta(got.last)
-            got.text.append(t)
-            got.ids.extend(i)
-            got.calls.extend(c)
+            output = output_from_response(got.asm.endpoint, got.last)
         else:
             _read_stream(r, got, t0, timeout_s, kind, turn_id)
+            output = got.asm.output()
     finally:
         conn.close()
     e2e = (time.perf_counter() - t0) * 1000.0
     return Reply(
         body=got.last,
-        text="".join(got.text),
-        token_ids=got.ids or None,
-        finish_reason=got.finish,
+        text=output.text,
+        token_ids=output.token_ids or None,
+        finish_reason=output.finish_reason,
         timing=step_timing(got.last),
         ttft_ms=got.ttft,
         e2e_ms=e2e,
-        tool_calls=got.calls,
+        tool_calls=_calls(output),
         chunk_gaps_ms=got.gaps if streamed else None,
         headers=headers,
     )
@@ -138,13 +116,8 @@ def _read_stream(r: Any, got: _Collected, t0: float, timeout_s: float, kind: str
             event = ev.data or {}
             if "error" in event:
                 raise EngineRequestError(f"{kind} stream error: {event['error']}", turn_id=turn_id)
-            t, i, c, f = _delta(event)
-            if t or i or c:
+            if got.asm.event(event):
                 _stamp(got, t0)
-            got.text.append(t)
-            got.ids.extend(i)
-            _merge_calls(got.calls, c)
-            got.finish = f or got.finish
             if any(k in event for k in SERVER_KEYS):
                 got.last = {**got.last, **{k: v for k, v in event.items() if k in (*SERVER_KEYS, "id", "model")}}
 

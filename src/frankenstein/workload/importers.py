@@ -26,7 +26,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from frankenstein.errors import TraceError
-from frankenstein.workload.record import output_from_response, server_timings
+from frankenstein.engines.response import output_from_response, server_timings
 from frankenstein.workload.trace import (
     CHAT,
     RecordedOutput,

@@ -15,8 +15,9 @@ Reuse (``frank serve --record``)::
 
 A proxy with its own HTTP front can use the recording core without this server:
 ``TurnRecorder(out).record(endpoint, body, session_header, output, timings)`` appends one turn;
-:func:`output_from_response` turns a JSON answer into a :class:`RecordedOutput`, and
-:class:`StreamAssembler` does the same for an SSE stream fed chunk by chunk.
+:func:`~frankenstein.engines.response.output_from_response` turns a JSON answer into a :class:`RecordedOutput`,
+and :class:`~frankenstein.engines.response.StreamAssembler` does the same for an SSE stream fed chunk by chunk
+(the one response decoder, shared with replay, the importers and the agent loop).
 
 What is recorded, and when:
 - the request body as the client sent it, minus credential-like fields outside what the model sees
@@ -48,15 +49,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from email.message import Message
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from frankenstein.engines.http import Streamed, TransportError, open_stream
-from frankenstein.engines.sse import SseParser
+from frankenstein.engines.response import StreamAssembler, canonical_endpoint, output_from_response, server_timings
 from frankenstein.errors import FrankError
 from frankenstein.workload.listener import (
     CONNECT_RETRIES,
@@ -68,10 +67,8 @@ from frankenstein.workload.listener import (
     read_body,
 )
 from frankenstein.workload.trace import (
-    CHAT,
     RecordedOutput,
     RecordedTimings,
-    ToolCall,
     Turn,
     append_turn,
     derive_session_id,
@@ -81,217 +78,6 @@ from frankenstein.workload.trace import (
 )
 
 SESSION_HEADER = "X-Frank-Session"
-_ALIASES = {
-    "/v1/chat/completions": "/v1/chat/completions",
-    "/chat/completions": "/v1/chat/completions",
-    "/v1/completions": "/v1/completions",
-    "/completions": "/v1/completions",
-    "/completion": "/completion",
-}
-_LLAMA_STOP = {"eos": "stop", "word": "stop", "limit": "length"}
-
-
-def canonical_endpoint(path: str) -> str | None:
-    """The recorded endpoint for a request path (query ignored), or None for pass-through paths."""
-    return _ALIASES.get(urlsplit(path).path.rstrip("/") or "/")
-
-
-# ---------------------------------------------------------------- pure: answers → RecordedOutput
-
-
-def _usage(resp: Mapping[str, Any]) -> tuple[int | None, int | None]:
-    """(prompt, completion) tokens: OpenAI ``usage``, llama.cpp ``/completion`` counts, else
-    llama.cpp ``timings`` (a streamed chat without ``stream_options.include_usage`` has only those)."""
-    usage = resp.get("usage") or {}
-    prompt = usage.get("prompt_tokens", resp.get("tokens_evaluated"))
-    completion = usage.get("completion_tokens", resp.get("tokens_predicted"))
-    return _from_timings(prompt, completion, resp.get("timings") or {})
-
-
-def _from_timings(
-    prompt: int | None, completion: int | None, timings: Mapping[str, Any]
-) -> tuple[int | None, int | None]:
-    if prompt is None and isinstance(timings.get("prompt_n"), int):
-        prompt = timings["prompt_n"] + int(timings.get("cache_n") or 0)
-    if completion is None and isinstance(timings.get("predicted_n"), int):
-        completion = timings["predicted_n"]
-    return prompt, completion
-
-
-def server_timings(resp: Mapping[str, Any]) -> dict[str, Any]:
-    """The engine's own timings: llama.cpp ``timings``, vLLM ``metrics``, SGLang ``meta_info``."""
-    for key in ("timings", "metrics", "meta_info"):
-        value = resp.get(key)
-        if isinstance(value, dict) and value:
-            return {k: v for k, v in value.items() if isinstance(v, (int, float, str, bool)) or v is None}
-    return {}
-
-
-def _tool_calls(raw: Any) -> list[ToolCall]:
-    calls = []
-    for c in raw or []:
-        fn = c.get("function") or {}
-        calls.append(
-            ToolCall(
-                id=c.get("id") or "",
-                type=c.get("type") or "function",
-                name=fn.get("name") or "",
-                arguments=fn.get("arguments") or "",
-            )
-        )
-    return calls
-
-
-def output_from_response(endpoint: str, resp: Mapping[str, Any]) -> RecordedOutput:
-    """Choice 0 of a non-streamed answer (chat, completions, or llama.cpp ``/completion``)."""
-    prompt, completion = _usage(resp)
-    if endpoint == "/completion":
-        stop = resp.get("stop_type")
-        return RecordedOutput(
-            text=resp.get("content") or "",
-            token_ids=resp.get("tokens") or None,
-            finish_reason=_LLAMA_STOP.get(str(stop), stop),
-            prompt_tokens=prompt,
-            completion_tokens=completion,
-        )
-    choice = (resp.get("choices") or [{}])[0]
-    ids = choice.get("token_ids") or None
-    if endpoint == CHAT:
-        msg = choice.get("message") or {}
-        return RecordedOutput(
-            text=msg.get("content") or "",
-            reasoning=msg.get("reasoning_content") or "",
-            tool_calls=_tool_calls(msg.get("tool_calls")),
-            token_ids=ids,
-            finish_reason=choice.get("finish_reason"),
-            prompt_tokens=prompt,
-            completion_tokens=completion,
-        )
-    return RecordedOutput(
-        text=choice.get("text") or "",
-        token_ids=ids,
-        finish_reason=choice.get("finish_reason"),
-        prompt_tokens=prompt,
-        completion_tokens=completion,
-    )
-
-
-@dataclass
-class StreamAssembler:
-    """Builds a :class:`RecordedOutput` from SSE bytes fed as they arrive.
-
-    Keeps only the partial last line, the text/reasoning pieces, token ids, tool-call fragments,
-    the finish reason, usage and timings — never the raw chunks.
-    """
-
-    endpoint: str
-    _parser: SseParser = field(default_factory=SseParser)
-    _text: list[str] = field(default_factory=list)
-    _reasoning: list[str] = field(default_factory=list)
-    _ids: list[int] = field(default_factory=list)
-    _calls: dict[int, dict[str, Any]] = field(default_factory=dict)
-    finish_reason: str | None = None
-    usage: dict[str, Any] = field(default_factory=dict)
-    timings: dict[str, Any] = field(default_factory=dict)
-    done: bool = False
-    error: str | None = None
-    has_output: bool = False
-
-    @property
-    def buffered(self) -> int:
-        """Bytes of the stream held (the partial last line)."""
-        return self._parser.pending
-
-    def feed(self, data: bytes) -> None:
-        for event in self._parser.feed(data):
-            if event.done:
-                self.done = True
-            elif event.malformed is not None:
-                self.error = f"malformed stream chunk: {event.malformed!r}"
-            elif event.data is not None:
-                self._chunk(event.data)
-
-    def _chunk(self, chunk: dict[str, Any]) -> None:
-        if "error" in chunk:
-            self.error = json.dumps(chunk["error"])[:300]
-            return
-        if chunk.get("usage"):
-            self.usage = {
-                "prompt_tokens": chunk["usage"].get("prompt_tokens"),
-                "completion_tokens": chunk["usage"].get("completion_tokens"),
-            }
-        if timings := server_timings(chunk):
-            self.timings = timings
-        if self.endpoint == "/completion":
-            self._llama_chunk(chunk)
-        else:
-            for choice in chunk.get("choices") or []:
-                if choice.get("index", 0) == 0:
-                    self._choice(choice)
-
-    def _llama_chunk(self, chunk: dict[str, Any]) -> None:
-        self._add_text(chunk.get("content") or "", self._text)
-        self._ids.extend(chunk.get("tokens") or [])
-        if chunk.get("stop"):
-            stop = chunk.get("stop_type")
-            self.finish_reason = _LLAMA_STOP.get(str(stop), stop) or "stop"
-            self.usage = {
-                "prompt_tokens": chunk.get("tokens_evaluated"),
-                "completion_tokens": chunk.get("tokens_predicted"),
-            }
-            self.done = True
-
-    def _choice(self, choice: dict[str, Any]) -> None:
-        delta = choice.get("delta") or {}
-        self._add_text(delta.get("content") or choice.get("text") or "", self._text)
-        self._add_text(delta.get("reasoning_content") or "", self._reasoning)
-        self._ids.extend(choice.get("token_ids") or delta.get("token_ids") or [])
-        for tc in delta.get("tool_calls") or []:
-            self._tool_delta(tc)
-        if choice.get("finish_reason"):
-            self.finish_reason = choice["finish_reason"]
-
-    def _add_text(self, piece: str, into: list[str]) -> None:
-        if piece:
-            into.append(piece)
-            self.has_output = True
-
-    def _tool_delta(self, tc: dict[str, Any]) -> None:
-        self.has_output = True
-        slot = self._calls.setdefault(int(tc.get("index", 0)), {"id": "", "type": "function", "name": "", "args": []})
-        slot["id"] = tc.get("id") or slot["id"]
-        slot["type"] = tc.get("type") or slot["type"]
-        fn = tc.get("function") or {}
-        slot["name"] += fn.get("name") or ""
-        if fn.get("arguments"):
-            slot["args"].append(fn["arguments"])
-
-    @property
-    def finished(self) -> bool:
-        """The upstream said it finished (a finish reason, llama.cpp ``stop``) and sent no error."""
-        return self.error is None and self.finish_reason is not None
-
-    def output(self) -> RecordedOutput:
-        calls = [
-            ToolCall(id=c["id"], type=c["type"], name=c["name"], arguments="".join(c["args"]))
-            for _, c in sorted(self._calls.items())
-        ]
-        prompt, completion = _from_timings(
-            self.usage.get("prompt_tokens"), self.usage.get("completion_tokens"), self.timings
-        )
-        if completion is None and self._ids:
-            completion = len(self._ids)
-        return RecordedOutput(
-            text="".join(self._text),
-            reasoning="".join(self._reasoning),
-            token_ids=list(self._ids) or None,
-            tool_calls=calls,
-            finish_reason=self.finish_reason,
-            prompt_tokens=prompt,
-            completion_tokens=completion,
-        )
-
-
 # ---------------------------------------------------------------- the recording core
 
 
