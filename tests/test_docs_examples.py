@@ -21,6 +21,8 @@ EXPECTED: dict[str, tuple[str, Fraction | None]] = {
     "threshold.toml": ("confirmed", Fraction(1, 32)),
     "family.toml": ("confirmed", None),  # a family has a verdict per candidate: threads-8 passes at 1/64
     "order_adjusted.toml": ("confirmed", Fraction(1, 32)),
+    "veto.toml": ("confirmed", Fraction(1, 32)),  # confirmed, but its veto failed: not adoptable
+    "memory.toml": ("passed", None),  # about +32 MiB of peak RSS, within 64
 }
 
 
@@ -36,5 +38,12 @@ def test_an_example_design_registers_runs_and_decides(tmp_path: Path, name: str)
     run_design(c, reg.design_id, echo=lambda s: None)
     a = analyze(c, reg.design_id)
     assert (a.word, a.verdict.p if a.verdict else None) == EXPECTED[name], a.reason
+    if name == "veto.toml":
+        assert [v.sentence() for v in a.failed_vetoes] == [
+            "veto 'decode_ms_per_token lower in at least 4 of 5 blocks' failed: lower in 0 of 5 blocks, "
+            "geometric-mean ratio 1.0050 (+0.50 %)"
+        ]
+    if name == "memory.toml":
+        assert "(RSS), within the 64 MiB allowed" in (a.why or "")
     if name == "family.toml":
         assert "threads-8 passes" in a.reason and any(line.startswith("1     threads-8") for line in a.lines)
