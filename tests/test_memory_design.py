@@ -20,7 +20,7 @@ from frankenstein.ledger import adopt
 from frankenstein.measure.memory import RssSampler
 
 from helpers_campaign import TOML, make_campaign, make_workload
-from helpers_ledger import CONFIRMED, stored_design
+from helpers_ledger import CONFIRMED, gpu, stored_design
 
 ALLOC = """\
 import json, sys, time
@@ -220,3 +220,35 @@ def test_a_memory_gate_citing_another_kind_or_another_part_is_refused(tmp_path: 
         LedgerError, match=rf"memory gate {mem}: it tested parts \['draft'\] against \[\], not \+ bigctx"
     ):
         adopt(c, "bigctx", "cites-draft-1")
+
+
+def test_gpu_peaks_decide_where_a_gpu_was_sampled(tmp_path: Path) -> None:
+    """Per GPU, as the NVML sampler records it (stored rows of a design): the largest increase over RSS and
+    every GPU decides; here GPU 1's +1620 MiB (the note's "1,620 MiB more per GPU")."""
+    c = make_campaign(tmp_path / "c")
+    reg = register(c, _command_memory(c.root, 10, 20, limit=8))
+    peaks = {"served": (100.0, 30000.0, 30000.0), "candidate": (101.0, 30004.0, 31620.0)}
+    for b in range(2):
+        for pos, arm in enumerate(reg.schedule[b]):
+            rss, g0, g1 = peaks[arm]
+            resources = {
+                "gpu": [gpu(g0, 300.0, 0)["gpu"][0], gpu(g1, 300.0, 1)["gpu"][0]],
+                "rss": {"rss_mib_peak": rss},
+            }
+            c.store.insert_start(
+                design_id=reg.design_id,
+                block=b,
+                position=pos,
+                arm=arm,
+                status="ok",
+                started_at=f"2025-03-01T10:0{b}:0{pos}.000Z",
+                metrics={},
+                engine="command",
+                resources=resources,
+            )
+    a = analyze(c, reg.design_id)
+    assert a.word == "failed" and a.why == (
+        "the largest increase of peak memory is +1620.0 MiB (GPU 1), over the 8 MiB allowed"
+    )
+    assert "  GPU 0: served 30000.0, candidate 30004.0, increase +4.0" in a.lines
+    assert "  RSS: served 100.0, candidate 101.0, increase +1.0" in a.lines
