@@ -250,6 +250,7 @@ def test_statuses_are_the_documented_ones() -> None:
         "format_error",
         "engine_error",
         "grader_error",
+        "workspace_limit",
     )
 
 

@@ -4,6 +4,7 @@ refused registration is stored as a refusal (the one write a refused command mak
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,9 +14,12 @@ from frankenstein.campaign import Campaign, open_campaign
 from frankenstein.config import load_config
 from frankenstein.design.registry import register
 from frankenstein.errors import ConfigError, DesignError
+from frankenstein.shipped import data_path
+from frankenstein.workload.trace import load_trace
 
 from conftest import frank
 from helpers_campaign import make_campaign
+from helpers_cli import cli
 
 BASE = """\
 name = "d"
@@ -185,3 +189,126 @@ def test_plan_refuses_numbers_it_cannot_use() -> None:
     ):
         run = frank("plan", "--direction", "lower", "--sd", "0.1", *args, timeout=60)
         assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+
+
+# ---------------------------------------------------------------- issue 30, item 7: inputs that could never run
+
+LAUNCH_TOML = [  # (text added to a frank.toml with a base recipe, the field named, words of the reason)
+    ('[parts.p]\nargs = ["--x", "a\\u0000b"]\n', "parts.p.args.1", "contains a NUL character"),
+    ('[parts.p]\nenv = { "A=B" = "1" }\n', "parts.p.env.A=B.[key]", "'A=B' is not an environment variable name"),
+    ('[parts.p]\nenv = { "" = "1" }\n', "parts.p.env..[key]", "'' is not an environment variable name"),
+    ('[parts.p]\nenv = { A = "x\\u0000" }\n', "parts.p.env.A", "contains a NUL character"),
+    ('[parts.p]\nbinary = "/bin/\\u0000sh"\n', "parts.p.binary", "contains a NUL character"),
+    ('[recipes.cmd]\nengine = "openai"\ncommand = []\n', "recipes.cmd.command", "List should have at least 1 item"),
+]
+
+
+@pytest.mark.parametrize(("extra", "field", "why"), LAUNCH_TOML, ids=[c[1] for c in LAUNCH_TOML])
+def test_frank_toml_refuses_what_no_program_can_be_given(tmp_path: Path, extra: str, field: str, why: str) -> None:
+    root = tmp_path / "c"
+    make_campaign(root).close()
+    toml = root / "frank.toml"
+    toml.write_text(toml.read_text() + extra)
+    with pytest.raises(ConfigError) as err:
+        load_config(toml)
+    msg = str(err.value)
+    assert msg.startswith(f"{toml}: {field}: ") and why in msg and "\n" not in msg, msg
+
+
+def _part_design(campaign: Campaign, part_toml: str) -> Path:
+    toml = campaign.root / "frank.toml"
+    toml.write_text(toml.read_text() + "\n[parts.p]\n" + part_toml)
+    path = campaign.root / "designs" / "d.toml"
+    path.write_text(BASE.format(extra="", part="p"))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("part_toml", "why"),
+    [
+        ('binary = "/no/such/llama-server"\n', "binary /no/such/llama-server does not exist (recipe served+p)"),
+        ('binary = "/tmp"\n', "binary /tmp is a directory, not a program (recipe served+p)"),
+        ('binary = "{data}"\n', "binary {data} is not executable (recipe served+p)"),
+    ],
+)
+def test_registration_refuses_a_binary_that_cannot_run(tmp_path: Path, part_toml: str, why: str) -> None:
+    data = tmp_path / "data.txt"
+    data.write_text("not a program")
+    make_campaign(tmp_path / "c").close()
+    with open_campaign(tmp_path / "c") as c:
+        path = _part_design(c, part_toml.format(data=data))
+    with open_campaign(tmp_path / "c") as c, pytest.raises(DesignError) as err:
+        register(c, path)
+    assert str(err.value) == f"{path}: arms.candidate: {why.format(data=data)}"
+
+
+COMMAND_DESIGN = """\
+name = "k"
+blocks = 5
+[arms.served]
+command = {served}
+[arms.candidate]
+command = ["{py}", "-c", "print(1)"]
+[rule]
+kind = "sign"
+"""
+
+
+@pytest.mark.parametrize(
+    ("served", "field", "why"),
+    [
+        ('["/no/such/bench"]', "arms.served.command", "command program /no/such/bench does not exist"),
+        ('["no-such-bench-program"]', "arms.served.command", "command program 'no-such-bench-program' is not found"),
+        ('["/tmp"]', "arms.served.command", "command program /tmp is a directory, not a program"),
+        ("[]", "arms.served.command", "List should have at least 1 item"),
+        ('["/bin/echo", "a\\u0000"]', "arms.served.command.1", "contains a NUL character"),
+    ],
+)
+def test_registration_refuses_a_command_arm_that_cannot_run(
+    campaign: Campaign, served: str, field: str, why: str
+) -> None:
+    path = campaign.root / "designs" / "k.toml"
+    path.write_text(COMMAND_DESIGN.format(served=served, py=sys.executable))
+    with pytest.raises(DesignError) as err:
+        register(campaign, path)
+    msg = str(err.value)
+    assert msg.startswith(f"{path}: {field}: ") and why in msg and "\n" not in msg, msg
+    assert campaign.store.registry_rows() == []
+
+
+def test_a_workload_hash_prefix_is_named_as_a_prefix(campaign: Campaign) -> None:
+    """A design that pins the first 12 hex digits of the right hash: the message shows both digests far enough
+    to differ, and says the pin is not the full sha256 (it printed two identical prefixes as a 'mismatch')."""
+    full = load_trace(data_path("demo-workload.jsonl")).hash
+    path = campaign.root / "designs" / "d.toml"
+    path.write_text(BASE.format(extra=f'workload_hash = "{full[:12]}"', part="draft"))
+    with pytest.raises(DesignError) as err:
+        register(campaign, path)
+    msg = str(err.value)
+    assert "is not the workload's full sha256" in msg and f"design pins {full[:12]}, file has {full[:16]}…" in msg
+    near = full[:20] + ("0" if full[20] != "0" else "1") + full[21:]
+    path.write_text(BASE.format(extra=f'workload_hash = "{near}"', part="draft"))
+    with pytest.raises(DesignError, match=f"no longer matches.*pins {near[:24]}…, file has {full[:24]}…"):
+        register(campaign, path)
+
+
+def test_cli_inputs_that_were_unexpected_errors(tmp_path: Path, capsys) -> None:
+    """Each input that ended in "unexpected; please report it" now has its own message (the real CLI)."""
+    blocks = tmp_path / "blocks.csv"
+    blocks.write_text("block,difference\n" + "".join(f"b{i},{(i % 7) - 3}\n" for i in range(1_000_000)))
+    code, out, err = cli(capsys, "analyze", "--blocks", str(blocks), "--rule", "sign", "--direction", "lower")
+    assert code == 1 and err == f"frank: error: {blocks}: 1000000 blocks; at most 1000 are analysed " + (
+        "(a design's bound: the exact tests compute with fractions over every block, and a million blocks would run "
+        "for hours)\n"
+    ), err
+    for args, named in (
+        (["serve", "-c", str(tmp_path), "--cache-mb", "-1"], "--cache-mb"),
+        (["serve", "-c", str(tmp_path), "--max-body-mb", "0"], "--max-body-mb"),
+        (["record", "--upstream", "http://127.0.0.1:9", "--out", str(tmp_path / "t"), "--max-body-mb", "0"], "body"),
+        (
+            ["tasks", "draw", "not a url", "--trace", str(tmp_path / "t"), "--work-dir", str(tmp_path)],
+            "not a url': expected http://HOST:PORT",
+        ),
+    ):
+        code, _, err = cli(capsys, *args)
+        assert code == 2 and named in err and "unexpected" not in err and "Traceback" not in err, (args, err)

@@ -3,6 +3,7 @@ registration and rules as an engine arm (real subprocesses, real store)."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -93,3 +94,34 @@ def test_curtail_stops_once_the_verdict_cannot_change(tmp_path: Path) -> None:
     assert len(c.store.query("SELECT id FROM starts")) == 2
     assert "curtailed before block 2: the registered verdict can no longer change" in lines
     assert analyze(c, reg.design_id).word == "not confirmed"
+
+
+@pytest.mark.parametrize(
+    ("printed", "why"),
+    [
+        ('{"verify_step_ms": true}', "verify_step_ms is true, not a number"),
+        ('{"verify_step_ms": Infinity}', "verify_step_ms is inf, not a finite number"),
+        ('{"verify_step_ms": NaN}', "verify_step_ms is nan, not a finite number"),
+        ('{"verify_step_ms": 1e999}', "verify_step_ms is inf, not a finite number"),
+        ('{"verify_step_ms": "2.0"}', 'verify_step_ms is "2.0", not a number'),
+        ("{}", "not a JSON object with at least one metric"),
+    ],
+)
+def test_a_command_arm_printing_no_finite_number_is_a_failed_start(tmp_path: Path, printed: str, why: str) -> None:
+    """Booleans are not numbers (``true`` was read as 1.0 and confirmed), and ``Infinity``/``NaN``, which Python's
+    JSON reader accepts, are refused where they are read: each start fails naming the metric."""
+    c = make_campaign(tmp_path / "c")
+    verbatim = c.root / "verbatim.py"
+    verbatim.write_text("import sys\nprint(sys.argv[1])\n")
+    p = c.root / "k.toml"
+    text = DESIGN.format(py=sys.executable, bench=verbatim, served="SERVED", candidate="CANDIDATE")
+    p.write_text(
+        text.replace('"SERVED"', json.dumps('{"verify_step_ms": 2.0}')).replace('"CANDIDATE"', json.dumps(printed))
+    )
+    reg = register(c, p)
+    run_design(c, reg.design_id, echo=lambda s: None)
+    rows = c.store.query("SELECT arm, status, reason FROM starts")
+    assert {r["arm"]: r["status"] for r in rows} == {"served": "ok", "candidate": "failed"}
+    reasons = {r["reason"] for r in rows if r["status"] == "failed"}
+    assert len(reasons) == 1 and why in reasons.pop()
+    assert analyze(c, reg.design_id).word == "invalid"

@@ -193,3 +193,42 @@ def test_engine_killed_by_sigill_says_what_that_usually_means(tmp_path: Path) ->
     assert first.startswith("frank: error: llama-server was killed by SIGILL: the binary ran a CPU instruction"), first
     assert "--no-repack" in first and "GGML_NATIVE=OFF" in first and "during start (log: " in first
     assert pids_of(str(tmp_path)) == []
+
+
+DAEMONISING_ENGINE = """\
+import os, sys, time
+if os.fork() == 0:  # a worker that leaves the engine's process group and parent: setsid and a double fork
+    os.setsid()
+    if os.fork():
+        os._exit(0)
+    open(sys.argv[1] + ".tmp", "w").write(str(os.getpid()))
+    os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+    time.sleep(300)
+time.sleep(300)
+"""
+
+
+@pytest.mark.parametrize("owner_dies", [False, True], ids=["stop", "owner-killed"])
+def test_a_setsid_daemon_of_an_engine_is_reaped_with_it(tmp_path: Path, _runtime_dir: Path, owner_dies: bool) -> None:
+    """An engine's worker that called setsid and double-forked was outside the group the stop kills (issue 30):
+    it carries the start's token in its environment, and the stop kills every holder; so does the next
+    command's reaping when the owner is gone (as after ``kill -9`` of frank)."""
+    from frankenstein.engines.process import EngineProcess, reap_leftovers
+
+    mark = tmp_path / "daemon"
+    script = tmp_path / "engine.py"
+    script.write_text(DAEMONISING_ENGINE)
+    proc = EngineProcess([sys.executable, str(script), str(mark)], env={}, log_path=tmp_path / "e.log", name="e")
+    proc.launch()
+    daemon = int(_wait_for(lambda: mark.exists() and mark.read_text(), what="the daemon's pid file"))
+    assert proc.proc is not None and not _gone(daemon)
+    assert os.getpgid(daemon) == os.getsid(daemon) != os.getsid(proc.proc.pid)  # its own session and group
+    if owner_dies:  # the pid file names an owner that is gone
+        assert proc._pidfile is not None
+        info = proc._pidfile.read_text().replace(f'"owner": {os.getpid()}', '"owner": 999999999')
+        proc._pidfile.write_text(info)
+        assert reap_leftovers() == [proc.proc.pid]
+        proc.proc.wait(timeout=10)
+    else:
+        proc.stop(grace_s=2)
+    _wait_for(lambda: _gone(daemon), timeout=10, what="the setsid daemon to be killed")

@@ -21,10 +21,19 @@ from conftest import frank
 
 ARM = """\
 import json, os, subprocess, sys, time
+# a daemon: setsid (a new session and group, out of the command's) and a double fork (re-parented away)
+DAEMON = "import os,sys,time\\nif os.fork(): sys.exit(0)\\nos.setsid()\\nif os.fork(): sys.exit(0)\\n" + \\
+    "open(sys.argv[1] + '.tmp', 'w').write(str(os.getpid()))\\nos.rename(sys.argv[1] + '.tmp', sys.argv[1])\\n" + \\
+    "time.sleep(300)\\n"
+if sys.argv[2].endswith("setsid"):
+    daemon = sys.argv[1] + ".setsid." + str(os.getpid())
+    subprocess.run([sys.executable, "-c", DAEMON, daemon], check=True)
+    while not os.path.exists(daemon):
+        time.sleep(0.01)
 # a grandchild frank never started itself; its pid goes to a file the test watches
 child = subprocess.Popen(["sleep", "300"])
 open(sys.argv[1] + ".pid." + str(os.getpid()), "w").write(str(child.pid))
-if sys.argv[2] == "hang":
+if sys.argv[2].startswith("hang"):
     time.sleep(300)
 print(json.dumps({"verify_step_ms": float(sys.argv[3])}))
 """
@@ -105,6 +114,34 @@ def test_no_child_of_a_command_arm_outlives_frank(tmp_path: Path, how: signal.Si
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGINT], ids=["kill-9", "ctrl-c"])
+def test_a_setsid_daemon_of_a_command_arm_does_not_outlive_frank(tmp_path: Path, how: signal.Signals) -> None:
+    """A command arm's child that calls ``setsid`` and double-forks left the command's process group and its
+    parent: it survived Ctrl-C and ``kill -9`` of frank (issue 30). The guard is a child subreaper, so the
+    daemon is re-parented to it and killed with the rest; the pid files show nothing survives."""
+    root, _ = _campaign(tmp_path, "hang-setsid")
+    proc = _run_frank(root)
+    try:
+        grand = _grandchildren(tmp_path)
+        daemons = [int(p.read_text()) for p in tmp_path.glob("mark.setsid.*")]
+        assert len(daemons) == 1 and all(_alive(p) for p in grand + daemons)
+        assert os.getpgid(daemons[0]) == os.getsid(daemons[0]) not in (os.getsid(proc.pid), os.getsid(grand[0]))
+        proc.send_signal(how)
+        proc.wait(timeout=30)
+        assert _gone_within(grand + daemons) == [], f"a setsid child survived {how.name} of frank"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_setsid_daemon_left_by_a_finished_command_is_reaped(tmp_path: Path) -> None:
+    root, _ = _campaign(tmp_path, "exit-setsid")
+    run = frank("run", "arm-1", "-c", str(root), timeout=120)
+    assert run.returncode == 0 and run.stdout.count(": ok") == 10, run.stderr
+    daemons = [int(p.read_text()) for p in tmp_path.glob("mark.setsid.*")]
+    assert len(daemons) == 10 and _gone_within(daemons) == []
 
 
 def test_a_child_left_behind_by_a_finished_command_is_reaped(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ import pytest
 
 from frankenstein.errors import FrankError
 from frankenstein.engines.response import StreamAssembler
+from frankenstein.workload.export import export_workload, write_export
 from frankenstein.workload.record import serve_recorder
 from frankenstein.workload.trace import load_trace, parse_line
 
@@ -476,17 +477,29 @@ def raw_exchange(url: str, data: bytes) -> bytes:
 NESTED = b'{"a":' * 100_000 + b"1" + b"}" * 100_000
 
 
-@pytest.mark.parametrize("length", [b"-5", b"abc", b"1.5", b"+3", b"99999999999999"])
+@pytest.mark.parametrize(
+    ("length", "status"), [(b"-5", 400), (b"abc", 400), (b"1.5", 400), (b"+3", 400), (b"99999999999999", 413)]
+)
 def test_malformed_content_length_gets_400_not_a_traceback(
-    proxy: Any, capfd: pytest.CaptureFixture[str], length: bytes
+    proxy: Any, capfd: pytest.CaptureFixture[str], length: bytes, status: int
 ) -> None:
     answer = raw_exchange(
         proxy.url, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + length + b"\r\n\r\n{}"
     )
-    assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
+    assert answer.startswith(b"HTTP/1.1 %d" % status), answer[:200]
     assert b"Content-Length" in answer
     assert "Traceback" not in capfd.readouterr().err
     assert httpx.post(proxy.url + "/v1/chat/completions", json=chat("still up")).status_code == 200
+
+
+def test_a_body_above_the_recorders_limit_is_answered_413(upstream: Any, tmp_path: Path) -> None:
+    with serve_recorder(upstream.url, "127.0.0.1", 0, tmp_path / "t.jsonl", max_body_bytes=4096) as srv:
+        head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 104857600\r\n\r\n"
+        assert raw_exchange(srv.url, head).startswith(b"HTTP/1.1 413")
+        r = httpx.post(srv.url + "/v1/chat/completions", json=chat("x" * 5000))
+        assert r.status_code == 413 and "limit of 4096 bytes" in r.json()["error"]["message"]
+        assert httpx.post(srv.url + "/v1/chat/completions", json=chat("small")).status_code == 200
+    assert [p for _, p, _, _ in upstream.received] == ["/v1/chat/completions"]  # only the small one went on
 
 
 def test_deeply_nested_json_gets_400_not_a_traceback(proxy: Any, capfd: pytest.CaptureFixture[str]) -> None:
@@ -631,3 +644,34 @@ def test_a_generation_body_that_is_not_utf8_json_is_forwarded_and_said_not_recor
     assert r.status_code in (200, 400, 502)  # whatever the upstream (a test double here) makes of it
     assert any("not a UTF-8 JSON object; passed through, not recorded" in e for e in proxy.errors), proxy.errors
     assert not (tmp_path / "trace.jsonl").exists() or (tmp_path / "trace.jsonl").read_text() == ""
+
+
+def test_credentials_named_any_way_are_removed_and_the_export_is_private(
+    upstream: Any, proxy: Any, tmp_path: Path
+) -> None:
+    """camelCase and dashed credential names and everything under ``extra_headers`` reached the trace and the
+    AIPerf export, which was written 0644 (issue 30): names are normalised before they are matched, header
+    fields go whole, and the export is 0600 like the trace."""
+    body = chat(
+        "hi",
+        accessToken=SECRET,
+        clientSecret=SECRET,
+        authToken=SECRET,
+        metadata={"api-key": SECRET, "X-Auth-Token": SECRET, "sessionID": "kept", "max_tokens": 3},
+        extra_headers={"X-Custom": SECRET, "Authorization": f"Bearer {SECRET}"},
+        user="u1",
+    )
+    assert httpx.post(proxy.url + "/v1/chat/completions", json=body).status_code == 200
+    text = proxy.recorder.out.read_text()
+    assert SECRET not in text and "kept" in text
+    (turn,) = load_trace(proxy.recorder.out).turns
+    assert sorted(turn.redacted or []) == sorted(
+        ["accessToken", "clientSecret", "authToken", "metadata.api-key", "metadata.X-Auth-Token", "extra_headers"]
+    )
+    assert turn.request["metadata"] == {"sessionID": "kept", "max_tokens": 3} and turn.request["user"] == "u1"
+    assert os.stat(proxy.recorder.out).st_mode & 0o777 == 0o600
+    out = tmp_path / "aiperf.jsonl"
+    out.write_text("")  # an existing file keeps no looser mode either
+    os.chmod(out, 0o644)
+    write_export(out, export_workload(load_trace(proxy.recorder.out), "aiperf"))
+    assert SECRET not in out.read_text() and os.stat(out).st_mode & 0o777 == 0o600

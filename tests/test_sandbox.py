@@ -294,3 +294,71 @@ def test_a_launcher_failure_is_a_sandbox_error(tmp_path: Path) -> None:
 def test_a_command_cannot_fake_a_launcher_failure(tmp_path: Path) -> None:
     res = Sandbox(tmp_path, SandboxLimits(), isolation=NS).run("echo 'jail: sandbox setup failed'; exit 125", 10)
     assert (res.rc, res.output) == (125, "jail: sandbox setup failed\n")
+
+
+# ---------------------------------------------------------------- issue 30: tools that cannot be knocked over
+
+KNOCKS = [  # (tool call, words of the error the model is told)
+    (call("write_file", path="fifo", content="x"), "fifo: not a regular file"),
+    (call("read_file", path="fifo"), "not a regular file"),
+    (call("write_file", path="loop1/x.txt", content="x"), "cannot be resolved"),
+    (call("read_file", path="loop1"), "cannot be resolved"),
+    (call("write_file", path="afile/under.txt", content="x"), "afile/under.txt: "),
+    (call("read_file", path="afile/under.txt"), "afile/under.txt: "),
+    (call("write_file", path="n" * 300, content="x"), "path too long"),
+    (call("read_file", path="d/" + "n" * 300), "path too long"),
+    (call("write_file", path="\ud800.txt", content="x"), "the path is not valid text"),
+    (call("write_file", path="ok.txt", content="a\ud800b"), "the content is not valid text"),
+    (call("write_file", path="a\x00b", content="x"), "a path may not hold a NUL byte"),
+    (call("bash", command="echo a\x00b"), "a command may not hold a NUL byte"),
+    (call("bash", command="echo \udc80"), "the command is not valid text"),
+]
+
+
+@pytest.mark.parametrize("iso", MODES)
+def test_every_model_controlled_input_is_a_tool_error(tmp_path: Path, iso: Isolation) -> None:
+    """A symlink loop, a path under a file, a 300-character name, a lone surrogate, a NUL in a path or a
+    command, a FIFO to write or read: each killed the whole draw, and write_file onto a FIFO blocked past the
+    episode's wall time (issue 30). Each is now an ``error:`` the model reads, and the episode goes on to pass,
+    well within its wall-time limit."""
+    setup = call("bash", command="mkfifo fifo && ln -s loop2 loop1 && ln -s loop1 loop2 && echo x > afile")
+    steps = [setup, *(step for step, _ in KNOCKS), call("write_file", path="answer.txt", content="42")]
+    t0 = time.monotonic()
+    res, requests = episode(tmp_path, steps, iso, "[limits]\nwall_time_s = 60\n")
+    assert time.monotonic() - t0 < 30
+    assert (res.status, res.passed) == ("submitted", True), res.detail
+    told = tool_results(requests)
+    assert told[0] == "exit code: 0\n"
+    for (step, words), answer in zip(KNOCKS, told[1:], strict=False):
+        assert answer.startswith("error: ") and words in answer, (step, answer)
+    assert told[len(KNOCKS) + 1] == "wrote 2 bytes to answer.txt"
+    assert len(res.detail["refusals"]) == len(KNOCKS)
+
+
+def test_the_workspace_quota_ends_the_episode(tmp_path: Path) -> None:
+    """Files under the per-file limit wrote 229 MB with no quota (issue 30): a write_file that would pass the
+    workspace quota is refused before a byte is written, and a command that fills the workspace past it ends
+    the episode (``workspace_limit``)."""
+    steps = [
+        call("bash", command="head -c 1000000 /dev/zero > a"),  # 0.95 MiB of a 1 MiB quota
+        call("write_file", path="b.txt", content="x" * 102400),
+        call("bash", command="head -c 200000 /dev/zero > c"),
+    ]
+    res, requests = episode(tmp_path, steps, NONE, "[sandbox]\nworkspace_mb = 1\n")
+    told = tool_results(requests)
+    assert told[0] == "exit code: 0\n"
+    assert told[1] == "error: writing 102400 bytes would pass the workspace quota of 1 MB"
+    assert (res.status, res.turns) == ("workspace_limit", 3)
+    assert res.detail["stop_reason"] == "the workspace holds more than its quota of 1 MB"
+
+
+@needs_ns
+def test_each_sandbox_has_a_uid_of_its_own(tmp_path: Path) -> None:
+    if NS.mode != "root":
+        pytest.skip("a uid per sandbox is given where frank runs as root (userns maps one uid)")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a = Sandbox(tmp_path / "a", SandboxLimits())
+    b = Sandbox(tmp_path / "b", SandboxLimits())
+    ids = {int(box.run("id -u", timeout_s=20).output.strip()) for box in (a, b)}
+    assert len(ids) == 2 and 65534 not in ids and 0 not in ids

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
@@ -188,6 +189,22 @@ def test_malformed_content_length_gets_400(
         front.url, b"POST " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Length: " + length + b"\r\n\r\n{}"
     )
     assert answer.startswith(b"HTTP/1.1 400") and b"Content-Length" in answer, answer[:200]
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_a_body_above_the_limit_is_answered_413_unread(double: EngineTestDouble, capfd) -> None:
+    """A 100 MB /count body took 51 s of CPU with no limit (issue 30): a Content-Length above the front's limit is
+    answered 413 before a byte of the body is read, in milliseconds; a body at the limit is counted as before."""
+    with start_front(double.url, RegionCache(tok()), max_body_bytes=1 << 20) as f:
+        t0 = time.perf_counter()
+        answer = _raw(f.url, b"POST /count HTTP/1.1\r\nHost: x\r\nContent-Length: 104857600\r\n\r\n")
+        assert time.perf_counter() - t0 < 2.0
+        assert answer.startswith(b"HTTP/1.1 413") and b"above this server's limit of 1048576 bytes" in answer
+        text = "a" * ((1 << 20) - 20)
+        r = httpx.post(f.url + "/count", json={"content": text}, trust_env=False)
+        assert r.status_code == 200 and r.json()["count"] > 0
+        r = httpx.post(f.url + "/v1/chat/completions", json={"content": text + "a" * 40}, trust_env=False)
+        assert r.status_code == 413 and double.seen == []  # refused before anything went upstream
     assert "Traceback" not in capfd.readouterr().err
 
 

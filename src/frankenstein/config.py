@@ -6,7 +6,9 @@ parts. ``served`` names the base recipe; the ledger (``frank adopt``) appends pa
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any
@@ -53,6 +55,30 @@ Name = Annotated[str, AfterValidator(check_name)]
 CacheVar = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
 
 
+# Launch inputs (issue 30): what no program can be given is refused where frank.toml loads, naming the field,
+# instead of failing later inside ``run``: a NUL in an argument or value, an environment name with '=' (or empty).
+
+
+def check_arg(value: str) -> str:
+    if "\0" in value:
+        raise ValueError("contains a NUL character, which no program can be given as an argument")
+    return value
+
+
+def check_env_name(value: str) -> str:
+    if not value or "=" in value or "\0" in value:
+        raise ValueError(
+            f"{value!r} is not an environment variable name (it must be non-empty, without '=' or a NUL character)"
+        )
+    return value
+
+
+Arg = Annotated[str, AfterValidator(check_arg)]
+EnvName = Annotated[str, AfterValidator(check_env_name)]
+Env = dict[EnvName, Arg]
+Command = Annotated[list[Arg], Field(min_length=1, description="a program and its arguments (at least the program)")]
+
+
 class Provenance(FrozenUserFile):
     """Where a piece comes from, for the note's credits: a part's, a recipe's, a model's, an engine's, a format's."""
 
@@ -79,13 +105,13 @@ class Part(FrozenUserFile):
 
     description: str = ""
     remove: list[str] = Field(default_factory=list)
-    set_flags: dict[str, str] = Field(default_factory=dict, alias="set")
-    args: list[str] = Field(default_factory=list)
-    add: list[str] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict)
-    binary: str | None = None
-    python: str | None = None
-    model: str | None = None
+    set_flags: dict[str, Arg] = Field(default_factory=dict, alias="set")
+    args: list[Arg] = Field(default_factory=list)
+    add: list[Arg] = Field(default_factory=list)
+    env: Env = Field(default_factory=dict)
+    binary: Arg | None = None
+    python: Arg | None = None
+    model: Arg | None = None
     cache_vars: list[CacheVar] = Field(
         default_factory=list,
         description="environment variables that hold a cache folder of this part (e.g. a kernel cache): "
@@ -114,12 +140,12 @@ def _a_flag(token: str, where: str) -> str:
 
 class Recipe(FrozenUserFile):
     engine: EngineKind = "llamacpp"
-    model: str = ""
-    args: list[str] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict)
-    binary: str | None = None
-    python: str | None = None
-    command: list[str] | None = None
+    model: Arg = ""
+    args: list[Arg] = Field(default_factory=list)
+    env: Env = Field(default_factory=dict)
+    binary: Arg | None = None
+    python: Arg | None = None
+    command: Command | None = None
     parts: list[str] = Field(default_factory=list)
     start_timeout_s: float = Field(default=300.0, gt=0, allow_inf_nan=False)
     cache_vars: list[CacheVar] = Field(
@@ -233,6 +259,42 @@ class ResolvedRecipe(FrozenUserFile):
 
 
 LAUNCH_FIELDS = ("engine", "model", "args", "env", "binary", "python", "command", "cache_vars")
+
+
+def program_problem(recipe: ResolvedRecipe) -> str | None:
+    """Why the program a start of ``recipe`` executes cannot run, or None: a ``command`` whose program is not
+    found, or a ``binary`` or ``python`` that is missing, a folder, or not executable (engines use either as given)."""
+    if recipe.command:
+        return command_problem(recipe.command)
+    for name, value in (("binary", recipe.binary), ("python", recipe.python)):
+        problem = executable_problem(value) if value else None
+        if problem:
+            return f"{name} {problem}"
+    return None
+
+
+def command_problem(command: Sequence[str]) -> str | None:
+    """Why ``command``'s program cannot be executed (looked up on PATH like the shell), or None."""
+    program = command[0] if command else ""
+    if not program:
+        return "the command names no program"
+    if shutil.which(program) is not None:
+        return None
+    if "/" in program:
+        return f"command program {executable_problem(program) or program + ' is not executable'}"
+    return f"command program {program!r} is not found on PATH"
+
+
+def executable_problem(value: str) -> str | None:
+    """Why the file ``value`` cannot be executed (missing, a folder, not executable), or None."""
+    path = Path(expand(value))
+    if path.is_dir():
+        return f"{path} is a directory, not a program"
+    if not path.is_file():
+        return f"{path} does not exist"
+    if not os.access(path, os.X_OK):
+        return f"{path} is not executable"
+    return None
 
 
 def load_config(path: str | Path) -> CampaignConfig:

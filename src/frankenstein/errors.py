@@ -146,3 +146,11 @@ def one_line(text: str) -> str:
     """``text`` with line breaks and other unprintable characters escaped (``\\n``), so a message
     built from user input (a field named with a newline) stays one line."""
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def two_digests(a: str, b: str, least: int = 12) -> tuple[str, str]:
+    """Prefixes of two digests for a message about their mismatch, long enough to differ: ``least`` hex digits,
+    or four past the first that differs (a digest given as a prefix of the other is shown whole)."""
+    same = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    n = max(least, same + 4)
+    return tuple(d[:n] + ("…" if len(d) > n else "") for d in (a, b))  # type: ignore[return-value]

@@ -326,6 +326,33 @@ def _test_kill(point: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def read_only_reason(path: Path) -> str | None:
+    """Why the store at ``path`` can only be read (its folder or file not writable, a read-only file system),
+    or None. SQLite's own word for it is "unable to open database file", even for a reading command."""
+    folder = path.parent
+    if path.exists() and not os.access(path, os.W_OK):
+        return f"{path.name} is not writable"
+    if folder.is_dir() and not os.access(folder, os.W_OK):
+        return f"its folder {folder} is not writable"
+    return None
+
+
+def _open_read_only(path: Path) -> sqlite3.Connection:
+    """A read-only connection. A WAL database in a folder that cannot be written needs ``immutable`` (no
+    shared-memory file can be made), which reads the database file alone: a WAL file left with frames in it
+    is refused rather than ignored."""
+    if not path.exists():
+        raise StoreError(f"{path}: no campaign store here, and the folder is read-only")
+    wal = path.with_name(path.name + "-wal")
+    if wal.exists() and wal.stat().st_size > 0:
+        uri = f"{path.resolve().as_uri()}?mode=ro"
+    else:
+        uri = f"{path.resolve().as_uri()}?immutable=1"
+    conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+    conn.row_factory = sqlite3.Row
+    return conn
+
+
 def now_iso() -> str:
     """UTC timestamp with milliseconds, sortable as text."""
     t = time.time()
@@ -341,9 +368,17 @@ class Store:
         self.head_mirror = head_mirror  # ``[integrity] head_mirror``: every head line appended there too
         self._links: list[Link] = []  # appended in the open transaction; their head lines go out before COMMIT
         self._schema = schema.expected((*BOOTSTRAP, *(x for _, sql in MIGRATIONS for x in statements(sql))))
+        self.read_only = read_only_reason(self.path)
         try:
+            if self.read_only is not None:
+                self.conn = _open_read_only(self.path)
+                self._check_read_only_format()
+                return
             self.conn = sqlite3.connect(
-                self.path, timeout=busy_timeout_s(os.environ), isolation_level=None, check_same_thread=False
+                self.path,
+                timeout=min(busy_timeout_s(os.environ), lock_wait_s(os.environ)),  # one try never outwaits the whole
+                isolation_level=None,
+                check_same_thread=False,
             )
             self.conn.row_factory = sqlite3.Row
             self.conn.execute("PRAGMA journal_mode=WAL")
@@ -369,6 +404,11 @@ class Store:
         """The one way to write: BEGIN IMMEDIATE … COMMIT, rolled back on any exception. A transaction that
         appended chain records commits under the head file's lock: the pending lines, COMMIT, the head lines
         (:meth:`_commit`). A full disk is named as such; nothing of the transaction is then written."""
+        if self.read_only is not None:
+            raise StoreError(
+                f"{self.path}: the campaign is read-only ({self.read_only}); this command writes to it, so it cannot "
+                "run here (reading commands such as `frank verify` and `frank report` can)"
+            )
         self._begin()
         self._links = []
         try:
@@ -462,7 +502,8 @@ class Store:
         then retries with backoff until :func:`lock_wait_s` has passed. The caller's data (a finished
         start) stays in memory meanwhile; only a lock that never frees ends in one clear error."""
         wait_s = lock_wait_s(os.environ)
-        deadline, delay = time.monotonic() + wait_s, 0.05
+        t0 = time.monotonic()
+        deadline, delay = t0 + wait_s, 0.05
         while True:
             try:
                 self.conn.execute("BEGIN IMMEDIATE")
@@ -473,11 +514,23 @@ class Store:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise StoreError(
-                        f"{self.path}: the database stayed locked by another process for {wait_s:.0f} s; "
-                        "nothing was written (FRANK_DB_LOCK_WAIT_S sets how long to wait)"
+                        f"{self.path}: the database stayed locked by another process for "
+                        f"{time.monotonic() - t0:.0f} s; nothing was written (FRANK_DB_LOCK_WAIT_S={wait_s:g} "
+                        "sets how long to wait)"
                     ) from exc
                 time.sleep(min(delay, left))
                 delay = min(delay * 2, 2.0)
+
+    def _check_read_only_format(self) -> None:
+        """A read-only store cannot be migrated: it is read as it is when its format is this frank's."""
+        row = self.conn.execute("SELECT value FROM meta WHERE key='format_version'").fetchone()
+        done = {r[0] for r in self.conn.execute("SELECT name FROM migrations")}
+        missing = [name for name, _ in MIGRATIONS if name not in done]
+        if row is None or int(row[0]) != FORMAT_VERSION or missing:
+            raise StoreError(
+                f"{self.path}: the campaign is read-only ({self.read_only}) and its store is at another format "
+                f"({row[0] if row else 'none'}, this frank reads {FORMAT_VERSION}); it cannot be upgraded read-only"
+            )
 
     def _migrate(self) -> None:
         with self.transaction() as c:

@@ -12,9 +12,14 @@ agent run is a recorded workload. The loop stops with one status:
 ``time_limit``     ``limits.wall_time_s`` ran out (requests and commands share it)
 ``format_error``   ``limits.format_errors`` answers in a row without a usable tool call
 ``engine_error``   the engine could not be reached or answered an error / no JSON
+``workspace_limit`` the workspace holds more than ``sandbox.workspace_mb`` on disk after a tool call
 
 (``grader_error`` is set later, by grading.) Statuses are outcomes, not exceptions: every episode
 ends with one and is counted.
+
+A tool call never ends the draw: every argument the model controls (a path with a NUL, a lone surrogate
+or a 300-character name, a path under a file, a symlink loop, a FIFO, a command with a NUL) comes back to
+the model as ``error: ...``, and text sent back is made valid UTF-8 first (the trace must encode it).
 """
 
 from __future__ import annotations
@@ -28,13 +33,23 @@ from typing import Any
 from frankenstein.agent.sandbox import Sandbox, ToolRefused
 from frankenstein.agent.tasks import Limits
 from frankenstein.engines.http import Answer, TransportError, fetch, split_url
-from frankenstein.errors import EngineFailure
+from frankenstein.errors import EngineFailure, SandboxError
 from frankenstein.engines.response import output_from_response, server_timings
 from frankenstein.workload.trace import CHAT, RecordedTimings, Turn, append_turn, make_turn_id
 
 SUBMITTED, TURN_LIMIT, CONTEXT_LIMIT, TIME_LIMIT = "submitted", "turn_limit", "context_limit", "time_limit"
 FORMAT_ERROR, ENGINE_ERROR, GRADER_ERROR = "format_error", "engine_error", "grader_error"
-STATUSES = (SUBMITTED, TURN_LIMIT, CONTEXT_LIMIT, TIME_LIMIT, FORMAT_ERROR, ENGINE_ERROR, GRADER_ERROR)
+WORKSPACE_LIMIT = "workspace_limit"
+STATUSES = (
+    SUBMITTED,
+    TURN_LIMIT,
+    CONTEXT_LIMIT,
+    TIME_LIMIT,
+    FORMAT_ERROR,
+    ENGINE_ERROR,
+    GRADER_ERROR,
+    WORKSPACE_LIMIT,
+)
 
 SYSTEM_PROMPT = """You are a careful software engineer working in a sandboxed Linux workspace.
 Your current directory is the workspace; the task below says what to do there.
@@ -236,7 +251,7 @@ class AgentLoop:
         if self.seed is not None:
             body["seed"] = self.seed
         t0 = time.monotonic()
-        answer = self.client.complete(body, timeout_s=max(self._left(st), 0.001))
+        answer = valid_json(self.client.complete(body, timeout_s=max(self._left(st), 0.001)))
         e2e_ms = (time.monotonic() - t0) * 1000
         write_trace_turn(self.trace_path, self._turn(body, answer, st.turns, e2e_ms))
         st.turns += 1
@@ -272,10 +287,13 @@ class AgentLoop:
         bad = 0
         for call in calls:
             result, ok = self._call_tool(st, call)
-            st.messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
+            st.messages.append({"role": "tool", "tool_call_id": call["id"], "content": valid_text(result)})
             bad += not ok
             if st.submitted is not None:
                 return SUBMITTED, "the model called submit"
+            over = self.sandbox.quota_problem()
+            if over is not None:
+                return WORKSPACE_LIMIT, over
         if bad == len(calls):
             return self._format_error(st, None)
         st.bad_in_a_row = 0
@@ -305,7 +323,7 @@ class AgentLoop:
         try:
             return self._dispatch(st, name, args), True
         except ToolRefused as exc:
-            st.refusals.append(f"{name}: {exc}")
+            st.refusals.append(valid_text(f"{name}: {exc}"))
             return f"error: {exc}", True
 
     def _dispatch(self, st: _State, name: str, args: dict[str, Any]) -> str:
@@ -321,10 +339,36 @@ class AgentLoop:
 
     def _bash(self, st: _State, command: str) -> str:
         timeout = min(self.limits.command_timeout_s, max(self._left(st), 0.5))
-        res = self.sandbox.run(command, timeout_s=timeout)
-        st.commands.append({"command": command[:300], **res.as_dict()})
+        check_command_text(command)
+        try:
+            res = self.sandbox.run(command, timeout_s=timeout)
+        except SandboxError as exc:  # the sandbox could not start this command: the model hears why
+            raise ToolRefused(f"the command could not be started: {exc}") from None
+        st.commands.append({"command": valid_text(command[:300]), **res.as_dict()})
         head = "exit code: killed" if res.rc is None else f"exit code: {res.rc}"
         return f"{head}\n{res.output}"
+
+
+def valid_text(text: str) -> str:
+    """``text`` as valid UTF-8 (a lone surrogate becomes ``?``): the trace and the next request encode it."""
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def valid_json(obj: dict[str, Any]) -> dict[str, Any]:
+    """An engine's answer with every string made valid UTF-8: a model can emit a lone surrogate (``\\ud800``)
+    in its text or tool arguments, and every later request and trace line carries it."""
+    out: dict[str, Any] = json.loads(valid_text(json.dumps(obj, ensure_ascii=False)))
+    return out
+
+
+def check_command_text(command: str) -> None:
+    """A command the shell can be given: no NUL (``execve`` cannot pass one), valid UTF-8 text."""
+    if "\x00" in command:
+        raise ToolRefused("a command may not hold a NUL byte")
+    try:
+        command.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ToolRefused(f"the command is not valid text ({exc.reason} at character {exc.start})") from None
 
 
 def _normalise_calls(raw: Any, turn: int) -> list[dict[str, Any]]:

@@ -18,11 +18,13 @@ episode, including the note saying what is missing when it falls back.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import os
 import selectors
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -38,7 +40,12 @@ from frankenstein.errors import SandboxError
 JAIL = Path(__file__).with_name("jail.py")
 VIEW_WS = "/tmp/workspace"
 VIEW_GRADER = "/tmp/grader"
-SANDBOX_UID = 65534  # nobody: only used when we are root
+SANDBOX_UID = 65534  # nobody: the fallback where our user namespace maps no uid of the sandboxes' own range
+# As root every sandbox runs as a uid of its own (no /etc/passwd entry needed): the process limit counts per uid,
+# so ten processes of another sandbox (or of `nobody`) can no longer stop this one's shell from starting.
+UID_BASE, UIDS_PER_PROCESS = 200_000_000, 1000
+_SANDBOXES = itertools.count()
+MAX_NAME_BYTES, MAX_PATH_BYTES = 255, 4096  # Linux NAME_MAX and PATH_MAX
 
 
 @dataclass(frozen=True)
@@ -162,6 +169,7 @@ class Sandbox:
         self.mode = self.isolation.mode
         self.env = scrubbed_env("/tmp" if self.mode != "none" else str(self.workspace))
         self.view = VIEW_WS if self.mode != "none" else str(self.workspace)
+        self.uid = own_uid() if self.mode == "root" else os.getuid()
         self.give_to_sandbox(self.workspace)
 
     # -- commands --------------------------------------------------------------------------------
@@ -221,8 +229,8 @@ class Sandbox:
             "rlimits": rlimits,
             "binds": [[str(src), dst, True] for src, dst in binds],
             "python": python_paths(),
-            "uid": SANDBOX_UID,
-            "gid": SANDBOX_UID,
+            "uid": self.uid,
+            "gid": self.uid,
             "tmp_mb": lim.tmp_mb,
             "report_fd": report_fd,
         }
@@ -249,11 +257,9 @@ class Sandbox:
 
     # -- files -----------------------------------------------------------------------------------
     def resolve(self, rel: str) -> Path:
-        """The real path for a path the model gave; refuses anything outside the workspace."""
-        if not rel:
-            raise ToolRefused("empty path")
-        if "\x00" in rel:
-            raise ToolRefused("a path may not hold a NUL byte")
+        """The real path for a path the model gave; refuses anything outside the workspace, and anything the
+        file system would refuse (a NUL, text that is not UTF-8, a name past 255 bytes, a symlink loop)."""
+        check_path_text(rel)
         p = PurePosixPath(rel)
         if p.is_absolute():
             try:
@@ -262,33 +268,83 @@ class Sandbox:
                 raise ToolRefused(f"{rel}: outside the workspace ({self.view})") from None
         if ".." in p.parts:
             raise ToolRefused(f"{rel}: '..' is not allowed in paths")
-        real = (self.workspace / p).resolve()
+        try:
+            real = (self.workspace / p).resolve()
+        except (OSError, RuntimeError) as exc:  # a symlink loop: RuntimeError before Python 3.13
+            raise ToolRefused(f"{rel}: cannot be resolved ({_why(exc)})") from None
         if not real.is_relative_to(self.workspace):
             raise ToolRefused(f"{rel}: resolves outside the workspace")
         return real
 
     def read_file(self, rel: str) -> str:
+        """A regular file's text (cut in the middle past the output limit). Opened without following a link
+        and without blocking (a FIFO is refused, never waited on)."""
         path = self.resolve(rel)
-        if not path.is_file():
-            raise ToolRefused(f"{rel}: no such file")
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError as exc:
+            raise ToolRefused(f"{rel}: {_why(exc)}") from None
         with os.fdopen(fd, "rb") as f:
+            _regular(rel, fd)
             data = f.read(self.limits.max_output_bytes + 1)
         return cut_middle(data, self.limits.output_chars)
 
     def write_file(self, rel: str, content: str) -> int:
+        """Write UTF-8 ``content`` to a regular file in the workspace, within the file size limit and the
+        workspace quota. Opened without following a link and without blocking: a FIFO, socket or device
+        is refused at once (``write_file`` onto a FIFO blocked past the episode's wall time)."""
         path = self.resolve(rel)
         if path == self.workspace or path.is_dir():
             raise ToolRefused(f"{rel}: is a folder")
-        data = content.encode("utf-8")
+        if path.exists() and not path.is_file():
+            raise ToolRefused(f"{rel}: not a regular file (a FIFO, socket or device is never opened)")
+        try:
+            data = content.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ToolRefused(f"the content is not valid text ({exc.reason} at character {exc.start})") from None
         if len(data) > self.limits.file_size_mb << 20:
             raise ToolRefused(f"{rel}: larger than the file size limit ({self.limits.file_size_mb} MB)")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        self.check_quota(len(data))
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+        except OSError as exc:
+            raise ToolRefused(f"{rel}: {_why(exc)}") from None
         with os.fdopen(fd, "wb") as f:
+            _regular(rel, fd)
+            os.ftruncate(fd, 0)
             f.write(data)
         self.give_to_sandbox(self.workspace)
         return len(data)
+
+    def workspace_bytes(self, stop_above: int | None = None) -> int:
+        """Bytes the workspace holds on disk (each inode once); counting stops past ``stop_above``."""
+        total, seen = 0, set()
+        for root, dirs, files in os.walk(self.workspace):
+            for name in [*dirs, *files]:
+                try:
+                    st = os.lstat(os.path.join(root, name))
+                except OSError:
+                    continue
+                if (st.st_dev, st.st_ino) not in seen:
+                    seen.add((st.st_dev, st.st_ino))
+                    total += max(st.st_blocks * 512, 0)
+            if stop_above is not None and total > stop_above:
+                break
+        return total
+
+    def quota_problem(self) -> str | None:
+        """Why the workspace is over its quota (``limits.workspace_mb``), or None."""
+        quota = self.limits.workspace_mb << 20
+        used = self.workspace_bytes(stop_above=quota)
+        if used <= quota:
+            return None
+        return f"the workspace holds more than its quota of {self.limits.workspace_mb} MB"
+
+    def check_quota(self, adding: int) -> None:
+        quota = self.limits.workspace_mb << 20
+        if self.workspace_bytes(stop_above=quota) + adding > quota:
+            raise ToolRefused(f"writing {adding} bytes would pass the workspace quota of {self.limits.workspace_mb} MB")
 
     def give_to_sandbox(self, folder: Path) -> None:
         """As root, commands run as an unprivileged uid: the workspace must be theirs."""
@@ -296,8 +352,8 @@ class Sandbox:
             return
         for root, dirs, files in os.walk(folder):
             for name in [*dirs, *files]:
-                os.lchown(os.path.join(root, name), SANDBOX_UID, SANDBOX_UID)
-        os.lchown(folder, SANDBOX_UID, SANDBOX_UID)
+                os.lchown(os.path.join(root, name), self.uid, self.uid)
+        os.lchown(folder, self.uid, self.uid)
 
 
 # ---------------------------------------------------------------- output and process life
@@ -341,6 +397,52 @@ def cut_middle(data: bytes, keep: int) -> str:
 def _joined(head: bytes, tail: bytes, cut: int, total: int) -> str:
     note = f"\n[... {cut} bytes cut from the middle ({total} bytes in all) ...]\n"
     return head.decode("utf-8", errors="replace") + note + tail.decode("utf-8", errors="replace")
+
+
+def own_uid() -> int:
+    """A uid no other sandbox uses now: from this process's own range (by pid), one per sandbox; ``nobody``
+    where our user namespace does not map that range (a container's root may map only 65,536 uids)."""
+    uid = UID_BASE + (os.getpid() % 4_000_000) * UIDS_PER_PROCESS + next(_SANDBOXES) % UIDS_PER_PROCESS
+    return uid if _mapped(uid) else SANDBOX_UID
+
+
+def _mapped(uid: int) -> bool:
+    try:
+        lines = Path("/proc/self/uid_map").read_text().splitlines()
+    except OSError:
+        return False
+    for line in lines:
+        inside, _, count = (int(x) for x in line.split())
+        if inside <= uid < inside + count:
+            return True
+    return False
+
+
+def check_path_text(rel: str) -> None:
+    """Refuse a path the file system cannot take, as a tool error: empty, a NUL, a lone surrogate (not
+    UTF-8), a name longer than 255 bytes or a path longer than 4,096."""
+    if not rel:
+        raise ToolRefused("empty path")
+    if "\x00" in rel:
+        raise ToolRefused("a path may not hold a NUL byte")
+    try:
+        raw = rel.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ToolRefused(f"the path is not valid text ({exc.reason} at character {exc.start})") from None
+    if len(raw) > MAX_PATH_BYTES or any(len(part) > MAX_NAME_BYTES for part in raw.split(b"/")):
+        raise ToolRefused(f"path too long: names are at most {MAX_NAME_BYTES} bytes, paths {MAX_PATH_BYTES}")
+
+
+def _regular(rel: str, fd: int) -> None:
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        raise ToolRefused(f"{rel}: not a regular file (a FIFO, socket or device is never opened)")
+
+
+def _why(exc: BaseException) -> str:
+    """An OS error's words without the path (the model gave the path; it is in the message already)."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror.lower()
+    return "a symlink loop" if "loop" in str(exc).lower() else str(exc)
 
 
 def processes_of(uid: int) -> int:

@@ -50,6 +50,11 @@ class SandboxLimits(_Strict):
     processes: int = Field(default=128, ge=4)
     open_files: int = Field(default=256, ge=16)
     tmp_mb: int = Field(default=256, ge=1)
+    workspace_mb: int = Field(
+        default=256,
+        ge=1,
+        description="bytes the workspace may hold on disk; past it the episode ends (workspace_limit)",
+    )
     output_chars: int = Field(default=12000, ge=200)
     max_output_bytes: int = Field(default=8_000_000, ge=1000)
 

@@ -64,9 +64,22 @@ def list_cmd(directory: Path | None = typer.Argument(None, help=_DIR_HELP)) -> N
         )
 
 
+def _check_base_url(value: str) -> str:
+    """``http://HOST:PORT``, the server's root (requests go to its /v1/chat/completions); else a usage error."""
+    from frankenstein.validation import http_root
+
+    try:
+        http_root(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    return value.strip().rstrip("/")
+
+
 @tasks_app.command("draw")
 def draw_cmd(
-    base_url: str = typer.Argument(..., help="OpenAI-compatible server, e.g. http://127.0.0.1:8080"),
+    base_url: str = typer.Argument(
+        ..., help="OpenAI-compatible server, e.g. http://127.0.0.1:8080", callback=_check_base_url
+    ),
     trace: Path = typer.Option(..., "--trace", help="Trace file (JSONL) the turns are appended to."),
     work_dir: Path = typer.Option(..., "--work-dir", help="Folder for the episodes' workspaces."),
     directory: Path | None = typer.Option(None, "--suite", help=_DIR_HELP),

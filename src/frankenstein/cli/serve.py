@@ -47,7 +47,10 @@ def serve(
         help="Front an engine already running at this URL (http://HOST:PORT) instead of starting the recipe.",
         callback=_check_upstream,
     ),
-    cache_mb: int = typer.Option(256, "--cache-mb", help="Memory budget of the region cache, MiB."),
+    cache_mb: int = typer.Option(256, "--cache-mb", min=1, help="Memory budget of the region cache, MiB."),
+    max_body_mb: int = typer.Option(
+        32, "--max-body-mb", min=1, help="Largest request body accepted, MiB; a larger one is answered 413."
+    ),
     shadow: float = typer.Option(
         0.0, "--shadow", help="Fraction of counts also encoded in full and compared; a mismatch turns the cache off."
     ),
@@ -93,6 +96,7 @@ def serve(
         upstream=upstream,
         max_bytes=cache_mb * 1024 * 1024,
         shadow_rate=shadow,
+        max_body_bytes=max_body_mb * 1024 * 1024,
         over_scope="queue" if over_scope == "queue" else "refuse",
         force=force,
         why=why,

@@ -26,6 +26,9 @@ def record(
     upstream: str = typer.Option(..., "--upstream", help="Base URL of the OpenAI-compatible server to record."),
     listen: str = typer.Option("127.0.0.1:8081", "--listen", help="HOST:PORT to listen on.", callback=check_listen),
     out: Path = typer.Option(..., "--out", help="Trace file (JSONL); turns are appended."),
+    max_body_mb: int = typer.Option(
+        32, "--max-body-mb", min=1, help="Largest request body accepted, MiB; a larger one is answered 413."
+    ),
 ) -> None:
     """Record turns through an OpenAI-compatible proxy until Ctrl-C.
 
@@ -39,7 +42,7 @@ def record(
     def on_turn(t: Turn) -> None:
         typer.echo(f"recorded {t.turn_id} ({t.endpoint}, {t.output.completion_tokens} tokens)")
 
-    srv = serve_recorder(upstream, host, port, out, on_turn=on_turn)
+    srv = serve_recorder(upstream, host, port, out, on_turn=on_turn, max_body_bytes=max_body_mb * 1024 * 1024)
     typer.echo(f"recording {srv.url} -> {upstream}, turns appended to {out} (Ctrl-C to stop)")
     try:
         threading.Event().wait()

@@ -19,7 +19,7 @@ from pathlib import Path
 from frankenstein.design.kinds.agent import suite_dir
 from frankenstein.design.model import Registered
 from frankenstein.design.runner import pinned_workload
-from frankenstein.errors import ClusterError, TraceError
+from frankenstein.errors import ClusterError, TraceError, two_digests
 from frankenstein.workload.trace import Workload, load_trace
 
 
@@ -44,7 +44,7 @@ def unpack_workload(data: bytes | None, reg: Registered, folder: Path) -> Worklo
         raise ClusterError(f"the workload sent to this host does not load: {exc}") from exc
     if workload.hash != expected:
         raise ClusterError(
-            f"the workload sent to this host hashes to {workload.hash[:12]}…, registered {expected[:12]}…"
+            "the workload sent to this host hashes to {}, registered {}".format(*two_digests(workload.hash, expected))
         )
     return workload
 
@@ -76,7 +76,9 @@ def unpack_folder(folder: Folder, root: Path) -> Path:
     digest, data = folder
     got = hashlib.sha256(data).hexdigest()
     if got != digest:
-        raise ClusterError(f"the task folder sent to this host hashes to {got[:12]}…, the driver sent {digest[:12]}…")
+        raise ClusterError(
+            "the task folder sent to this host hashes to {}, the driver sent {}".format(*two_digests(got, digest))
+        )
     dest = root / digest[:32]
     if dest.is_dir():
         return dest

@@ -31,6 +31,7 @@ from frankenstein.design.rules import (
     unpaired_reason,
     unreachable_reason,
 )
+from frankenstein.design.model import MAX_BLOCKS
 from frankenstein.errors import AnalysisError
 
 LAYOUTS: dict[frozenset[str], DataKind] = {
@@ -71,6 +72,11 @@ def read_blocks_csv(path: str | Path) -> BlockData:
         raise AnalysisError(f"{path}: line {hline}: unknown header {header_text.strip()!r}; expected {EXPECTED}")
     if not rows:
         raise AnalysisError(f"{path}: no blocks after the header")
+    if len(rows) > MAX_BLOCKS:
+        raise AnalysisError(
+            f"{path}: {len(rows)} blocks; at most {MAX_BLOCKS} are analysed (a design's bound: the exact tests "
+            "compute with fractions over every block, and a million blocks would run for hours)"
+        )
     columns: dict[str, list[float]] = {h: [] for h in header if h != "block"}
     seen: dict[str, int] = {}
     for lineno, text in rows:

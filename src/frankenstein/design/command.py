@@ -5,9 +5,11 @@ runs under :mod:`frankenstein.design.command_guard` in its own process group, wi
 a parent-death signal, and a pid file in the engines' runtime directory
 (:func:`frankenstein.engines.process.reap_leftovers` also clears it). So:
 
-- when the command exits (or times out, or ``frank`` is interrupted), the whole group is SIGKILLed
-  and waited for: a child the command left running never outlives the start;
-- after ``kill -9`` of ``frank`` the guard gets SIGTERM from the kernel and SIGKILLs the group.
+- when the command exits (or times out, or ``frank`` is interrupted: the guard gets SIGTERM), the guard
+  SIGKILLs every process below it, and frank then SIGKILLs the group and waits for it: a child the
+  command left running never outlives the start, nor does one that called ``setsid`` (the guard is a
+  child subreaper, so such a child stays in its tree);
+- after ``kill -9`` of ``frank`` the guard gets SIGTERM from the kernel and does the same.
 
 stdout and stderr go to files under the campaign's ``logs/`` (kept), not pipes: a background child
 holding a pipe open can never make ``frank`` wait for it.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import math
 import os
 import signal
 import subprocess
@@ -28,11 +31,20 @@ from pathlib import Path
 from frankenstein.design import command_guard
 from frankenstein.design.start import StartOutcome
 from frankenstein.engines import command_recipe
-from frankenstein.engines.process import engine_env, extra_env, runtime_dir, wait_group_gone
+from frankenstein.engines.process import (
+    TOKEN_VAR,
+    engine_env,
+    extra_env,
+    kill_token,
+    new_token,
+    runtime_dir,
+    wait_group_gone,
+)
 from frankenstein.measure.memory import RssSampler
 from frankenstein.store import now_iso
 
 COMMAND_TIMEOUT_S = 3600.0
+GUARD_STOP_S = 15.0  # the guard's kill rounds (command_guard.KILL_ROUNDS_S) and a margin
 
 
 def run_command_arm(
@@ -62,13 +74,31 @@ def run_command_arm(
         out.reason = f"command exited {code}: {stderr_path.read_text(errors='replace').strip()[-300:]}"
         return out
     try:
-        metrics = json.loads(stdout.splitlines()[-1])
-        out.metrics = {k: float(v) for k, v in metrics.items()}
-    except (ValueError, IndexError, AttributeError, TypeError):
-        out.reason = f"command printed no JSON object of numbers on its last line: {stdout[-200:]!r}"
+        out.metrics = arm_metrics(stdout)
+    except ValueError as exc:
+        out.reason = f"command printed no JSON object of numbers on its last line ({exc}): {stdout[-200:]!r}"
         return out
     out.status = "ok"
     return out
+
+
+def arm_metrics(stdout: str) -> dict[str, float]:
+    """The metrics of a command arm's last stdout line: a JSON object whose every value is a finite number.
+    A boolean is not a number (``true`` would read as 1.0), and neither is ``Infinity`` or ``NaN``, which
+    Python's JSON reader accepts: each is a ValueError naming the metric."""
+    lines = stdout.splitlines()
+    parsed = json.loads(lines[-1]) if lines else None
+    if not isinstance(parsed, dict) or not parsed:
+        raise ValueError("the last line is not a JSON object with at least one metric")
+    metrics = {}
+    for name, value in parsed.items():
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"{name} is {json.dumps(value)[:40]}, not a number")
+        number = float(value) if isinstance(value, float) or abs(value) < 2**1023 else math.inf
+        if not math.isfinite(number):
+            raise ValueError(f"{name} is {str(value)[:40]}, not a finite number")
+        metrics[name] = number
+    return metrics
 
 
 def run_guarded(
@@ -77,27 +107,42 @@ def run_guarded(
     """Start ``command`` under the guard in a new process group, wait up to ``timeout_s``, then kill
     and reap the whole group whatever happened (exit, timeout, KeyboardInterrupt). Returns the exit code."""
     argv = [sys.executable, "-I", command_guard.__file__, str(os.getpid()), "--", *command]
+    token = new_token()  # a second line: a process that left the guard's tree still holds it (engines/process.py)
     with open(stdout_path, "wb") as so, open(stderr_path, "wb") as se:
         proc = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
             stdout=so,
             stderr=se,
-            env={**engine_env(), **extra_env()},  # + the arm's cache folders (design/caches.py)
+            env={**engine_env(), **extra_env(), TOKEN_VAR: token},  # + the arm's cache folders (design/caches.py)
             start_new_session=True,
             preexec_fn=_parent_death(signal.SIGTERM),
         )
     if sampler is not None:
         sampler.start(proc.pid, skip=Path(command_guard.__file__).name)  # the guard and its watcher left out
     pidfile = runtime_dir() / f"{proc.pid}.json"
-    pidfile.write_text(json.dumps({"pid": proc.pid, "pgid": proc.pid, "owner": os.getpid(), "argv": command[:3]}))
+    info = {"pid": proc.pid, "pgid": proc.pid, "owner": os.getpid(), "argv": command[:3], "token": token}
+    pidfile.write_text(json.dumps(info))
     try:
         return proc.wait(timeout=timeout_s)
     finally:
-        _kill_group(proc.pid)
-        proc.wait()
-        wait_group_gone(proc.pid)
+        stop_guard(proc)
+        kill_token(token)
         pidfile.unlink(missing_ok=True)
+
+
+def stop_guard(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the guard, which kills every process below it (``setsid`` ones included) and its group;
+    then SIGKILL to the group for anything left, and wait until it is empty."""
+    if proc.poll() is None:
+        try:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=GUARD_STOP_S)
+        except subprocess.TimeoutExpired:
+            pass
+    _kill_group(proc.pid)
+    proc.wait()
+    wait_group_gone(proc.pid)
 
 
 def _parent_death(sig: int) -> Callable[[], None]:

@@ -25,7 +25,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from frankenstein.config import Name, ResolvedRecipe, check_name
+from frankenstein.config import Command, Name, ResolvedRecipe, check_name, command_problem, program_problem
 from frankenstein.design.rules import BlockRule, RuleField
 from frankenstein.engines import traits_of
 from frankenstein.design.veto import Veto
@@ -48,7 +48,7 @@ class ArmSpec(UserFile):
 
     recipe: str | None = None
     parts: list[str] = Field(default_factory=list)
-    command: list[str] | None = None
+    command: Command | None = None
 
     @model_validator(mode="after")
     def _one_of(self) -> ArmSpec:
@@ -307,9 +307,17 @@ def check_launchable(recipes: dict[str, ResolvedRecipe | None], path: Path) -> N
     """Registration refuses an arm whose recipe cannot start (e.g. its model file is missing):
     every run would stop at that slot, recording nothing."""
     for arm, recipe in recipes.items():
-        problem = traits_of(recipe.engine).launch_problem(recipe) if recipe is not None else None
+        problem = (program_problem(recipe) or traits_of(recipe.engine).launch_problem(recipe)) if recipe else None
         if problem:
             raise DesignError(f"{problem} (recipe {recipe.name})", path=path, field=f"arms.{arm}")  # type: ignore[union-attr]
+
+
+def check_command_arms(design: DesignFile, path: Path) -> None:
+    """Registration refuses a command arm whose program cannot be executed: every start would fail the same way."""
+    for arm, spec in design.arms.items():
+        problem = command_problem(spec.command) if spec.command is not None else None
+        if problem:
+            raise DesignError(problem, path=path, field=f"arms.{arm}.command")
 
 
 class FrozenDesign(UserFile):

@@ -26,8 +26,15 @@ from frankenstein.design.kinds.speed import SpeedKind, check_warmup
 from frankenstein.engines import ADAPTERS, traits_of
 from frankenstein.design.pins import pins_of_arm
 from frankenstein.design.serving import frozen_served, toml_differences
-from frankenstein.design.model import DesignFile, FrozenDesign, Registered, load_design, resolve_arms
-from frankenstein.errors import ConfigError, DesignError, FrankError, RegistryError, UnknownNameError
+from frankenstein.design.model import (
+    DesignFile,
+    FrozenDesign,
+    Registered,
+    check_command_arms,
+    load_design,
+    resolve_arms,
+)
+from frankenstein.errors import ConfigError, DesignError, FrankError, RegistryError, UnknownNameError, two_digests
 from frankenstein.measure.metrics import BUILTIN
 from frankenstein.measure.usermetrics import Declared
 from frankenstein.measure.usermetrics import known as metric_table
@@ -119,6 +126,7 @@ def check_design(campaign: Campaign, design: DesignFile, path: Path) -> FrozenDe
     kind.check(design, path)
     direction: Literal["lower", "higher"] = design.direction or table[design.primary_metric].direction
     recipes = resolve_arms(lambda arm: resolve_arm(campaign, design, arm, path), path, design.arm_names)
+    check_command_arms(design, path)
     for arm, recipe in recipes.items():
         if recipe is not None and recipe.engine not in ADAPTERS:
             known = ", ".join(ADAPTERS)
@@ -205,10 +213,10 @@ def _check_workload(campaign: Campaign, design: DesignFile, path: Path) -> tuple
     if isinstance(kind, SpeedKind):  # speed, aa, screen replay the workload with warm-up turns
         check_warmup(design, list(loaded.turns), path)
     if design.workload_hash is not None and design.workload_hash != h:
+        pins, has = two_digests(design.workload_hash, h)
+        what = "is not the workload's full sha256" if h.startswith(design.workload_hash) else "no longer matches"
         raise DesignError(
-            f"workload {wl} no longer matches its hash (design pins {design.workload_hash[:12]}…, file has {h[:12]}…)",
-            path=path,
-            field="workload_hash",
+            f"workload {wl} {what} (design pins {pins}, file has {has})", path=path, field="workload_hash"
         )
     return str(wl), h
 
@@ -402,8 +410,9 @@ def _check_pinned_workload(reg: Registered) -> None:
         raise RegistryError(f"design {reg.design_id}: its workload {path} no longer reads ({exc})") from exc
     if h != pinned:
         raise RegistryError(
-            f"design {reg.design_id}: workload {path} changed since registration "
-            f"(pinned {pinned[:12]}…, file has {h[:12]}…)"
+            f"design {reg.design_id}: workload {path} changed since registration (pinned {{}}, file has {{}})".format(
+                *two_digests(pinned, h)
+            )
         )
 
 

@@ -5,7 +5,11 @@ No engine outlives the ``frank`` process that started it:
   (``PR_SET_PDEATHSIG`` = SIGKILL), so ``kill -9`` of ``frank`` kills the engine too;
 - every live engine has a pid file in the runtime directory; :func:`reap_leftovers` kills groups whose
   owner is gone (a second line of defence, e.g. for engines started through a wrapper script);
-- :meth:`EngineProcess.stop` sends SIGTERM to the group, SIGKILL after a grace period, and waits.
+- :meth:`EngineProcess.stop` sends SIGTERM to the group, SIGKILL after a grace period, and waits;
+- every process of a start carries a token in its environment (:data:`TOKEN_VAR`), which a descendant keeps
+  through ``setsid`` and double forks: the stop (and :func:`reap_leftovers`, for a start whose owner died)
+  SIGKILLs every process that holds it, so a daemon an engine left outside its process group is reaped too
+  (one that clears its own environment with ``execve`` is the exception: a cgroup would be needed).
 
 Fast edges: readiness is polled from 2 ms, growing 1.5× to 10 ms (:data:`READY_POLL_S`), and every
 100 ms once a start has waited 5 s, so a ready engine is seen within about one poll interval (median
@@ -24,6 +28,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import secrets
 import shlex
 import signal
 import socket
@@ -171,6 +176,55 @@ def _child_setup(parent_pid: int) -> Callable[[], None]:
     return setup
 
 
+TOKEN_VAR = "FRANK_PROCESS_TOKEN"
+
+
+def new_token() -> str:
+    """A fresh token for one start's processes (:data:`TOKEN_VAR`)."""
+    return secrets.token_hex(12)
+
+
+def token_holders(token: str) -> list[int]:
+    """Live (non-zombie) processes whose environment at exec holds ``TOKEN_VAR=token``, from /proc."""
+    needle = f"{TOKEN_VAR}={token}".encode()
+    out = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"{entry.path}/environ", "rb") as f:
+                held = needle in f.read().split(b"\0")
+            if held and not _zombie(entry.path):
+                out.append(int(entry.name))
+        except OSError:
+            continue
+    return out
+
+
+def kill_token(token: str, timeout_s: float = 5.0) -> list[int]:
+    """SIGKILL every process holding ``token`` until none is left; returns those still alive after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    left = token_holders(token)
+    while left and time.monotonic() < deadline:
+        for pid in left:
+            _kill(pid)
+        time.sleep(0.01)
+        left = token_holders(token)
+    return left
+
+
+def _zombie(proc_dir: str) -> bool:
+    with open(f"{proc_dir}/stat", "rb") as f:
+        return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -198,6 +252,8 @@ def reap_leftovers() -> list[int]:
                 killed.append(info["pid"])
             except ProcessLookupError:
                 pass
+        if info.get("token"):
+            kill_token(str(info["token"]))
         f.unlink(missing_ok=True)
     return killed
 
@@ -229,6 +285,7 @@ class EngineProcess:
         self.ready_polls = 0
         self.stopped_by: str | None = None
         self.grace_s: float | None = None
+        self.token = new_token()
 
     def launch(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -241,7 +298,7 @@ class EngineProcess:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env={**engine_env(), **extra_env(), **self.env},
+                env={**engine_env(), **extra_env(), **self.env, TOKEN_VAR: self.token},
                 start_new_session=True,
                 preexec_fn=_child_setup(os.getpid()),
             )
@@ -251,7 +308,15 @@ class EngineProcess:
             log.close()
         self._pidfile = runtime_dir() / f"{self.proc.pid}.json"
         self._pidfile.write_text(
-            json.dumps({"pid": self.proc.pid, "pgid": self.proc.pid, "owner": os.getpid(), "argv": self.argv[:3]})
+            json.dumps(
+                {
+                    "pid": self.proc.pid,
+                    "pgid": self.proc.pid,
+                    "owner": os.getpid(),
+                    "argv": self.argv[:3],
+                    "token": self.token,
+                }
+            )
         )
 
     def exited(self) -> int | None:
@@ -303,6 +368,7 @@ class EngineProcess:
             _killpg(self.proc.pid, signal.SIGKILL)  # stragglers in the group
             code = self.proc.wait()
             wait_group_gone(self.proc.pid)
+            kill_token(self.token)  # and those that left it (setsid)
             return code
         finally:
             if self._pidfile is not None:

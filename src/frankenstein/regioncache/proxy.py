@@ -42,6 +42,7 @@ from frankenstein.regioncache.render import Renderer, Unrenderable
 from frankenstein.workload.listener import (
     CONNECT_RETRIES,
     HOP_HEADERS,
+    MAX_BODY_BYTES,
     BadRequest,
     ProxyHTTPServer,
     bad_request,
@@ -318,7 +319,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     # ------------------------------------------------------------------ plumbing
     def _read_body(self) -> bytes:
-        return read_body(self)
+        return read_body(self, self.server.max_body_bytes)
 
     def _json(self, status: int, obj: Mapping[str, Any]) -> None:
         send_json(self, status, obj)
@@ -384,8 +385,10 @@ def start_front(
     observe: ServedLog | None = None,
     admission: Admission | None = None,
     context_scope: int | None = None,
+    max_body_bytes: int = MAX_BODY_BYTES,
 ) -> Front:
-    """Serve the front in a background thread (``port=0``: a free port)."""
+    """Serve the front in a background thread (``port=0``: a free port); a request body above
+    ``max_body_bytes`` is answered 413."""
     if not upstream.startswith(("http://", "https://")):
         raise FrankError(f"upstream {upstream!r}: expected an http:// or https:// URL")
     try:
@@ -394,4 +397,5 @@ def start_front(
         )
     except OSError as exc:
         raise FrankError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    server.max_body_bytes = max_body_bytes
     return Front(server)

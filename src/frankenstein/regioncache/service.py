@@ -55,6 +55,7 @@ from frankenstein.regioncache.tokenize_api import TokenizeApi, find_tokenize
 from frankenstein.scope import adopted_for, scope_words, served_adoptions, served_scope
 from frankenstein.shipped import data_path
 from frankenstein.validation import listen_address
+from frankenstein.workload.listener import MAX_BODY_BYTES
 from frankenstein.workload.record import serve_recorder
 
 PROBES = (
@@ -76,6 +77,7 @@ class ServeOptions:
     over_scope: OverScope = "queue"  # past the served recipe's adopted concurrency: queue or refuse (429)
     force: bool = False  # serve although the campaign disagrees with the frozen recipe (recorded, with ``why``)
     why: str | None = None
+    max_body_bytes: int = MAX_BODY_BYTES  # a larger request body is answered 413 (front and recorder)
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -175,6 +177,7 @@ def serving(opts: ServeOptions, echo: Callable[[str], None] = print) -> Iterator
             observe=observe,
             admission=admission,
             context_scope=context if observe is not None else None,
+            max_body_bytes=opts.max_body_bytes,
         )
         stack.callback(front.shutdown)
         st = cache.status()

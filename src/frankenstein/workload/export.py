@@ -38,7 +38,7 @@ from typing import Any, Literal
 
 from frankenstein.errors import TraceError
 from frankenstein.workload.replay import ReplaySettings, recorded_length, replay_body
-from frankenstein.workload.trace import CHAT, Turn, Workload, request_bytes
+from frankenstein.workload.trace import CHAT, Turn, Workload, open_private, request_bytes
 
 Peer = Literal["aiperf", "vllm", "vllm-multiturn"]
 PEERS: tuple[str, ...] = ("aiperf", "vllm", "vllm-multiturn")
@@ -214,16 +214,17 @@ def _hint(peer: Peer, endpoint: str, settings: ReplaySettings, n: int) -> str:
 
 
 def write_export(path: str | Path, export: Export) -> None:
-    """One JSON object per line (UTF-8, compact), written to a temporary file and renamed into place."""
+    """One JSON object per line (UTF-8, compact), written to a temporary file and renamed into place, readable
+    by its owner only (0600, like the trace it is made from: :func:`open_private`)."""
     path = Path(path)
     if not path.parent.is_dir():
         raise TraceError(f"the folder {path.parent} does not exist; create it or write elsewhere", path=path)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
+    with open_private(tmp) as f:
         if export.one_document:
-            f.write(json.dumps(export.lines, ensure_ascii=False, indent=1, allow_nan=False) + "\n")
+            f.write((json.dumps(export.lines, ensure_ascii=False, indent=1, allow_nan=False) + "\n").encode())
         for line in [] if export.one_document else export.lines:
-            f.write(json.dumps(line, ensure_ascii=False, separators=(",", ":"), allow_nan=False) + "\n")
+            f.write((json.dumps(line, ensure_ascii=False, separators=(",", ":"), allow_nan=False) + "\n").encode())
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)

@@ -7,8 +7,11 @@ Concurrency they are built for: one thread per client connection, a listen backl
 a thousand simultaneous clients on loopback are accepted, queued and answered, none reset
 (``benchmarks/proxy_load.py``). At most :data:`UPSTREAM_SLOTS` requests are open to the engine at
 once; the rest wait in the proxy. The engine behind them still runs what it runs (llama-server:
-``--parallel`` slots); the proxies add threads and a queue, not capacity. Bodies are limited to
-:data:`MAX_BODY_BYTES`.
+``--parallel`` slots); the proxies add threads and a queue, not capacity.
+
+Request bodies are limited to ``max_body_bytes`` of the server (:data:`MAX_BODY_BYTES` by default,
+``--max-body-mb`` of ``frank serve`` and ``frank record``): a larger ``Content-Length`` is answered 413 before
+a byte of the body is read, so a 100 MB ``/count`` body costs nothing (it took 51 s of CPU unlimited).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ CONNECT_RETRIES = 3  # upstream connects retried by the proxies (safe: nothing w
 # backlog is small (llama-server's HTTP library listens with a backlog of 5), so a burst of a
 # thousand forwarded connects would overflow it and be dropped; queued here they are all answered.
 UPSTREAM_SLOTS = 64
-MAX_BODY_BYTES = 256 * 1024 * 1024
+MAX_BODY_BYTES = 32 * 1024 * 1024  # 32 MiB: ~8 M tokens of text, far above any model's context
 # Headers a proxy never forwards either way (hop-by-hop, and those it recomputes itself).
 HOP_HEADERS = frozenset(
     {
@@ -48,11 +51,20 @@ HOP_HEADERS = frozenset(
 class BadRequest(Exception):
     """The client's request is malformed; answered with 400 and this message."""
 
+    status = 400
+
+
+class TooLarge(BadRequest):
+    """The request's body is above the server's limit; answered with 413 before the body is read."""
+
+    status = 413
+
 
 class ProxyHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = BACKLOG
+    max_body_bytes = MAX_BODY_BYTES  # set per server (--max-body-mb)
 
     def server_activate(self) -> None:
         super().server_activate()
@@ -67,8 +79,9 @@ class ProxyHTTPServer(ThreadingHTTPServer):
         print(f"frank: request from {client_address} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
 
 
-def read_body(handler: BaseHTTPRequestHandler) -> bytes:
-    """The request body by its ``Content-Length``; a missing length is an empty body."""
+def read_body(handler: BaseHTTPRequestHandler, limit: int = MAX_BODY_BYTES) -> bytes:
+    """The request body by its ``Content-Length``; a missing length is an empty body, one above ``limit``
+    bytes a :class:`TooLarge` (nothing of the body read)."""
     value = handler.headers.get("Content-Length")
     if value is None or value.strip() == "":
         return b""
@@ -76,8 +89,8 @@ def read_body(handler: BaseHTTPRequestHandler) -> bytes:
     if not text.isdigit():  # negative, a sign, a fraction, words: all refused
         raise BadRequest(f"Content-Length {value!r} is not a non-negative integer")
     n = int(text)
-    if n > MAX_BODY_BYTES:
-        raise BadRequest(f"Content-Length {n} is above the limit of {MAX_BODY_BYTES} bytes")
+    if n > limit:
+        raise TooLarge(f"Content-Length {n} is above this server's limit of {limit} bytes (--max-body-mb)")
     data = handler.rfile.read(n) if n else b""
     if len(data) != n:
         raise BadRequest(f"body ended after {len(data)} of {n} bytes")
@@ -107,6 +120,7 @@ def send_json(handler: BaseHTTPRequestHandler, status: int, obj: Any) -> None:
 
 
 def bad_request(handler: BaseHTTPRequestHandler, exc: BadRequest) -> None:
-    """Answer 400 with the reason and close: the rest of the connection's bytes cannot be trusted."""
+    """Answer 400 (413 for a body above the limit) with the reason and close: the rest of the connection's
+    bytes cannot be trusted (nor read: a refused body is never read)."""
     handler.close_connection = True
-    send_json(handler, 400, {"error": {"message": str(exc), "type": "invalid_request_error"}})
+    send_json(handler, exc.status, {"error": {"message": str(exc), "type": "invalid_request_error"}})

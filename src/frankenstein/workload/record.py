@@ -60,6 +60,7 @@ from frankenstein.errors import FrankError
 from frankenstein.workload.listener import (
     CONNECT_RETRIES,
     HOP_HEADERS,
+    MAX_BODY_BYTES,
     BadRequest,
     ProxyHTTPServer,
     bad_request,
@@ -151,7 +152,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.client_gone = False
         endpoint = canonical_endpoint(self.path) if self.command == "POST" else None
         try:
-            raw = read_body(self)
+            raw = read_body(self, self.server.max_body_bytes)
             body = _json_object(raw) if endpoint else None
         except BadRequest as exc:
             bad_request(self, exc)
@@ -395,11 +396,13 @@ def serve_recorder(
     *,
     timeout_s: float = 600.0,
     on_turn: Callable[[Turn], None] | None = None,
+    max_body_bytes: int = MAX_BODY_BYTES,
 ) -> RecorderServer:
     """Start the recording proxy in a background thread and return it (see the module docstring).
 
     ``upstream``: base URL of the OpenAI-compatible server; ``port=0``: a free port; ``on_turn``:
-    called after each turn is appended; ``timeout_s``: upstream read timeout."""
+    called after each turn is appended; ``timeout_s``: upstream read timeout; a request body above
+    ``max_body_bytes`` is answered 413."""
     if not upstream.startswith(("http://", "https://")):
         raise FrankError(f"--upstream {upstream!r}: expected an http:// or https:// URL")
     recorder = TurnRecorder(out)
@@ -407,4 +410,5 @@ def serve_recorder(
         httpd = _ProxyServer((host, port), upstream, recorder, timeout_s, on_turn)
     except OSError as exc:
         raise FrankError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    httpd.max_body_bytes = max_body_bytes
     return RecorderServer(httpd)

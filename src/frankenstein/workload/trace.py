@@ -22,7 +22,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, BinaryIO, Final, Literal
 
 from pydantic import Field, ValidationError, field_validator
 
@@ -210,13 +210,21 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def open_private(path: str | Path) -> BinaryIO:
+    """``path`` opened for writing (created or emptied) readable by its owner only (0600), as traces are:
+    a recorded request can carry what redaction did not know to remove, and so can a file made from it."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # a file that was there keeps its mode through O_CREAT: set it
+    return os.fdopen(fd, "wb")
+
+
 def write_trace(path: str | Path, turns: Iterable[Turn]) -> str:
     """Write a whole trace (importers): to a temporary file, then rename, so a failure leaves no
     partial file. Returns the workload hash."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     h = hashlib.sha256()
-    with open(tmp, "wb") as f:
+    with open_private(tmp) as f:
         for turn in turns:
             f.write(turn_line(turn))
             h.update(_turn_digest_line(turn))
@@ -362,39 +370,44 @@ MODEL_VISIBLE = frozenset(
         "logit_bias",
     }
 )
-_SECRET_NAMES = frozenset(
-    {
-        "token",
-        "refresh_token",
-        "access_token",
-        "id_token",
-        "private_key",
-        "secret",
-        "password",
-        "passwd",
-        "api_key",
-        "api_keys",
-        "apikey",
-        "authorization",
-        "cookie",
-        "cookies",
-        "set_cookie",
-        "client_secret",
-        "bearer",
-        "credentials",
-    }
+# Credential detection (docs/workloads.md lists it): a field name is *normalised* first, camelCase split and
+# case and separators folded (``accessToken``, ``Access-Token`` and ``access_token`` all read ``access_token``),
+# then it is a credential when
+#   - its last word is one of SECRET_LAST_WORDS (``auth_token``, ``client_secret``, ``x_api_key``, ``bearer``),
+#   - any word is one of SECRET_ANY_WORDS (``password_hash``, ``authorization_header``, ``set_cookie``),
+#   - it contains ``api_key`` or ``apikey`` (``api_key_v2``),
+# unless it is one of NOT_SECRET (cache keys that only name a cache slot). A field holding request headers
+# (HEADER_FIELDS: ``extra_headers``, ``headers``, ``default_headers``) is removed whole: headers are how
+# credentials travel, and none is part of what the model sees. Plural words (``max_tokens``) are not credentials.
+SECRET_LAST_WORDS = frozenset({"token", "key", "secret", "password", "passwd", "apikey", "auth", "bearer", "jwt"})
+SECRET_ANY_WORDS = frozenset(
+    {"authorization", "password", "passwd", "passphrase", "secret", "credential", "credentials", "cookie", "cookies"}
 )
-_SECRET_SUFFIXES = ("_key", "_token", "_secret", "_password")
-_NOT_SECRET = frozenset({"prompt_cache_key", "cache_key", "idempotency_key"})
+HEADER_FIELDS = frozenset({"extra_headers", "headers", "default_headers"})
+NOT_SECRET = frozenset({"prompt_cache_key", "cache_key", "idempotency_key"})
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+_SEPARATORS = re.compile(r"[^a-z0-9]+")
+
+
+def normalised_name(key: str) -> str:
+    """``accessToken`` → ``access_token``, ``X-API-Key`` → ``x_api_key``: camelCase split, lower case, every
+    run of other characters one ``_``."""
+    return _SEPARATORS.sub("_", _CAMEL.sub("_", key).lower()).strip("_")
 
 
 def is_secret_key(key: str) -> bool:
-    """Credential-like field names: known names (``token``, ``api_keys``, ``password``, ...) and names
-    ending in ``_key``/``_token``/``_secret`` (``-`` counts as ``_``, case ignored)."""
-    k = key.lower().replace("-", "_")
-    if k in _NOT_SECRET:
+    """A credential-like field name, by its normalised form (see the list above this function)."""
+    k = normalised_name(key)
+    if k in NOT_SECRET:
         return False
-    return k in _SECRET_NAMES or k.endswith(_SECRET_SUFFIXES) or ("api_key" in k)
+    words = k.split("_")
+    return (
+        k in HEADER_FIELDS
+        or words[-1] in SECRET_LAST_WORDS
+        or not SECRET_ANY_WORDS.isdisjoint(words)
+        or "api_key" in k
+        or "apikey" in k
+    )
 
 
 def redact_request(body: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
