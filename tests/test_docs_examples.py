@@ -41,7 +41,7 @@ def test_an_example_design_registers_runs_and_decides(tmp_path: Path, name: str)
     if name == "veto.toml":
         assert [v.sentence() for v in a.failed_vetoes] == [
             "veto 'decode_ms_per_token lower in at least 4 of 5 blocks' failed: lower in 0 of 5 blocks, "
-            "geometric-mean ratio 1.0050 (+0.50 %)"
+            "geometric-mean ratio 1.0050 (+0.50%)"
         ]
     if name == "memory.toml":
         assert "(RSS), within the 64 MiB allowed" in (a.why or "")

@@ -100,11 +100,11 @@ def test_the_768_slots_case_confirmed_but_vetoed_through_the_cli(tmp_path: Path)
     assert "verdict: confirmed" in r.stdout
     assert (
         "  veto 'decode_ms_per_token lower in at least 4 of 5 blocks' failed: lower in 3 of 5 blocks, "
-        "geometric-mean ratio 0.9920 (-0.80 %)" in r.stdout.splitlines()
+        "geometric-mean ratio 0.9920 (-0.80%)" in r.stdout.splitlines()
     )
     assert (
         "  veto 'tokens_per_step not lower (geometric mean)' passed: higher in 0 of 5 blocks, "
-        "geometric-mean ratio 1.0000 (+0.00 %)" in r.stdout.splitlines()
+        "geometric-mean ratio 1.0000 (+0.00%)" in r.stdout.splitlines()
     )
 
     r = frank("analyze", did, "--json", "-c", root)
@@ -124,7 +124,7 @@ def test_the_768_slots_case_confirmed_but_vetoed_through_the_cli(tmp_path: Path)
     assert f"- `{did}` (speed, command arms): confirmed on its primary metric (" in didnt
     assert (
         "but its veto 'decode_ms_per_token lower in at least 4 of 5 blocks' failed: lower in 3 of 5 blocks, "
-        "geometric-mean ratio 0.9920 (-0.80 %). Not adopted." in didnt
+        "geometric-mean ratio 0.9920 (-0.80%). Not adopted." in didnt
     )
     assert "Vetoes (registered with the design, checked on the same starts" in note.split("## What didn't work")[0]
 
@@ -148,7 +148,7 @@ def test_adopt_refuses_a_confirmed_design_whose_veto_failed_naming_it(tmp_path: 
     assert r.returncode == 1
     assert r.stderr.strip() == (
         "frank: error: refused: adopt 'draft' on design slots-1: its veto 'decode_ms_per_token lower in at least "
-        "6 of 6 blocks' failed: lower in 5 of 6 blocks, geometric-mean ratio 0.9866 (-1.34 %)"
+        "6 of 6 blocks' failed: lower in 5 of 6 blocks, geometric-mean ratio 0.9866 (-1.34%)"
     )
     r = frank("served", "-c", root)
     assert r.stdout.splitlines()[0] == "served: base"  # nothing adopted
@@ -166,7 +166,7 @@ def test_a_passing_veto_lets_the_adoption_through_and_is_kept_in_its_scope(tmp_p
     step = adopt(c, "draft", "slots-1")
     assert step.scope["vetoes"] == [
         "veto 'decode_ms_per_token lower in at least 6 of 6 blocks' passed: lower in 6 of 6 blocks, "
-        "geometric-mean ratio 0.9900 (-1.00 %)"
+        "geometric-mean ratio 0.9900 (-1.00%)"
     ]
 
 

@@ -100,7 +100,7 @@ def evaluate_veto(veto: Veto, values: dict[int, dict[str, float]], direction: st
     ratio = math.exp(sum(math.log(c / s) for s, c in pairs) / len(pairs))
     better = sum(1 for s, c in pairs if (c < s if direction == "lower" else c > s))
     observed = (
-        f"{direction} in {better} of {len(pairs)} blocks, geometric-mean ratio {ratio:.4f} ({(ratio - 1) * 100:+.2f} %)"
+        f"{direction} in {better} of {len(pairs)} blocks, geometric-mean ratio {ratio:.4f} ({(ratio - 1) * 100:+.2f}%)"
     )
     if veto.rule == "blocks_better":
         return VetoResult(name, veto.metric, better >= (veto.at_least or 0), observed)
