@@ -24,6 +24,7 @@ from frankenstein.campaign import open_campaign
 from frankenstein.cluster.local import LocalCluster, Node, node_pids
 from frankenstein.design.analysis import analyze
 from frankenstein.design.facts import design_facts
+from frankenstein.design.kinds.base import Evidence
 from frankenstein.design.registry import get
 from frankenstein.engines.process import group_members
 from frankenstein.agent.tasks import task_hash
@@ -432,7 +433,7 @@ def test_curtailment_stops_sending_blocks_once_the_verdict_is_settled(cluster: L
     blocks = {row.block for row in rows}
     assert 2 <= len(rows) <= 8 and len(blocks) < 6 and len(rows) == 2 * len(blocks)  # in-flight blocks finished
     with open_campaign(c.root) as camp:
-        a, facts = analyze(camp, did), design_facts(camp, get(camp, did))
+        a, facts = analyze(camp, did), design_facts(camp, Evidence.read(camp, get(camp, did)))
     assert a.word == "not confirmed" and facts.stopped == "curtailed"
     again = _run(cluster, c.root, did, "--resume")
     assert again.returncode == 0 and again.stdout.strip().endswith(f"0 starts run, {len(rows)} already recorded")

@@ -13,6 +13,7 @@ from frankenstein.design.analysis import analyze
 from frankenstein.design.kinds.base import Evidence, StartRow, block_values
 from frankenstein.design.registry import get, register
 from frankenstein.design.runner import run_design
+from frankenstein.report.collect import design_report
 from frankenstein.store import Store
 
 from helpers_campaign import make_campaign
@@ -97,3 +98,14 @@ def make_campaign_view(root: Path) -> Campaign:
     c = open_campaign(root)
     c.store.close()
     return c
+
+
+def test_what_the_note_says_of_a_design_reads_its_starts_once(ten_blocks: tuple[Path, str]) -> None:
+    """The note's design section (facts, block status, percentiles, analysis) from one read of the starts."""
+    root, design_id = ten_blocks
+    c = _counting(root, make_campaign_view(root))
+    rep = design_report(c, get(c, design_id))
+    assert rep.analysis is not None and rep.analysis.word == "confirmed"
+    assert rep.facts.blocks_run == 10 and rep.facts.starts_ok == 20 and rep.facts.stopped is None
+    assert set(rep.block_status.values()) == {"complete"}
+    assert c.store.starts_reads == 1  # type: ignore[attr-defined]

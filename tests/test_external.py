@@ -194,10 +194,11 @@ def test_external_arm_needs_the_design_to_say_starts_are_not_fresh(camp: Path, t
     assert "primary metric: pre_ms" in r.stdout and "post_ms" in r.stdout
 
     from frankenstein.design.facts import design_facts, fresh_start_lines
+    from frankenstein.design.kinds.base import Evidence
     from frankenstein.design.registry import get
 
     with open_campaign(camp) as c:
-        facts = design_facts(c, get(c, "pre-1"))
+        facts = design_facts(c, Evidence.read(c, get(c, "pre-1")))
         candidate = [s for s in c.store.starts_of("pre-1") if s.arm == "candidate"]
     assert facts.not_fresh == ("candidate",)
     assert "Starts were not fresh: arm(s) candidate" in fresh_start_lines(facts)[0]

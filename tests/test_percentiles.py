@@ -138,7 +138,7 @@ def test_only_measured_turns_of_ok_starts_count(tmp_path) -> None:
                 metrics={"verify_step_ms": 1.0},
                 turns=turns(1e5 if failed else 100.0 if arm == "served" else 50.0),
             )
-    got = arm_percentiles(c.store, reg.design_id)
+    got = arm_percentiles(c.store, c.store.starts_of(reg.design_id))
     assert list(got) == ["served", "candidate"]
     assert got["served"]["ttft_ms"] == {"n": 6, "p50": 102.0, "p90": 103.0, "p99": 103.0}
     assert got["candidate"]["ttft_ms"]["n"] == 3 and got["candidate"]["ttft_ms"]["p99"] == pytest.approx(52.98)

@@ -27,6 +27,7 @@ from frankenstein.design import serving
 from frankenstein.design.analysis import Analysis, analyze
 from frankenstein.design.facts import DesignFacts, design_facts
 from frankenstein.design.kinds import kind_of
+from frankenstein.design.kinds.base import Evidence as DesignEvidence
 from frankenstein.design.model import Registered
 from frankenstein.design.registry import get, verified
 from frankenstein.errors import FrankError, LedgerError
@@ -155,7 +156,7 @@ def _check_design_shape(reg: Registered, part: str) -> None:
 def gather_evidence(campaign: Campaign, reg: Registered, part: str, current: list[str]) -> Evidence:
     """Every refusal about the evidence (force may override them) and the scope the result holds in."""
     ev = Evidence()
-    facts = design_facts(campaign, reg)
+    facts = design_facts(campaign, DesignEvidence.read(campaign, reg))
     if facts.blocks_run < facts.blocks:
         how = facts.stopped or "incomplete"
         ev.problems.append(

@@ -127,18 +127,20 @@ def analyze(
                 "--rule, --direction, --alpha, --side, --test, --min-effect, --by, --unit and --margin go with --blocks"
             )
         from frankenstein.campaign import open_campaign
-        from frankenstein.design.analysis import analyze as do_analyze
-        from frankenstein.design.analysis import format_analysis
+        from frankenstein.design.analysis import analyze_evidence, format_analysis
         from frankenstein.design.facts import design_facts, fresh_start_lines
+        from frankenstein.design.kinds.base import Evidence
         from frankenstein.design.phases import time_lines
         from frankenstein.design.percentiles import arm_percentiles
+        from frankenstein.design.registry import get
         from frankenstein.report.export import analysis_doc, dumps
 
         with open_campaign(campaign) as c:
             verified_or_warn(c, "analyze", force=force, why=why)
-            a = do_analyze(c, design_id)
-            latency = arm_percentiles(c.store, design_id)
-            facts = design_facts(c, a.reg)
+            ev = Evidence.read(c, get(c, design_id))  # the design's starts, read once for all it prints
+            a = analyze_evidence(c, ev)
+            latency = arm_percentiles(c.store, ev.starts)
+            facts = design_facts(c, ev)
         if as_json:
             typer.echo(dumps(analysis_doc(a, latency, facts.not_fresh)), nl=False)
             return

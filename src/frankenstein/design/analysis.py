@@ -4,6 +4,7 @@ The design's kind (:mod:`frankenstein.design.kinds`) makes the :class:`Analysis`
 kind up and prints the result for ``frank analyze``.
 
     analyze(campaign, design_id) -> Analysis
+    analyze_evidence(campaign, evidence) -> Analysis            the same, from evidence already read
     format_analysis(analysis, percentiles=None) -> list[str]   with the per-arm latency percentiles, if given
     analyze_registered(campaign_dir, design_id) -> list[str]
 """
@@ -41,7 +42,11 @@ __all__ = [
 
 def analyze(campaign: Campaign, design_id: str) -> Analysis:
     """The kind's analysis of the design, its starts read from the store once (:class:`Evidence`)."""
-    ev = Evidence.read(campaign, registry.get(campaign, design_id))
+    return analyze_evidence(campaign, Evidence.read(campaign, registry.get(campaign, design_id)))
+
+
+def analyze_evidence(campaign: Campaign, ev: Evidence) -> Analysis:
+    """The kind's analysis of evidence already read (the note reads a design's starts once for all it says)."""
     a = kind_of(ev.reg.design.kind).analyze(campaign, ev)
     a.warnings = [*load_warnings(ev.starts), *a.warnings]
     a.time_spent = phases.summarize(ev.starts, ev.reg.design.cache)
@@ -135,4 +140,5 @@ def veto_lines(a: Analysis) -> list[str]:
 def analyze_registered(campaign_dir: Path, design_id: str) -> list[str]:
     """Lines for ``frank analyze DESIGN_ID``."""
     with open_campaign(campaign_dir) as c:
-        return format_analysis(analyze(c, design_id), arm_percentiles(c.store, design_id))
+        ev = Evidence.read(c, registry.get(c, design_id))
+        return format_analysis(analyze_evidence(c, ev), arm_percentiles(c.store, ev.starts))

@@ -5,7 +5,7 @@ Resources: each start's ``resources`` JSON holds, per GPU, the peak and mean mem
 max power that NVML read while the engine ran, or ``{"gpu": null}`` where there was no GPU. Absent is
 never read as zero: a design whose starts carry no GPU figures has its memory gate "not checked".
 
-    design_facts(campaign, reg) -> DesignFacts
+    design_facts(campaign, evidence) -> DesignFacts
     read_resources(starts) -> Resources
     fidelity_paths(campaign, design_id) -> tuple[str, ...]
 """
@@ -18,8 +18,7 @@ from typing import Any
 from frankenstein.campaign import Campaign
 from frankenstein.design.kinds import kind_of
 from frankenstein.design import rules
-from frankenstein.design.kinds.base import arm_values, block_values, can_still_change, dropped_blocks
-from frankenstein.design.model import Registered
+from frankenstein.design.kinds.base import Evidence, can_still_change, dropped_blocks
 from frankenstein.design.start import load_warnings, machine_cells, machine_differences, machine_of, start_label
 from frankenstein.store import StartRow
 
@@ -126,9 +125,10 @@ def _fold(gs: list[dict[str, Any]]) -> GpuArm:
     )
 
 
-def design_facts(campaign: Campaign, reg: Registered) -> DesignFacts:
-    """Everything the note and the ledger say about a design besides its verdict."""
-    rows = campaign.store.starts_of(reg.design_id)
+def design_facts(campaign: Campaign, ev: Evidence) -> DesignFacts:
+    """Everything the note and the ledger say about a design besides its verdict, from its starts as ``ev``
+    read them (the campaign for a fidelity gate's own starts)."""
+    reg, rows = ev.reg, ev.starts
     d = reg.design
     recorded = {(r.block, r.position) for r in rows}
     by_block: dict[int, list[bool]] = {}
@@ -151,14 +151,14 @@ def design_facts(campaign: Campaign, reg: Registered) -> DesignFacts:
         blocks_run=blocks_run,
         starts_ok=len(ok),
         starts_failed=len(rows) - len(ok),
-        stopped=_stopped(campaign, reg, blocks_run),
+        stopped=_stopped(ev, blocks_run),
         resources=read_resources(rows),
         fidelity_gate=d.gates.fidelity,
         memory_gate_mib=d.gates.memory_mib,
         top_k=d.fidelity.top_k,
-        fidelity_paths=fidelity_paths(
-            campaign, reg.design_id if kind_of(d.kind).measures_fidelity else d.gates.fidelity
-        ),
+        fidelity_paths=paths_of(rows)
+        if kind_of(d.kind).measures_fidelity
+        else fidelity_paths(campaign, d.gates.fidelity),
         machines=tuple((start_label(r), machine_cells(machine_of(r), r)) for r in rows),
         machine_flags=tuple(machine_differences(rows)),
         load_warnings=tuple(load_warnings(rows)),
@@ -205,28 +205,29 @@ def fresh_start_lines(f: DesignFacts) -> list[str]:
 
 def fidelity_paths(campaign: Campaign, design_id: str | None) -> tuple[str, ...]:
     """The paths a fidelity design's ok starts recorded (``capabilities.fidelity_path``), e.g. the decode path."""
-    if not design_id:
-        return ()
-    paths = {
-        str(r.capabilities["fidelity_path"])
-        for r in campaign.store.starts_of(design_id)
-        if r.ok and r.capabilities.get("fidelity_path")
-    }
-    return tuple(sorted(paths))
+    return paths_of(campaign.store.starts_of(design_id)) if design_id else ()
+
+
+def paths_of(rows: list[StartRow]) -> tuple[str, ...]:
+    """The fidelity paths these ok starts recorded, sorted."""
+    return tuple(
+        sorted({str(r.capabilities["fidelity_path"]) for r in rows if r.ok and r.capabilities.get("fidelity_path")})
+    )
 
 
 def _distinct(values: Any) -> tuple[str, ...]:
     return tuple(sorted({str(v) for v in values if v}))
 
 
-def _stopped(campaign: Campaign, reg: Registered, blocks_run: int) -> str | None:
+def _stopped(ev: Evidence, blocks_run: int) -> str | None:
     """Whether the design stopped short: curtailed (its rule allowed it) or simply incomplete."""
+    reg = ev.reg
     if blocks_run >= reg.design.blocks:
         return None
     if reg.design.stopping == "curtail" and kind_of(reg.design.kind).can_curtail:
-        served, candidate, _ = block_values(campaign, reg)
+        served, candidate, _ = ev.blocks()
         done = sorted(b for b in served if b in candidate)
-        dropped = dropped_blocks(reg, arm_values(campaign, reg, reg.design.primary_metric)[1])
+        dropped = dropped_blocks(reg, ev.values(reg.design.primary_metric)[1])
         remaining = rules.remaining_blocks(reg.design.blocks, len(done), len(dropped))
         if not can_still_change(reg, [served[b] for b in done], [candidate[b] for b in done], remaining):
             return "curtailed"

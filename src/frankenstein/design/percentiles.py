@@ -30,7 +30,7 @@ p = x[⌊h⌋] + (h − ⌊h⌋)·(x[⌈h⌉] − x[⌊h⌋]). It holds for any 
     percentile(values, q) -> float
     turn_values(turn) -> {metric: value}          the per-turn metrics of one turn
     turn_gaps(turn) -> [ms]                       one turn's stored chunk gaps (finite numbers only)
-    arm_percentiles(store, design_id) -> {arm: {metric: {"n", "p50", "p90", "p99"}}}
+    arm_percentiles(store, starts) -> {arm: {metric: {"n", "p50", "p90", "p99"}}}   a design's starts, their turns
     rows_percentiles(rows) -> {metric: {"n", "p50", "p90", "p99"}}   one start's replay rows
     percentile_rows(table) -> rows for a table
     percentile_lines(table) -> the caption and the table as text lines (frank analyze, frank replay)
@@ -45,7 +45,7 @@ from typing import Any
 from frankenstein.design.table import render_table
 from frankenstein.measure.metrics import names
 from frankenstein.measure.timings import chunk_gaps
-from frankenstein.store import Store
+from frankenstein.store import StartRow, Store
 
 LATENCY_METRICS = names(percentiles=True)  # the registry's per-turn metrics
 QUANTILES = (("p50", 0.50), ("p90", 0.90), ("p99", 0.99))
@@ -126,11 +126,11 @@ def rows_percentiles(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, f
     return {m: summarize(pooled[m]) for m in LATENCY_METRICS if pooled.get(m)}
 
 
-def arm_percentiles(store: Store, design_id: str) -> Percentiles:
+def arm_percentiles(store: Store, starts: list[StartRow]) -> Percentiles:
     """Per arm, per latency metric: the count (turns; gaps for ``itl_ms``) and p50/p90/p99 over the measured
     turns of its ok starts. Arms without per-turn rows (command arms, agent designs) are left out."""
     pooled: dict[str, dict[str, list[float]]] = {}
-    for start in store.starts_of(design_id):
+    for start in starts:
         if not start.ok:
             continue
         for metric, vs in _measured(store.turns_of(start.id)).items():

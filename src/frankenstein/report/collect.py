@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 from frankenstein.campaign import Campaign
 from frankenstein.config import NoteHeader, Provenance
-from frankenstein.design.analysis import Analysis, analyze
+from frankenstein.design.analysis import Analysis, analyze_evidence
+from frankenstein.design.kinds.base import Evidence
 from frankenstein.design.facts import DesignFacts, design_facts
 from frankenstein.design.kinds import Description, kind_of
 from frankenstein.design.model import Registered
@@ -139,17 +140,19 @@ def _served(campaign: Campaign) -> Served | None:
 
 
 def design_report(campaign: Campaign, reg: Registered) -> DesignReport:
+    """What the note says about one design; its starts read from the store once (:class:`Evidence`)."""
+    ev = Evidence.read(campaign, reg)
     rep = DesignReport(
         reg=reg,
-        facts=design_facts(campaign, reg),
+        facts=design_facts(campaign, ev),
         part=tested_part(reg),
-        block_status=block_status(campaign, reg),
+        block_status=block_status(ev),
         description=kind_of(reg.design.kind).describe(reg),
         episodes=campaign.store.episodes_of(reg.design_id),
-        percentiles=arm_percentiles(campaign.store, reg.design_id),
+        percentiles=arm_percentiles(campaign.store, ev.starts),
     )
     try:
-        rep.analysis = analyze(campaign, reg.design_id)
+        rep.analysis = analyze_evidence(campaign, ev)
     except FrankError as exc:
         rep.error = f"analysis failed: {exc}"
     return rep
@@ -169,9 +172,10 @@ def tested_part(reg: Registered) -> str:
     return f"[{', '.join(c.parts)}] against [{', '.join(s.parts)}]"
 
 
-def block_status(campaign: Campaign, reg: Registered) -> dict[int, str]:
+def block_status(ev: Evidence) -> dict[int, str]:
     """Per registered block (0-based): complete, failed (a start failed or was invalid), partial, or not run."""
-    status = {(r.block, r.position): r.status for r in campaign.store.starts_of(reg.design_id)}
+    reg = ev.reg
+    status = {(r.block, r.position): r.status for r in ev.starts}
     per_block: dict[int, list[str | None]] = {}
     for s in reg.slots():
         per_block.setdefault(s.block, []).append(status.get((s.block, s.position)))
