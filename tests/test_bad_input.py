@@ -4,6 +4,8 @@ refused registration is stored as a refusal (the one write a refused command mak
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +20,7 @@ from frankenstein.shipped import data_path
 from frankenstein.workload.trace import load_trace
 
 from conftest import frank
-from helpers_campaign import make_campaign
+from helpers_campaign import make_campaign, make_workload, write_design
 from helpers_cli import cli
 
 BASE = """\
@@ -312,3 +314,35 @@ def test_cli_inputs_that_were_unexpected_errors(tmp_path: Path, capsys) -> None:
     ):
         code, _, err = cli(capsys, *args)
         assert code == 2 and named in err and "unexpected" not in err and "Traceback" not in err, (args, err)
+
+
+def _frank_read_only(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``frank ARGS`` with the campaign folder read-only: a read-only bind mount in a mount namespace of its own
+    where we are root (root writes through file modes), else the modes taken away."""
+    cmd = [sys.executable, "-m", "frankenstein", *args]
+    if os.geteuid() == 0:
+        script = f'mount --bind "{root}" "{root}" && mount -o remount,bind,ro "{root}" && exec "$@"'
+        cmd = ["unshare", "-m", "sh", "-c", script, "sh", *cmd]
+    else:
+        for p in [root, *root.rglob("*")]:
+            p.chmod(p.stat().st_mode & ~0o222)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
+def test_a_read_only_campaign_verifies_and_names_itself_read_only(tmp_path: Path) -> None:
+    """A read-only campaign said "unable to open database file" even for `verify` (issue 30): it is opened
+    read-only, reading commands work, and a command that writes says the campaign is read-only, and why."""
+    root = tmp_path / "c"
+    c = make_campaign(root)
+    make_workload(root / "workloads" / "w.jsonl")
+    design = write_design(root / "designs" / "d.toml")
+    register(c, design)
+    c.close()
+    run = _frank_read_only(root, "verify", "-c", str(root))
+    if os.geteuid() == 0 and "mount" in run.stderr:
+        pytest.skip(f"no mount namespace here to make a folder read-only as root: {run.stderr.strip()}")
+    assert run.returncode == 0 and "registry verified: 1 design" in run.stdout, run.stderr
+    run = _frank_read_only(root, "register", str(design), "-c", str(root))
+    assert run.returncode == 1 and "unable to open" not in run.stderr, run.stderr
+    assert run.stderr.strip().startswith(f"frank: error: {root / 'frank.db'}: the campaign is read-only (")
+    assert "this command writes to it" in run.stderr and len(run.stderr.strip().splitlines()) == 1

@@ -225,3 +225,26 @@ def test_the_default_lock_wait_outlasts_a_one_minute_hold() -> None:
 
     assert lock_wait_s({}) >= 60 * 5
     assert lock_wait_s({"FRANK_DB_LOCK_WAIT_S": "90"}) == 90
+
+
+def test_a_lock_wait_is_reported_as_long_as_it_was(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 60 s wait was reported as 15 s (issue 30): SQLite's own busy timeout (30 s a try) ran past the lock wait.
+    A try now never outwaits the lock wait, and the message gives the seconds really waited."""
+    from frankenstein.errors import StoreError
+    from frankenstein.store import Store
+
+    db = tmp_path / "frank.db"
+    Store(db).close()
+    holder = _hold_lock(db, 30)
+    monkeypatch.setenv("FRANK_DB_BUSY_TIMEOUT_S", "6")
+    monkeypatch.setenv("FRANK_DB_LOCK_WAIT_S", "1")
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(StoreError) as err:
+            Store(db)
+        waited = time.monotonic() - t0
+    finally:
+        holder.kill()
+        holder.wait()
+    said = float(str(err.value).split("locked by another process for ")[1].split(" s;")[0])
+    assert waited < 4 and abs(said - waited) <= 1, (said, waited, str(err.value))

@@ -31,6 +31,7 @@ from frankenstein.shipped import data_path
 from frankenstein.workload.trace import load_trace
 
 from conftest import frank
+from helpers_cli import cli
 
 FUZZ = settings(
     max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
@@ -314,3 +315,44 @@ def test_a_bad_frank_toml_on_the_cli(tmp_path: Path) -> None:
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+# ------------------------------------------------------------------ issue 30, item 7: each input, 0 "unexpected"
+
+ITEM7_TOML = [
+    '[parts.p]\nargs = ["a\\u0000"]\n',
+    '[parts.p]\nenv = { "A=B" = "1" }\n',
+    '[parts.p]\nset = { "--x" = "\\u0000" }\n',
+    '[recipes.cmd]\nengine = "openai"\ncommand = []\n',
+]
+
+
+@pytest.mark.parametrize("extra", ITEM7_TOML)
+def test_item7_frank_toml_inputs_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: str) -> None:
+    root = tmp_path / "c"
+    init_campaign(root).close()
+    toml = root / "frank.toml"
+    toml.write_text(toml.read_text() + extra)
+    code, _, err = cli(capsys, "served", "-c", str(root))
+    assert code == 1 and err.startswith(f"frank: error: {toml}: ") and err.count("\n") == 1, err
+    assert "unexpected" not in err
+
+
+def test_item7_cli_inputs_are_clear(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "c"
+    init_campaign(root).close()
+    blocks = tmp_path / "b.csv"
+    blocks.write_text("block,difference\n" + "".join(f"b{i},1\n" for i in range(1001)))
+    missing = root / "designs" / "m.toml"
+    missing.write_text(
+        'name = "m"\nblocks = 5\n[arms.served]\ncommand = ["/no/such/bench"]\n'
+        f'[arms.candidate]\ncommand = ["{sys.executable}", "-c", "print(1)"]\n[rule]\nkind = "sign"\n'
+    )
+    for args, code_wanted, named in (
+        (["analyze", "--blocks", str(blocks), "--rule", "sign", "--direction", "lower"], 1, str(blocks)),
+        (["register", str(missing), "-c", str(root)], 1, f"{missing}: arms.served.command: command program"),
+        (["serve", "-c", str(root), "--cache-mb", "-1"], 2, "--cache-mb"),
+        (["tasks", "draw", "not a url", "--trace", str(tmp_path / "t"), "--work-dir", str(tmp_path)], 2, "not a url"),
+    ):
+        code, _, err = cli(capsys, *args)
+        assert code == code_wanted and named in err and "unexpected" not in err and "Traceback" not in err, (args, err)

@@ -330,6 +330,8 @@ def read_only_reason(path: Path) -> str | None:
     """Why the store at ``path`` can only be read (its folder or file not writable, a read-only file system),
     or None. SQLite's own word for it is "unable to open database file", even for a reading command."""
     folder = path.parent
+    if folder.is_dir() and os.statvfs(folder).f_flag & os.ST_RDONLY:
+        return "it is on a read-only file system"
     if path.exists() and not os.access(path, os.W_OK):
         return f"{path.name} is not writable"
     if folder.is_dir() and not os.access(folder, os.W_OK):
