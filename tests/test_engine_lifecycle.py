@@ -232,3 +232,26 @@ def test_a_setsid_daemon_of_an_engine_is_reaped_with_it(tmp_path: Path, _runtime
     else:
         proc.stop(grace_s=2)
     _wait_for(lambda: _gone(daemon), timeout=10, what="the setsid daemon to be killed")
+
+
+def test_a_port_clash_names_the_bind_failure_first(tmp_path: Path, llama_server_bin: str, _runtime_dir: Path) -> None:
+    """A port taken between frank choosing it and the engine binding it: the error's first line named only the
+    exit, and the log tail began with warnings (issue 30). The first line now carries the engine's own error."""
+    from frankenstein.engines.process import EngineProcess
+    from frankenstein.errors import EngineStartError
+    from frankenstein.shipped import data_path
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        argv = [llama_server_bin, "-m", str(data_path("tiny-target.gguf")), "--host", "127.0.0.1", "--port", str(port)]
+        proc = EngineProcess([*argv, "--threads", "1", "--no-repack"], env={}, log_path=tmp_path / "e.log", name="e")
+        proc.launch()
+        try:
+            with pytest.raises(EngineStartError) as err:
+                proc.wait_ready(f"http://127.0.0.1:{port}/health", 60, lambda a: False)
+        finally:
+            proc.stop(grace_s=2)
+    first = str(err.value).splitlines()[0]
+    assert first.startswith("e exited with code 1 during start (log: ") and "couldn't bind HTTP server socket" in first

@@ -28,6 +28,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import re
 import secrets
 import shlex
 import signal
@@ -258,6 +259,27 @@ def reap_leftovers() -> list[int]:
     return killed
 
 
+CAUSE_WORDS = ("error", "couldn't", "could not", "cannot", "can't", "failed", "address already in use", "invalid")
+_LOG_PREFIX = re.compile(r"^\d+(\.\d+)+ [A-Z] +")  # llama.cpp's "0.00.022.701 E " time and level
+
+
+def log_cause(tail: str) -> str | None:
+    """The log line that most likely says why a start failed, for the error's first line: llama.cpp's first
+    error-level line, else the first line with an error word; never a warning or a deprecation notice (a port
+    clash read "… deprecated …" first, the bind failure three lines down)."""
+    lines = [line.strip() for line in tail.splitlines() if line.strip()]
+    useful = [line for line in lines if "deprecat" not in line.lower() and not _level(line, "W")]
+    found = next((line for line in useful if _level(line, "E")), None) or next(
+        (line for line in useful if any(w in line.lower() for w in CAUSE_WORDS)), None
+    )
+    return " ".join(_LOG_PREFIX.sub("", found).split())[:240] if found else None
+
+
+def _level(line: str, letter: str) -> bool:
+    parts = line.split(maxsplit=2)
+    return len(parts) > 2 and _LOG_PREFIX.match(line) is not None and parts[1] == letter
+
+
 def log_tail(path: Path, lines: int = 15) -> str:
     try:
         text = path.read_text(errors="replace")
@@ -330,9 +352,12 @@ class EngineProcess:
         while True:
             code = self.exited()
             if code is not None:
+                tail = log_tail(self.log_path)
+                cause = log_cause(tail)
                 raise EngineStartError(
-                    f"{self.name} {exit_words(code)} during start (log: {self.log_path})",
-                    log_tail=log_tail(self.log_path),
+                    f"{self.name} {exit_words(code)} during start (log: {self.log_path})"
+                    + (f": {cause}" if cause else ""),
+                    log_tail=tail,
                 )
             self.ready_polls += 1
             try:
