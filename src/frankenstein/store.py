@@ -629,8 +629,7 @@ class Store:
                 ),
             }
             for table in ("turns", "artifacts", "episodes"):
-                for r in meant[table]:
-                    _insert(c, table, r)
+                _insert_many(c, table, meant[table])
             if resources is not None and isinstance(resources.get("phases"), Mapping):  # the caller's dict gets it too
                 resources["phases"] = {**resources["phases"], "write_s": round(time.monotonic() - t0, 4)}
                 row["resources"] = _dumps(resources)
@@ -1163,6 +1162,14 @@ def _insert(c: sqlite3.Connection, table: str, row: Mapping[str, Any]) -> int:
     cols = ", ".join(row)
     cur = c.execute(f"INSERT INTO {table} ({cols}) VALUES ({','.join('?' * len(row))})", tuple(row.values()))
     return int(cur.lastrowid or 0)
+
+
+def _insert_many(c: sqlite3.Connection, table: str, rows: Sequence[Mapping[str, Any]]) -> None:
+    """INSERT rows that share their columns (those of the first), in one ``executemany``."""
+    if rows:
+        cols = list(rows[0])
+        sql = f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({','.join('?' * len(cols))})"
+        c.executemany(sql, [tuple(r[k] for k in cols) for r in rows])
 
 
 def _turn_row(start_id: int, t: Mapping[str, Any]) -> dict[str, Any]:
