@@ -18,6 +18,7 @@ import pytest
 
 from frankenstein.campaign import open_campaign
 from frankenstein.cluster.driver import shared_machines
+from frankenstein.cluster.worker import set_by_ray
 
 from conftest import frank
 from helpers_campaign import make_campaign
@@ -84,6 +85,17 @@ def test_a_design_runs_on_three_local_hosts_and_nothing_is_left(tmp_path: Path, 
     mine = os.readlink("/proc/self/ns/net")
     assert _ray_pids_outside(mine) == []  # every Ray process it started is gone
     assert stand_in_raylet.poll() is None  # and the one it did not start is alive
+    if "OMP_NUM_THREADS" not in os.environ:  # Ray sets it on its workers: the note says it is Ray's setting
+        assert all("OMP_NUM_THREADS" in row.resources.get("ray_env", []) for row in rows)
+        note = frank("report", "-c", str(root), "--out", str(tmp_path / "note"))
+        assert note.returncode == 0, note.stderr
+        assert "OMP_NUM_THREADS=1 (set by Ray on its workers)" in (tmp_path / "note" / "note.md").read_text()
+
+
+def test_set_by_ray_names_what_the_raylet_did_not_have() -> None:
+    worker = {"OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "0", "PATH": "/bin", "MKL_X": "2"}
+    raylet = {"CUDA_VISIBLE_DEVICES": "0", "PATH": "/usr/bin", "MKL_X": "3"}
+    assert set_by_ray(worker, raylet) == ["MKL_X", "OMP_NUM_THREADS"]
 
 
 def test_kill_9_of_frank_stops_its_cluster(tmp_path: Path, stand_in_raylet) -> None:

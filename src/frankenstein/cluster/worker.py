@@ -27,7 +27,7 @@ from frankenstein.cluster.host import Host, this_host
 from frankenstein.design.model import Registered, Slot
 from frankenstein.design.runner import block_starts
 from frankenstein.design.start import StartOutcome
-from frankenstein.engines.process import reap_leftovers
+from frankenstein.engines.process import LIBRARY_SETTINGS, reap_leftovers
 from frankenstein.errors import ClusterError
 
 Item = Host | tuple[Slot, StartOutcome, dict[str, bytes]]
@@ -74,7 +74,27 @@ def _stamped(
 ) -> tuple[Slot, StartOutcome, dict[str, bytes]]:
     out.resources["host"] = host.as_dict()
     out.resources["pins"] = checks.pins_of(pins, slot.arm)
+    if by_ray := set_by_ray():
+        out.resources["ray_env"] = by_ray
     return slot, out, files
+
+
+def set_by_ray(environ: dict[str, str] | None = None, raylet: dict[str, str] | None = None) -> list[str]:
+    """The library setting variables (``OMP_NUM_THREADS``...) this Ray worker has and its raylet (the process that
+    started it) has not, or has with another value: Ray set them on its workers (it sets ``OMP_NUM_THREADS=1`` when
+    unset), so the note names them as Ray's, not the user's shell's."""
+    mine = dict(os.environ) if environ is None else environ
+    parent = _environ_of(os.getppid()) if raylet is None else raylet
+    return sorted(k for k, v in mine.items() if k.startswith(LIBRARY_SETTINGS) and parent.get(k) != v)
+
+
+def _environ_of(pid: int) -> dict[str, str]:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    pairs = (item.decode(errors="replace").partition("=") for item in raw.split(b"\0") if item)
+    return {k: v for k, _, v in pairs}
 
 
 @ray.remote(max_retries=0, num_cpus=0)

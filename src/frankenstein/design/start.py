@@ -281,9 +281,13 @@ def machine_cells(snap: MachineSnapshot | None, row: StartRow) -> dict[str, str]
 
 
 def inherited_words(row: StartRow) -> str:
-    """The engine settings the start inherited from frank's environment, ``K=V, ...`` (empty if none)."""
+    """The engine settings the start inherited from frank's environment, ``K=V, ...`` (empty if none); those a
+    Ray worker had set itself are named as Ray's (``resources["ray_env"]``, cluster/worker.py)."""
     env = row.resources.get("engine_env")
-    return ", ".join(f"{k}={v}" for k, v in sorted(env.items())) if isinstance(env, dict) else ""
+    by_ray = row.resources.get("ray_env") or []
+    if not isinstance(env, dict):
+        return ""
+    return ", ".join(f"{k}={v}{' (set by Ray on its workers)' if k in by_ray else ''}" for k, v in sorted(env.items()))
 
 
 def _sha(row: StartRow) -> str:
