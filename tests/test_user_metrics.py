@@ -281,3 +281,16 @@ def test_frank_replay_prints_and_records_the_user_metrics_a_replay_can_give(
     with open_campaign(c.root) as again:
         (row,) = again.store.query("SELECT metrics FROM starts")
         assert json.loads(row["metrics"])["tokens_per_decode"] == pytest.approx(float(lines["tokens_per_decode"]), 1e-3)
+
+
+def test_a_signed_user_metric_is_refused_as_the_primary_metric_of_a_ratio_rule(tmp_path: Path) -> None:
+    """``signed = true``: the metric may be zero or negative, so a rule testing per-block ratios refuses it."""
+    c = make_campaign(
+        tmp_path / "c",
+        TOML + METRICS.replace('value = "ttft_ms - prompt_ms"', 'value = "ttft_ms - prompt_ms"\nsigned = true'),
+    )
+    make_workload(c.root / "workloads" / "w.jsonl")
+    path = c.root / "engine.toml"
+    path.write_text(ENGINE_DESIGN.replace('primary_metric = "tokens_per_decode"', 'primary_metric = "queue_free_ms"'))
+    with pytest.raises(DesignError, match=r"engine\.toml: primary_metric: 'queue_free_ms' can be zero or negative"):
+        register(c, path)
