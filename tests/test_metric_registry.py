@@ -86,9 +86,11 @@ def test_aggregate_folds_each_metric_as_a_ratio_of_sums() -> None:
 
 
 def test_the_registry_answers_what_the_kinds_and_percentiles_asked_of_five_tuples() -> None:
-    assert set(metrics.names(needs="stream")) == {"ttft_ms", "pre_ms", "post_ms", "tpot_ms", "itl_ms"}
+    assert set(metrics.names(needs="stream")) == {"ttft_ms", "pre_ms", "post_ms", "tpot_ms", "itl_ms", "goodput"}
     assert metrics.names(needs="drafting") == ("acceptance_rate",) and metrics.names(signed=True) == ("post_ms",)
-    assert set(metrics.names(scope="step")) | set(metrics.names(scope="request")) == set(BUILTIN) - {"passes"}
+    start = {"passes", "output_tokens_per_s", "requests_per_s", "goodput"}
+    assert set(metrics.names(scope="step")) | set(metrics.names(scope="request")) == set(BUILTIN) - start
+    assert set(metrics.names(scope="start")) == start - {"passes"}
     assert LATENCY_METRICS == ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "pre_ms", "post_ms")
     assert tuple(rows_percentiles(TURNS)) == LATENCY_METRICS
     assert metrics.direction("tokens_per_step") == "higher" and metrics.direction("e2e_ms") == "lower"

@@ -34,7 +34,7 @@ from frankenstein.errors import FrankError, LedgerError
 from frankenstein.gates import fidelity_gate, memory_design_gate, memory_gate_of
 from frankenstein.part_status import part_statuses, status_lines
 from frankenstein.scope import KEY as SCOPE_KEY
-from frankenstein.scope import AdoptedScope, adopted_for, scope_words
+from frankenstein.scope import AdoptedScope, adopted_for, scope_words, with_design_concurrency
 from frankenstein.served import describe_parts, served_parts, served_recipe
 from frankenstein.store import LedgerEntry
 
@@ -96,7 +96,7 @@ def adopt(
         raise LedgerError(f"refused: adopt {part!r} on design {design_id}: {reason}")
     if force:
         ev.scope["overridden"] = list(ev.problems)
-    with_adopted_scope(ev.scope, scope)
+    with_adopted_scope(ev.scope, with_design_concurrency(scope or AdoptedScope(), reg.design.replay.concurrency))
     ev.scope[serving.KEY] = serving.freeze(reg, campaign.config.served)
     return _append(
         campaign,

@@ -4,6 +4,7 @@
     scope_words({"concurrency": 1, "note": "..."})            -> "concurrency 1 (one request at a time); note: ..."
     served_scope(steps)                                       -> the smallest concurrency the served parts hold
     served_adoptions(steps)                                   -> the adopt step of each served part
+    with_design_concurrency(scope, 4)                         -> concurrency=4 when the user gave none
 
 The keys are fixed (:class:`AdoptedScope`, ``extra="forbid"``): ``concurrency`` (requests at once),
 ``context`` (tokens), ``gpus``, ``workload``, ``engine_version`` and a free-text ``note``. The ledger keeps
@@ -62,6 +63,15 @@ def parse_scope(items: Sequence[str]) -> AdoptedScope:
         err = field_error(None, exc)
         keys = f" (keys: {', '.join(AdoptedScope.model_fields)})" if "unknown field" in str(err) else ""
         raise ConfigError(f"{err}{keys}", field=OPTION) from exc
+
+
+def with_design_concurrency(scope: AdoptedScope, ran_at: int) -> AdoptedScope:
+    """The scope an adopt records: as given, plus ``concurrency`` = the design's ``replay.concurrency`` when none
+    was given and the design ran above one request at a time (a design at concurrency 1 records it only when
+    given, as before: ``frank serve`` then keeps serving such campaigns as it did)."""
+    if scope.concurrency is not None or ran_at <= 1:
+        return scope
+    return scope.model_copy(update={"concurrency": ran_at})
 
 
 def scope_words(scope: dict[str, Any]) -> str:

@@ -67,6 +67,11 @@ def adopt(
         typer.echo("  " + format_scope(e.scope))
     if scope_words(adopted_for(e)):
         typer.echo("  adopted for: " + scope_words(adopted_for(e)))
+    if adopted.concurrency is None and (n := adopted_for(e).get("concurrency")) is not None:
+        typer.echo(
+            f"  concurrency {n} recorded as its scope: design {design} ran at replay.concurrency = {n} "
+            "(--scope concurrency=N to say otherwise)"
+        )
 
 
 @app.command()

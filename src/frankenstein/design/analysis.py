@@ -24,6 +24,8 @@ from frankenstein.design.kinds.base import (
     can_still_change,
     speculation_lines,
 )
+from frankenstein.measure import metrics
+from frankenstein.measure.timings import RATES
 from frankenstein.design.percentiles import Percentiles, arm_percentiles, percentile_lines
 from frankenstein.design.start import load_warnings
 from frankenstein.design.predicts import PredictionCheck, compare, parse_prediction
@@ -124,9 +126,27 @@ def format_analysis(a: Analysis, percentiles: Percentiles | None = None) -> list
     if a.speculation:
         lines += ["", "speculation per arm (summed over the turns that drafted; not a ratio between arms):"]
         lines += [f"  {line}" for line in speculation_lines(a.speculation)]
+    lines += rate_lines(a)
     if percentiles:
         lines += ["", *percentile_lines(percentiles)]
     return lines
+
+
+def rate_lines(a: Analysis) -> list[str]:
+    """Each arm's start-level rates (throughput, goodput: :data:`~frankenstein.measure.timings.RATES`) the design
+    names, as the mean over its starts with their range; nothing when it names none."""
+    named = [m for m in RATES if m in a.per_block]
+    rows = []
+    for arm in ("served", "candidate"):
+        for m in named:
+            xs = [v[arm] for v in a.per_block[m].values() if arm in v]
+            if xs:
+                unit = metrics.BUILTIN[m].unit
+                rows.append(f"  {arm:<9}  {m:<19}  {sum(xs) / len(xs):.4g} {unit} ({min(xs):.4g} to {max(xs):.4g})")
+    if not rows:
+        return []
+    head = "throughput per arm (mean over its starts, range; per second of each start's measured wall span):"
+    return ["", head, *rows]
 
 
 def veto_lines(a: Analysis) -> list[str]:

@@ -278,6 +278,8 @@ def finish_problem(design: DesignFile) -> tuple[str, str] | None:
             f"{r.warmup_turns} warm-up turns of at most {r.max_turns} leave no "
             "measured turn; lower warmup_turns or raise max_turns"
         )
+    if r.rate is None and "arrivals" in r.model_fields_set:
+        return "replay.arrivals", "arrivals shape a request rate: set replay.rate (requests per second) too"
     if not math.isfinite(design.agent.temperature) or design.agent.temperature < 0:
         return "agent.temperature", f"must be a finite number >= 0, got {design.agent.temperature}"
     for name, value in design.agent.limits.items():

@@ -29,7 +29,7 @@ from typing import Literal
 
 Direction = Literal["lower", "higher"]
 Scope = Literal["step", "request", "task", "start"]
-Need = Literal["stream", "drafting", "server_timings", "command", "engine_metrics"]
+Need = Literal["stream", "drafting", "server_timings", "command", "engine_metrics", "goodput_targets"]
 Fold = Literal["ratio_of_sums", "mean", "last"]
 
 
@@ -83,6 +83,13 @@ BUILTIN: dict[str, Metric] = {
         Metric("post_ms", "ms", "lower", "request",
                "client e2e − TTFT − server decode ms per turn; with llama.cpp often slightly negative",
                ("stream", "server_timings"), signed=True, sums=("post_ms", "turns"), percentiles=True),
+        Metric("output_tokens_per_s", "tokens/s", "higher", "start",
+               "generated tokens per second of the start's measured wall span (throughput)", fold="last"),
+        Metric("requests_per_s", "requests/s", "higher", "start",
+               "answered requests per second of the start's measured wall span", fold="last"),
+        Metric("goodput", "requests/s", "higher", "start",
+               "requests meeting every replay.goodput target per second of the measured wall span",
+               ("stream", "goodput_targets"), fold="last"),
         Metric("passes", "passes", "higher", "task", "graded task passes per agent start", fold="last"),
     )
 }

@@ -22,6 +22,14 @@ Client-side decode pace, per start (the start-level forms of the per-arm percent
 - ``itl_ms``  = Σ chunk gaps / number of gaps: the mean gap between streamed content events (vLLM bench's
   ITL, AIPerf's inter_chunk_latency); none when some turn was not streamed
 
+Start-level rates, over the start's measured wall span (first measured send to last measured completion;
+:func:`start_rates`), as AIPerf and vLLM bench report them:
+
+- ``output_tokens_per_s`` = Σ generated tokens of the measured turns that answered / span
+- ``requests_per_s``      = measured turns that answered / span
+- ``goodput``             = measured turns that answered and met every registered target / span: TTFT <= ttft_ms
+  and the turn's mean chunk gap <= itl_ms (a turn with no gap, one content event, meets the ITL target)
+
 pre_ms and post_ms need a stream (client TTFT) and an engine that reports prompt and decode time (llama.cpp
 ``timings``); a turn without them has none, and a start then has none either. Their sum is exact
 (e2e − prompt_ms − decode_ms); where the server's decode clock starts decides the split, and with
@@ -163,3 +171,37 @@ def aggregate(turns: list[dict[str, float | int | None]]) -> dict[str, float | N
     sums = turn_sums(turns)
     folded = {m.name: _div(sums[m.sums[0]], sums[m.sums[1]]) for m in BUILTIN.values() if m.sums}
     return {**folded, **{k: sums[k] for k in RAW_SUMS}}
+
+
+RATES = ("output_tokens_per_s", "requests_per_s", "goodput")
+"""The start-level rates :func:`start_rates` gives (registry metrics with fold ``last``)."""
+
+
+def start_rates(
+    turns: Sequence[Mapping[str, object]], span_s: float | None, targets: tuple[float | None, float | None] | None
+) -> dict[str, float | None]:
+    """Throughput and goodput of a start's measured turns that answered (module docstring); ``targets``:
+    (ttft_ms, itl_ms), either None, or no goodput at all. None where the span is unknown or zero."""
+    if span_s is None or span_s <= 0:
+        return dict.fromkeys(RATES)
+    tokens = [n for t in turns if isinstance(n := t.get("generated_tokens"), int | float)]
+    out = float(sum(tokens)) if len(tokens) == len(turns) else None
+    good = None if targets is None else sum(1 for t in turns if meets(t, *targets))
+    return {
+        "output_tokens_per_s": None if out is None else out / span_s,
+        "requests_per_s": len(turns) / span_s,
+        "goodput": None if good is None else good / span_s,
+    }
+
+
+def meets(turn: Mapping[str, object], ttft_ms: float | None, itl_ms: float | None) -> bool:
+    """Whether one turn met every goodput target given (a missing TTFT or stream misses a target it has)."""
+    if ttft_ms is not None:
+        ttft = turn.get("ttft_ms")
+        if not isinstance(ttft, int | float) or ttft > ttft_ms:
+            return False
+    if itl_ms is not None:
+        gaps = chunk_gaps(turn)
+        if gaps is None or (gaps and sum(gaps) / len(gaps) > itl_ms):
+            return False
+    return True

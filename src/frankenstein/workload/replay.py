@@ -1,4 +1,4 @@
-"""Replay a workload against a running engine, one request at a time (or a fixed concurrency).
+"""Replay a workload against a running engine, one request at a time, at a fixed concurrency, or at a rate.
 
 Every arm receives byte-identical requests: the recorded body with the same overrides, encoded by
 :func:`frankenstein.workload.trace.request_bytes`. History always comes from the recording (each
@@ -14,22 +14,33 @@ timeout_per_token_s × recorded output length`` (:func:`request_timeout`), or th
 ``request_timeout_s``. An engine that is up but sends nothing within the bound fails the request with
 an :class:`~frankenstein.errors.EngineRequestError` naming the bound (the start fails with that
 reason; the runner's failure policy decides what follows).
+
+Load: after the warm-up turns (always sent one at a time), the measured turns go out in recorded order with at
+most ``concurrency`` in flight. With ``rate`` (requests/s) each is also due at a time from
+:func:`send_offsets`, a pure function of ``seed``, ``rate``, ``arrivals`` and the turn count (``poisson``:
+exponential gaps; ``fixed``: 1/rate apart): a request due while ``concurrency`` are in flight waits for a slot
+(as AIPerf's ``--concurrency`` with ``--request-rate``), and its row keeps when it was due and when it went
+out (``due_ms``, ``sent_ms``). The start's wall span (first measured send to last measured completion) gives
+``output_tokens_per_s``, ``requests_per_s`` and, with ``goodput`` targets, ``goodput``
+(:func:`frankenstein.measure.timings.start_rates`).
 """
 
 from __future__ import annotations
 
+import random
 import threading
+import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from frankenstein.engines import traits_of
 from frankenstein.engines.contract import Engine, Reply
 from frankenstein.errors import EngineRequestError
-from frankenstein.measure.timings import GAPS_KEY, aggregate, outside_ms
+from frankenstein.measure.timings import GAPS_KEY, aggregate, outside_ms, start_rates
 from frankenstein.workload.trace import Turn, Workload, request_bytes
 from frankenstein.validation import FrozenUserFile
 
@@ -39,7 +50,21 @@ DEFAULT_PER_TOKEN_TIMEOUT_S = 2.0
 UNKNOWN_LENGTH_TOKENS = 4096
 TIMEOUT_FIELDS = ("prefill_timeout_s", "timeout_per_token_s", "request_timeout_s")
 # Fields left out of the canonical text at their defaults (designs registered before them keep their hash).
-DEFAULTED_FIELDS = (*TIMEOUT_FIELDS, "fresh_starts")
+DEFAULTED_FIELDS = (*TIMEOUT_FIELDS, "fresh_starts", "rate", "arrivals", "goodput")
+
+
+class GoodputTargets(FrozenUserFile):
+    """``replay.goodput``: a measured request counts toward goodput when every target given holds (AIPerf's
+    definition): its client TTFT, and its ITL (the mean gap between its streamed content events)."""
+
+    ttft_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    itl_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _some_target(self) -> GoodputTargets:
+        if self.ttft_ms is None and self.itl_ms is None:
+            raise ValueError("give at least one target: ttft_ms, itl_ms (milliseconds)")
+        return self
 
 
 class ReplaySettings(FrozenUserFile):
@@ -59,16 +84,36 @@ class ReplaySettings(FrozenUserFile):
     # false: the design accepts starts that are not fresh engine lives (an `external` arm, a server
     # already running); its rule then compares occasions of one process, and the facts say so.
     fresh_starts: bool = True
+    # Load (module docstring): requests/s after the warm-up, their arrival process, and goodput's targets.
+    rate: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    arrivals: Literal["poisson", "fixed"] = "poisson"
+    goodput: GoodputTargets | None = None
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """Timeout fields at their defaults are left out, so designs registered before they existed
+        """Fields added later (timeouts, load) at their defaults are left out, so designs registered before they existed
         keep their canonical text (and hash)."""
         out: dict[str, Any] = handler(self)
         for name in DEFAULTED_FIELDS:
             if name in out and out[name] == type(self).model_fields[name].default:
                 del out[name]
         return out
+
+
+def send_offsets(n: int, rate: float | None, arrivals: str = "poisson", seed: int = 1) -> list[float]:
+    """Seconds after the first measured send at which each of ``n`` measured turns is due: all at once without a
+    rate (the concurrency alone paces them); ``fixed``: ``i / rate``; ``poisson``: the first at 0, then
+    exponential gaps of mean ``1 / rate`` drawn from a generator seeded by ``seed`` alone (every arm, every start
+    and every rerun gets the same times)."""
+    if rate is None:
+        return [0.0] * n
+    if arrivals == "fixed":
+        return [i / rate for i in range(n)]
+    rng, t, out = random.Random(seed), 0.0, []
+    for _ in range(n):
+        out.append(t)
+        t += rng.expovariate(rate)
+    return out
 
 
 def fresh_start_problem(settings: ReplaySettings, engines: dict[str, str]) -> tuple[str, str] | None:
@@ -210,19 +255,22 @@ def replay(
     settings: ReplaySettings = ReplaySettings(),
     progress: Callable[[int, int], None] | None = None,
 ) -> ReplayResult:
-    """Send every turn in recorded order; warm-up turns (the first ``warmup_turns``) are sent but not measured."""
+    """Send every turn in recorded order; warm-up turns (the first ``warmup_turns``) are sent one at a time and
+    not measured, then the measured turns at the settings' concurrency and rate (module docstring)."""
     turns = list(workload.turns[: settings.max_turns] if settings.max_turns else workload.turns)
     for t in turns:
         if t.endpoint not in engine.endpoints:
             raise EngineRequestError(f"endpoint {t.endpoint} is not served by {engine.kind}", turn_id=t.turn_id)
     bodies = [replay_body(t, settings) for t in turns]
     rows: list[dict[str, Any] | None] = [None] * len(turns)
+    clock: dict[int, tuple[float, float]] = {}  # measured turn -> (sent, done), monotonic seconds
     done = 0
     lock = threading.Lock()
 
     def send(i: int) -> None:
         nonlocal done
         t = turns[i]
+        sent = time.monotonic()
         try:
             reply: Reply | None = engine.request(
                 t.endpoint, bodies[i], turn_id=t.turn_id, timeout_s=request_timeout(t, settings)
@@ -234,25 +282,94 @@ def replay(
             reply, error = None, str(exc)
         rows[i] = _row(i, t, i < settings.warmup_turns, reply, error)
         with lock:
+            clock[i] = (sent, time.monotonic())
             done += 1
             if progress:
                 progress(done, len(turns))
 
-    if settings.concurrency == 1:
-        for i in range(len(turns)):
-            send(i)
-    else:
-        for i in range(min(settings.warmup_turns, len(turns))):
-            send(i)
-        with ThreadPoolExecutor(settings.concurrency) as pool:
-            list(pool.map(send, range(settings.warmup_turns, len(turns))))
+    warm = min(settings.warmup_turns, len(turns))
+    for i in range(warm):
+        send(i)
+    due = _dispatch(send, list(range(warm, len(turns))), settings)
+    if settings.rate is not None:
+        _mark_times(rows, clock, due)
     final = [r for r in rows if r is not None]
     measured = [r for r in final if not r["warmup"] and not r.get("error")]
     note = prompt_count_note(turns, final)
+    span = _span(clock, warm)
+    g = settings.goodput
+    targets = (g.ttft_ms, g.itl_ms) if g else None
     return ReplayResult(
         rows=final,
-        metrics=aggregate(measured),
+        metrics={**aggregate(measured), **start_rates(measured, span, targets)},
         invalid=check_validity(turns, final, settings),
         sent=bodies,
         notes=[note] if note else [],
     )
+
+
+def _dispatch(send: Callable[[int], None], indices: list[int], settings: ReplaySettings) -> dict[int, float]:
+    """Send ``indices`` with at most ``concurrency`` in flight, each no earlier than its due time
+    (:func:`send_offsets`); a request due while every slot is busy waits for one. Returns {turn: due, monotonic s}.
+    A request that raises stops the dispatch and re-raises, as a sequential replay would."""
+    offsets = send_offsets(len(indices), settings.rate, settings.arrivals, settings.seed)
+    t0 = time.monotonic()
+    due = {i: t0 + offset for i, offset in zip(indices, offsets)}
+    if settings.concurrency == 1:  # in this thread, as always: one request at a time
+        for i in indices:
+            time.sleep(max(0.0, due[i] - time.monotonic()))
+            send(i)
+        return due
+    _pooled(send, indices, due, settings.concurrency)
+    return due
+
+
+def _pooled(send: Callable[[int], None], indices: list[int], due: dict[int, float], n: int) -> None:
+    """Send from a pool of ``n`` threads, at most ``n`` in flight, none before its due time."""
+    slots = threading.BoundedSemaphore(n)
+    stop = threading.Event()
+    futures: list[Future[None]] = []
+
+    def one(i: int) -> None:
+        try:
+            send(i)
+        except BaseException:
+            stop.set()
+            raise
+        finally:
+            slots.release()
+
+    with ThreadPoolExecutor(n) as pool:
+        for i in indices:
+            if stop.wait(max(0.0, due[i] - time.monotonic())):
+                break
+            slots.acquire()
+            if stop.is_set():
+                slots.release()
+                break
+            futures.append(pool.submit(one, i))
+    for f in futures:
+        f.result()
+
+
+def _mark_times(
+    rows: list[dict[str, Any] | None], clock: dict[int, tuple[float, float]], due: dict[int, float]
+) -> None:
+    """A rate design's measured rows keep when each request was due and when it went out, in ms after the first
+    was due (how long a request waited for a free slot is their difference)."""
+    if not due:
+        return
+    t0 = min(due.values())
+    for i, when in due.items():
+        row = rows[i]
+        if row is not None and i in clock:
+            row["due_ms"] = round((when - t0) * 1000.0, 3)
+            row["sent_ms"] = round((clock[i][0] - t0) * 1000.0, 3)
+
+
+def _span(clock: dict[int, tuple[float, float]], warm: int) -> float | None:
+    """Seconds from the first measured send to the last measured completion; None when nothing was measured."""
+    measured = [c for i, c in clock.items() if i >= warm]
+    if not measured:
+        return None
+    return max(d for _, d in measured) - min(s for s, _ in measured)

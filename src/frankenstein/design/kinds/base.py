@@ -338,6 +338,7 @@ def check_primary_metric(
     a stream metric needs ``replay.stream``, a draft metric needs both arms to draft (a ratio against an arm
     that cannot produce the metric means nothing; report it per arm as a secondary metric instead), a
     metric a command arm prints needs command arms, and one read from an engine's ``/metrics`` needs engines."""
+    check_goodput_targets(design, path, table)
     metric = table.get(design.primary_metric)
     needs = metric.needs if metric else ()
     if "stream" in needs and not design.replay.stream and any(recipes.values()):
@@ -355,6 +356,26 @@ def check_primary_metric(
                 path=path,
                 field="primary_metric",
             )
+
+
+def check_goodput_targets(design: DesignFile, path: Path, table: Mapping[str, metrics.Metric]) -> None:
+    """A goodput metric (primary or secondary) needs the targets it counts against: ``replay.goodput``."""
+    for name in (design.primary_metric, *design.secondary):
+        metric = table.get(name)
+        if metric and "goodput_targets" in metric.needs and design.replay.goodput is None:
+            raise DesignError(
+                f"{name} counts the requests that meet the registered latency targets, and this design registers "
+                "none; add them under [replay], e.g. goodput = { ttft_ms = 500, itl_ms = 50 }",
+                path=path,
+                field="replay.goodput",
+            )
+    if design.replay.goodput is not None and not design.replay.stream:
+        raise DesignError(
+            "goodput's targets (TTFT, ITL) are timed on the client's stream, and this design replays with "
+            "replay.stream = false; stream, or drop the targets",
+            path=path,
+            field="replay.goodput",
+        )
 
 
 def _cannot_produce(needs: tuple[str, ...], recipe: ResolvedRecipe | None) -> str | None:
