@@ -13,6 +13,7 @@ import pytest
 from frankenstein.errors import TraceError
 from frankenstein.workload.trace import (
     redact_request,
+    is_secret_key,
     RecordedOutput,
     Turn,
     append_turn,
@@ -343,3 +344,36 @@ def test_redaction_leaves_what_the_model_sees_and_lists_the_paths() -> None:
     turn = Turn(turn_id="t", session_id="s", turn_index=0, endpoint="/v1/chat/completions", request=out, source="test")
     sent = json.loads(request_bytes(turn))
     assert json.dumps(sent["messages"]) == json.dumps(body["messages"]) and sent["tools"] == tools
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "accessToken",
+        "clientSecret",
+        "authToken",
+        "api-key",
+        "X-Api-Key",
+        "APIKey",
+        "refresh-token",
+        "Password_Hash",
+        "setCookie",
+        "awsSecretAccessKey",
+        "extra_headers",
+        "Authorization",
+        "jwt",
+        "bearer",
+        "openaiApiKey",
+    ],
+)
+def test_a_credential_named_any_way_is_a_credential(name: str) -> None:
+    """Case and separators are folded and camelCase split before matching (issue 30: camelCase names and
+    extra_headers were kept)."""
+    assert is_secret_key(name), name
+
+
+@pytest.mark.parametrize(
+    "name", ["max_tokens", "maxTokens", "prompt_cache_key", "promptCacheKey", "sessionID", "user", "top_k", "n_probs"]
+)
+def test_what_is_not_a_credential_stays(name: str) -> None:
+    assert not is_secret_key(name), name
