@@ -145,6 +145,7 @@ def register(
     Example: frank register designs/draft.toml -c my-campaign
     """
     from frankenstein.campaign import open_campaign
+    from frankenstein.design.dryrun import requirement_line
     from frankenstein.design.registry import register as do_register
 
     with open_campaign(campaign) as c:
@@ -152,6 +153,9 @@ def register(
     typer.echo(f"registered {reg.design_id} (hash {reg.design_hash[:16]}, seed {reg.seed})")
     for b, order in enumerate(reg.schedule):
         typer.echo(f"  block {b + 1}: {' → '.join(order)}")
+    need = requirement_line(reg.design)
+    if need:
+        typer.echo(need)
 
 
 @app.command()
@@ -258,14 +262,17 @@ def run(
 def show_launches(campaign: Path, design: str) -> None:
     """``frank run --dry-run``: each arm's command line; nothing starts, nothing is written."""
     from frankenstein.campaign import open_campaign
-    from frankenstein.design.dryrun import design_launches, launch_lines
+    from frankenstein.design.dryrun import design_launches, launch_lines, requirement_line
 
     with open_campaign(campaign) as c:
-        source, launches = design_launches(c, design)
+        source, frozen, launches = design_launches(c, design)
     typer.echo(f"would launch, for {source}:")
     for launch in launches:
         for line in launch_lines(launch):
             typer.echo(line)
+    need = requirement_line(frozen.design)
+    if need:
+        typer.echo(need)
 
 
 def on_cluster(c: Campaign, design_id: str, address: str, *, resume: bool, progress: RunProgress) -> str:

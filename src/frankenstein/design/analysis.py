@@ -102,7 +102,7 @@ def format_analysis(a: Analysis, percentiles: Percentiles | None = None) -> list
     if a.lines:
         lines += a.lines
     elif a.verdict is not None:
-        lines += format_verdict(a.verdict)
+        lines += format_verdict(a.verdict, a.incomplete)
     if a.invalidated:
         lines.append(f"verdict under the registered stopping and failure rules: invalid ({a.invalidated})")
     for note in a.dropped:

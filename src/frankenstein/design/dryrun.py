@@ -10,8 +10,9 @@ from pathlib import Path
 
 from frankenstein.campaign import Campaign
 from frankenstein.config import ResolvedRecipe
-from frankenstein.design.model import FrozenDesign, load_design
+from frankenstein.design.model import DesignFile, FrozenDesign, load_design
 from frankenstein.design.registry import check_design, get
+from frankenstein.design.rules import BlockRule
 from frankenstein.engines import launch_command
 
 
@@ -29,8 +30,17 @@ def recipe_launch(arm: str, recipe: ResolvedRecipe, log_dir: Path) -> ArmLaunch:
     return ArmLaunch(arm, recipe.name, launch_command(recipe, log_dir), dict(recipe.env))
 
 
-def design_launches(campaign: Campaign, design: str) -> tuple[str, list[ArmLaunch]]:
-    """(what was read, each arm's launch) for a design file (checked, not registered) or a registered id."""
+def requirement_line(design: DesignFile) -> str | None:
+    """What the block rule needs at the registered blocks, in words, said before anything runs; None for a
+    rule that is not a block rule (fidelity, memory) and for an unpaired design (its starts are not blocks)."""
+    if not isinstance(design.rule, BlockRule) or design.layout == "unpaired":
+        return None
+    return f"rule {design.rule.kind}: {design.rule.requirement(design.blocks)}"
+
+
+def design_launches(campaign: Campaign, design: str) -> tuple[str, FrozenDesign, list[ArmLaunch]]:
+    """(what was read, the design, each arm's launch) for a design file (checked, not registered) or a
+    registered id."""
     path = Path(design)
     if path.is_file():
         frozen = check_design(campaign, load_design(path), path)
@@ -38,7 +48,7 @@ def design_launches(campaign: Campaign, design: str) -> tuple[str, list[ArmLaunc
     else:
         frozen = get(campaign, design).frozen
         source = f"{design} (registered)"
-    return source, arm_launches(frozen, campaign.logs)
+    return source, frozen, arm_launches(frozen, campaign.logs)
 
 
 def arm_launches(frozen: FrozenDesign, log_dir: Path) -> list[ArmLaunch]:

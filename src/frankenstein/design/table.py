@@ -28,6 +28,7 @@ from frankenstein.design.rules import (
     SignRule,
     Verdict,
     format_difference,
+    loss_words,
 )
 from frankenstein.design.stats import MAX_ENUMERATED_BLOCKS
 
@@ -170,8 +171,9 @@ def format_block_table(v: Verdict) -> list[str]:
     return render_table(["block", "served", "candidate", "ratio - 1", "log ratio", "favours"], rows, "lrrrrl")
 
 
-def format_summary(v: Verdict) -> list[str]:
-    """Rule, direction, counts, estimate, exact CI, exact p, and the verdict with its reason."""
+def format_summary(v: Verdict, incomplete: str | None = None) -> list[str]:
+    """Rule, direction, counts, estimate, exact CI, exact p, and the verdict with its reason; a run still
+    short of its registered blocks (``incomplete``, e.g. '2 of 5 blocks') says so instead of a verdict."""
     lines = [
         f"rule: {v.rule.kind} ({describe_rule(v.rule)})",
         f"direction: {v.direction} is better for the candidate",
@@ -189,7 +191,18 @@ def format_summary(v: Verdict) -> list[str]:
     if v.p is not None:
         check = "" if v.p_scipy is None else f" (scipy, the same test: {v.p_scipy:.6g})"
         lines.append(f"{p_text(v)}{check}")
+    if incomplete:
+        return [*lines, *incomplete_lines(v, incomplete)]
     lines.append(f"verdict: {v.rule.phrase(v.word)} ({v.reason})")
+    loss = loss_words(v)
+    return [*lines, f"  a clear loss: {loss}"] if loss else lines
+
+
+def incomplete_lines(v: Verdict, incomplete: str) -> list[str]:
+    """No verdict yet: the rule decides over the registered blocks; what it reads so far, when it reads anything."""
+    lines = [f"verdict: incomplete ({incomplete}); the registered rule decides when every block is run"]
+    if v.word != "invalid":
+        lines.append(f"  over the blocks run so far it reads: {v.rule.phrase(v.word)} ({v.reason})")
     return lines
 
 
@@ -223,9 +236,9 @@ def descriptive_label(v: Verdict) -> str:
     return f"; descriptive only: the {v.rule.kind} rule decides on the blocks, not on this interval"
 
 
-def format_verdict(v: Verdict) -> list[str]:
-    """The block table, a blank line, and the summary."""
-    return [*format_block_table(v), "", *format_summary(v)]
+def format_verdict(v: Verdict, incomplete: str | None = None) -> list[str]:
+    """The block table, a blank line, and the summary (see :func:`format_summary` for ``incomplete``)."""
+    return [*format_block_table(v), "", *format_summary(v, incomplete)]
 
 
 def format_family(family: Family, rule: Rule) -> list[str]:

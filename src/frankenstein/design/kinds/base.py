@@ -107,6 +107,7 @@ class Analysis:
     outcome: str | None = None
     why: str | None = None
     invalidated: str | None = None
+    incomplete: str | None = None  # a run short of its registered blocks, not curtailed: "2 of 5 blocks"
     lines: list[str] = field(default_factory=list)  # the kind's own result lines, printed instead of the verdict table
     fidelity: dict[str, Any] | None = None  # fidelity summary (candidate and noise floor), JSON-ready
     kl: dict[str, Any] | None = None  # per-position KL of the candidate and the noise floor, for the plot

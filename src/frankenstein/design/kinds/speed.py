@@ -226,6 +226,7 @@ def analyze_blocks(ev: Evidence) -> Analysis:
     s, c = [served[b] for b in blocks], [candidate[b] for b in blocks]
     out.verdict = rules.evaluate(d.rule, s, c, reg.frozen.direction, blocks=[b + 1 for b in blocks])  # type: ignore[arg-type]
     _curtailed(out, s, c)
+    out.incomplete = _incomplete(out, len(blocks))
     for metric in [d.primary_metric, *d.secondary]:
         out.per_block[metric] = ev.values(metric)[0]
     for metric in d.secondary:
@@ -287,6 +288,17 @@ def spread_warning(reg: Registered, served: list[float], verdict: rules.Verdict 
     threshold = reg.design.rule.min_effect if isinstance(reg.design.rule, rules.BlockRule) else None
     effect = resolvable_effect(threshold, verdict.geomean_ratio if verdict is not None else None)
     return judge_spread(served, effect, reg.design.primary_metric)
+
+
+def _incomplete(out: Analysis, analysed: int) -> str | None:
+    """'k of n blocks' while registered blocks remain to run and neither curtailment nor the failure policy
+    has decided: the rule's word over fewer blocks is no verdict (at 2 blocks it cannot fire at all)."""
+    d = out.reg.design
+    remaining = rules.remaining_blocks(d.blocks, analysed, len(dropped_blocks(out.reg, out.failures)))
+    curtailed = out.verdict is not None and out.verdict.reason.startswith("curtailed")
+    if remaining <= 0 or curtailed or out.invalidated:
+        return None
+    return f"{analysed} of {d.blocks} blocks"
 
 
 def _curtailed(out: Analysis, served: list[float], candidate: list[float]) -> None:

@@ -31,6 +31,9 @@ class AllBlocksBetter(BlockRule):
     def exact_power(self, n: int, q: float) -> float | None:
         return q**n
 
+    def smallest_p_with(self, k: int, n: int) -> Fraction:
+        return Fraction(1, 2**n) if k == n else Fraction(1)
+
     def p_range(self, done: Sequence[float], remaining: int) -> tuple[Fraction, Fraction]:
         if any(not x > 0 for x in done):
             return Fraction(1), Fraction(1)

@@ -128,6 +128,45 @@ class BlockRule(_Model):
     def smallest_p(self, n: int) -> Fraction:
         return stats.smallest_p(self.test_name, n, self.test_side())
 
+    # -- what it takes, in words (before registration) -----------------------------------------------
+    def smallest_p_with(self, k: int, n: int) -> Fraction:
+        """The smallest p the rule's test can give when k of n blocks favour the side it looks for and the
+        rest go against: the sign test's p of k of n; a sign-flip test's 1/2**k (k gains that outweigh
+        the rest keep 2**(n-k) of the 2**n assignments at least as large); doubled two-sided."""
+        if self.test_name == "sign":
+            p = stats.sign_test(k, n, cross_check=False).p
+        else:
+            p = Fraction(1, 2**k)
+        return min(Fraction(1), 2 * p) if self.test_side() == "two-sided" else p
+
+    def fewest_favouring(self, n: int) -> int | None:
+        """The fewest of n blocks that must favour the side looked for before the rule can fire; None: never."""
+        alpha = stats.exact_fraction(self.alpha)
+        return next((k for k in range(n + 1) if self.smallest_p_with(k, n) <= alpha), None)
+
+    def favour_words(self) -> str:
+        """What a block does when it counts for the rule."""
+        return {"worse": "favour the served arm", "either": "favour one arm"}.get(
+            self.looks_for(), "favour the candidate"
+        )
+
+    def requirement(self, n: int) -> str:
+        """The rule's requirement at n blocks in words: 'at 5 blocks this rule confirms only if all 5
+        favour the candidate'. A necessary condition: a sign-flip test also weighs the sizes."""
+        verb, base = {"worse": ("shows harm", "show harm"), "either": ("fires", "fire")}.get(
+            self.looks_for(), ("confirms", "confirm")
+        )
+        k = self.fewest_favouring(n)
+        if k is None:
+            smallest = float(self.smallest_p_with(n, n))
+            return f"at {n} blocks this rule can never {base}: its smallest p, {smallest:.4g}, is above alpha = {self.alpha:g}"
+        count = f"all {n}" if k == n else f"at least {k} of {n}"
+        return f"at {n} blocks this rule {verb} only if {count} {self.favour_words()}{self.requirement_extra()}"
+
+    def requirement_extra(self) -> str:
+        """What else the rule needs beside the count (a practical threshold)."""
+        return "" if self.min_effect is None else f", and the estimate clears min_effect = {self.min_effect:g}"
+
     def run_test(self, g: Sequence[float], cross_check: bool) -> RuleResult:
         alpha = stats.exact_fraction(self.alpha)
         if self.test_name == "sign":

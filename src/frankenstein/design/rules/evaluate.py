@@ -76,6 +76,20 @@ class Verdict(_Model):
     layout: Literal["paired", "unpaired"] = "paired"
 
 
+def loss_words(v: Verdict) -> str | None:
+    """A clear loss said beside 'not confirmed': the candidate was worse in so many blocks that the sign
+    test for worse gives p <= alpha, though the registered rule tests only for better. None otherwise."""
+    if v.word != "not confirmed" or v.rule.looks_for() != "better" or v.layout != "paired" or v.against == 0:
+        return None
+    p = stats.sign_test(v.against, v.n_blocks, cross_check=False).p
+    if p > stats.exact_fraction(v.rule.alpha):
+        return None
+    return (
+        f"the candidate was worse in {v.against} of {v.n_blocks} blocks (a sign test for worse would give "
+        f"p = {p} = {float(p):.4g}); the rule tests only for better"
+    )
+
+
 @dataclass(frozen=True)
 class Decision:
     word: Word

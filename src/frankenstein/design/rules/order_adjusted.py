@@ -48,6 +48,11 @@ class OrderAdjusted(BlockRule):
     def smallest_p(self, n: int) -> Fraction:
         return stats.smallest_p("permutation", n // 2, self.test_side())
 
+    def smallest_p_with(self, k: int, n: int) -> Fraction:
+        """k favourable blocks spread one to a pair make min(k, n/2) pairs that favour it."""
+        p = Fraction(1, 2 ** min(k, n // 2))
+        return min(Fraction(1), 2 * p) if self.test_side() == "two-sided" else p
+
     def run_test(self, g: Sequence[float], cross_check: bool) -> RuleResult:
         sums = pair_sums(g)
         side = self.test_side()

@@ -71,6 +71,9 @@ class ThresholdRule(BlockRule):
     def exact_power(self, n: int, q: float) -> float | None:
         return None  # the planner simulates through decide(), which shifts the gains
 
+    def favour_words(self) -> str:
+        return f"favour the candidate by at least {self.threshold_words()}"
+
     def outcomes(self, done: Sequence[float], remaining: int) -> frozenset[Fired]:
         if remaining <= 0:
             return super().outcomes(done, remaining)
@@ -86,6 +89,9 @@ class AllBlocksBy(ThresholdRule):
 
     def describe(self) -> str:
         return f"every block better by at least {self.threshold_words()} (exact: p = 1/2^n under that null)"
+
+    def smallest_p_with(self, k: int, n: int) -> Fraction:
+        return Fraction(1, 2**n) if k == n else Fraction(1)
 
     def run_test(self, g: Sequence[float], cross_check: bool) -> RuleResult:
         n = len(g)
