@@ -91,7 +91,24 @@ def test_a_candidate_that_crashes_cannot_hide_its_harm(tmp_path: Path) -> None:
 
 def test_the_harness_own_failure_drops_its_block_and_is_named() -> None:
     def row(block: int, arm: str, status: str, metrics: dict, reason: str | None = None) -> StartRow:
-        return StartRow(0, "d", block, 0, arm, 0, status, reason, "", "", None, None, None, metrics, {}, {})
+        return StartRow(
+            id=0,
+            design_id="d",
+            block=block,
+            position=0,
+            arm=arm,
+            rep=0,
+            status=status,
+            reason=reason,
+            started_at="",
+            finished_at="",
+            engine=None,
+            engine_version=None,
+            recipe=None,
+            metrics=metrics,
+            resources={},
+            capabilities={},
+        )
 
     rows = [
         row(0, "served", "ok", {"passes": 12.0}),
