@@ -235,3 +235,21 @@ kind = "fidelity"
 tolerance = 0.02
 margin = 0.005
 """
+
+
+def test_a_design_registered_before_the_margin_loads_with_its_own_rule() -> None:
+    """A stored fidelity rule from before ``margin``/``alpha`` (and with the old floors spelled out, as every
+    stored design spells its fields) keeps its meaning: no excess test, its own captured-mass floors."""
+    old = {
+        "kind": "fidelity",
+        "tolerance": 0.02,
+        "threshold": 0.5,
+        "max_positions_above": 1,
+        "min_captured_mass": 0.5,
+        "min_captured_mass_mean": 0.9,
+    }
+    rule = FidelityRule.model_validate(old)
+    assert (rule.margin, rule.min_captured_mass, rule.min_captured_mass_mean) == (None, 0.5, 0.9)
+    served, cand = engines(shift=0.06)
+    assert verdict(rule, served, cand)[1].startswith("mean KL ")  # the reason it was registered with
+    assert rule.model_dump(exclude={"margin", "alpha"}) == old
