@@ -19,10 +19,10 @@ import httpx
 import pytest
 
 from frankenstein.errors import FrankError
-from frankenstein.engines.response import StreamAssembler
+from frankenstein.engines.response import StreamAssembler, output_from_response
 from frankenstein.workload.export import export_workload, write_export
-from frankenstein.workload.record import serve_recorder
-from frankenstein.workload.trace import load_trace, parse_line
+from frankenstein.workload.record import TurnRecorder, serve_recorder
+from frankenstein.workload.trace import RecordedTimings, load_trace, parse_line
 
 SECRET = "sk-test-SECRET-1234567890"
 
@@ -675,3 +675,84 @@ def test_credentials_named_any_way_are_removed_and_the_export_is_private(
     os.chmod(out, 0o644)
     write_export(out, export_workload(load_trace(proxy.recorder.out), "aiperf"))
     assert SECRET not in out.read_text() and os.stat(out).st_mode & 0o777 == 0o600
+
+
+# ---------------------------------------------------------------- durability off the request path (issue 33)
+
+
+def test_kill_9_of_frank_record_mid_burst_loses_no_completed_turn(upstream: Any, tmp_path: Path) -> None:
+    """Four clients send turns back to back through the real ``frank record``; after 40 answers it is killed
+    with SIGKILL. Every turn a client received in full is in the trace (written before the end of its
+    response; the fsync is the writer thread's), the trace loads (no half line), and nothing else is there."""
+    out = tmp_path / "burst.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "frankenstein", "record", "--upstream", upstream.url, "--listen", "127.0.0.1:0"]
+        + ["--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
+    url = proc.stdout.readline().split()[1]  # type: ignore[union-attr]
+    done: list[str] = []
+    sent: list[str] = []
+    enough = threading.Event()
+
+    def client(c: int) -> None:
+        with httpx.Client(timeout=10) as http:
+            for i in range(10_000):
+                session = f"c{c}-{i}"
+                sent.append(session)
+                try:
+                    r = http.post(
+                        url + "/v1/chat/completions",
+                        json=chat("hi", stream=i % 2 == 1),
+                        headers={"X-Frank-Session": session},
+                    )
+                    r.read()
+                except httpx.HTTPError:
+                    return  # the recorder died under this request: in flight, may or may not be there
+                assert r.status_code == 200
+                done.append(session)
+                if len(done) >= 40:
+                    enough.set()
+
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(4)]
+    try:
+        for t in threads:
+            t.start()
+        assert enough.wait(60)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    for t in threads:
+        t.join(timeout=30)
+    recorded = {t.session_id for t in load_trace(out).turns}
+    assert len(done) >= 40
+    assert set(done) <= recorded <= set(sent)
+
+
+def test_group_commit_syncs_every_turn_and_closes(tmp_path: Path) -> None:
+    """Turns from eight threads at once: all in the file, each line whole; the writer thread's fsyncs cover
+    them (never more fsyncs than turns); after close the file holds exactly the turns recorded."""
+    rec = TurnRecorder(tmp_path / "g.jsonl")
+    answer = {"choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}], "usage": {}}
+    output = output_from_response("/v1/chat/completions", answer)
+
+    def many(w: int) -> None:
+        for i in range(25):
+            rec.record("/v1/chat/completions", chat(f"w{w} {i}"), f"w{w}", output, RecordedTimings(server={}))
+
+    threads = [threading.Thread(target=many, args=(w,)) for w in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    rec.close()
+    turns = load_trace(tmp_path / "g.jsonl").turns
+    assert len(turns) == rec.recorded == 200
+    assert sorted(t.turn_index for t in turns if t.session_id == "w3") == list(range(25))
+    assert 1 <= rec.syncs <= 200

@@ -25,7 +25,6 @@ Malformed ``Content-Length`` and too deeply nested JSON get a 400.
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Mapping
@@ -108,12 +107,6 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet; the CLI prints a summary
         pass
-
-    def setup(self) -> None:
-        super().setup()
-        # Headers and body go out as two writes; with Nagle on, a keep-alive client's delayed ACK held
-        # every local answer back ~40 ms (benchmarks/serve_observe.py).
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     # ------------------------------------------------------------------ observations
     def parse_request(self) -> bool:

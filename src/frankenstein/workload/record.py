@@ -2,7 +2,9 @@
 
 An OpenAI-compatible HTTP proxy that forwards every request to the upstream unchanged and appends
 each finished generation turn (``/v1/chat/completions``, ``/v1/completions``, llama.cpp
-``/completion``; streamed or not) to a trace with :func:`~frankenstein.workload.trace.append_turn`.
+``/completion``; streamed or not) to a trace: each turn is written (one whole line, in the kernel) before
+the client sees the end of its response, and a writer thread ``fsync``s what was written in groups, off
+the request path (:class:`GroupCommit`): ``kill -9`` of the recorder loses no completed turn.
 Every other path (``/tokenize``, ``/detokenize``, ``/v1/models``, ``/health``, ``/metrics``,
 token-count calls, ...) is passed through and not recorded.
 
@@ -43,6 +45,7 @@ What is recorded, and when:
 from __future__ import annotations
 
 import json
+import os
 import select
 import socket
 import sys
@@ -71,27 +74,84 @@ from frankenstein.workload.trace import (
     RecordedOutput,
     RecordedTimings,
     Turn,
-    append_turn,
+    append_line,
     derive_session_id,
+    fsync_dir,
     load_trace,
     make_turn_id,
     redact_request,
+    turn_line,
 )
 
 SESSION_HEADER = "X-Frank-Session"
 # ---------------------------------------------------------------- the recording core
 
 
+class GroupCommit:
+    """A trace kept open for appending, and the thread that makes it durable.
+
+    :meth:`append` writes one whole line into the kernel before it returns (``O_APPEND``, ``flock``, one
+    ``write``): a recorder killed with ``kill -9`` afterwards loses none of it. ``fsync`` is the writer
+    thread's: it wakes when lines were written and syncs all of them with one call (group commit), off
+    the request path. A failed ``fsync`` is raised by the next :meth:`append` (that turn is not recorded)."""
+
+    def __init__(self, path: Path) -> None:
+        created = not path.exists()
+        self.path = path
+        self._fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+        if created:
+            fsync_dir(path.parent)
+        self._dirty = threading.Event()
+        self._closed = False
+        self.failed: str | None = None
+        self.syncs = 0
+        self._thread = threading.Thread(target=self._run, name="frank-record-fsync", daemon=True)
+        self._thread.start()
+
+    def append(self, data: bytes) -> None:
+        if self.failed:
+            raise OSError(f"fsync of {self.path} failed earlier: {self.failed}")
+        append_line(self._fd, data, self.path)
+        self._dirty.set()
+
+    def _run(self) -> None:
+        while True:
+            self._dirty.wait()
+            if self._closed:
+                return
+            self._dirty.clear()
+            self._sync()
+
+    def _sync(self) -> None:
+        try:
+            os.fsync(self._fd)
+            self.syncs += 1
+        except OSError as exc:
+            self.failed = exc.strerror or str(exc)
+
+    def close(self) -> None:
+        """Stop the thread, sync what is left, close the file."""
+        self._closed = True
+        self._dirty.set()
+        self._thread.join(timeout=30)
+        self._sync()
+        os.close(self._fd)
+
+
 class TurnRecorder:
     """Appends finished turns to ``out``, numbering them per session (thread-safe).
 
+    Each turn is in the file (the kernel's) before :meth:`record` returns, so before the client sees the
+    end of its response; a :class:`GroupCommit` thread ``fsync``s (the file is opened at the first turn).
     Appending to an existing trace resumes each session's turn index; an invalid existing trace
-    is refused at construction (never appended to)."""
+    is refused at construction (never appended to). :meth:`close` syncs and closes."""
 
     def __init__(self, out: str | Path) -> None:
         self.out = Path(out)
         self._lock = threading.Lock()
         self._next: dict[str, int] = {}
+        self._file: GroupCommit | None = None
+        self._synced_before = 0  # fsyncs of files closed already
         self.recorded = 0
         if self.out.exists() and self.out.stat().st_size:
             for t in load_trace(self.out).turns:
@@ -123,10 +183,24 @@ class TurnRecorder:
                 recorded_at=round(time.time(), 3),
                 redacted=redacted or None,
             )
-            append_turn(self.out, turn)
+            if self._file is None:
+                self._file = GroupCommit(self.out)
+            self._file.append(turn_line(turn))
             self._next[session_id] = index + 1
             self.recorded += 1
         return turn
+
+    @property
+    def syncs(self) -> int:
+        """How many fsyncs made the turns durable (fewer than turns under load: group commit)."""
+        return self._synced_before + (self._file.syncs if self._file else 0)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._synced_before += self._file.syncs
+                self._file = None
 
 
 # ---------------------------------------------------------------- the HTTP proxy
@@ -380,6 +454,7 @@ class RecorderServer:
         self._httpd.shutdown()
         self._httpd.server_close()
         self._thread.join(timeout=5)
+        self._httpd.recorder.close()
 
     def __enter__(self) -> RecorderServer:
         return self

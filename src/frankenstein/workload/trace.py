@@ -183,13 +183,22 @@ def append_turn(path: str | Path, turn: Turn) -> None:
     created = not os.path.exists(path)
     fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        _write_whole(fd, data, path)
+        append_line(fd, data, path)
         os.fsync(fd)
     finally:
         os.close(fd)
     if created:
-        _fsync_dir(Path(path).parent)
+        fsync_dir(Path(path).parent)
+
+
+def append_line(fd: int, data: bytes, path: str | Path) -> None:
+    """One whole line appended to the trace open as ``fd`` (``O_APPEND``) under an exclusive ``flock``, in a
+    single ``write``: in the kernel when this returns (a killed process loses none of it), not yet ``fsync``ed."""
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        _write_whole(fd, data, path)
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
 
 
 def _write_whole(fd: int, data: bytes, path: str | Path) -> None:
@@ -202,7 +211,7 @@ def _write_whole(fd: int, data: bytes, path: str | Path) -> None:
         raise TraceError(f"short write ({written} of {len(data)} bytes); the line was removed again", path=path)
 
 
-def _fsync_dir(directory: Path) -> None:
+def fsync_dir(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -1,0 +1,207 @@
+"""What ``frank serve`` and ``frank record`` add to one request at a time, against going to the same
+llama-server directly, measured A B A B in one run (the machine is shared: only ratios and paired
+differences from one run are compared).
+
+    .venv/bin/python benchmarks/proxy_overhead.py              # 150 rounds, ~1 min on 2 cores
+    .venv/bin/python benchmarks/proxy_overhead.py --rounds 300
+
+One client, one keep-alive connection per target (``http.client``), one request at a time. Each
+round sends each request kind to each target back to back (the targets' order rotates every round),
+so a pair of measurements is a few milliseconds apart. Request kinds:
+
+* ``chat``: ``POST /v1/chat/completions``, 8 tokens, not streamed: time to the last byte;
+* ``chat-stream TTFT`` and ``chat-stream e2e``: the same, ``stream: true``: time to the first SSE
+  ``data:`` line with a token, and to the end of the stream;
+* ``/tokenize``: llama.cpp's ``{"content": ...}``; ``frank serve`` answers it from its own tokenizer,
+  ``frank record`` passes it through;
+* ``/count``: ``frank serve``'s count, against the engine's ``/tokenize`` of the same text (the question
+  a client would otherwise ask the engine); ``frank record`` has no ``/count``: not measured.
+
+Reported per kind and proxy: the proxy's p50 and p99, direct's p50 and p99, and added = the median of
+the paired differences (proxy minus direct of the same round) and p99 minus direct's p99. Goals (issue
+33): added ≤ 0.3 ms at the median and ≤ 1 ms at p99.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from frankenstein.config import ResolvedRecipe
+from frankenstein.engines import start_engine
+from frankenstein.engines.http import TransportError, fetch_url
+from frankenstein.engines.process import free_port
+from frankenstein.shipped import data_path
+
+FRANK = str(Path(sys.executable).with_name("frank"))
+TEXT = "The quick brown fox jumps over the lazy dog. " * 8
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8, "temperature": 0.0}
+KINDS = ("chat", "chat-stream", "/tokenize", "/count")
+
+
+def _post(conn: http.client.HTTPConnection, path: str, body: dict[str, object]) -> http.client.HTTPResponse:
+    conn.request("POST", path, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    return conn.getresponse()
+
+
+def _timed_json(conn: http.client.HTTPConnection, path: str, body: dict[str, object]) -> tuple[float, ...]:
+    t0 = time.perf_counter()
+    resp = _post(conn, path, body)
+    data = resp.read()
+    ms = (time.perf_counter() - t0) * 1e3
+    if resp.status != 200:
+        raise SystemExit(f"{path}: HTTP {resp.status}: {data[:200]!r}")
+    return (ms,)
+
+
+def _timed_stream(conn: http.client.HTTPConnection) -> tuple[float, ...]:
+    """(TTFT, e2e) in ms: the first ``data:`` line carrying content, and the end of the stream."""
+    t0 = time.perf_counter()
+    resp = _post(conn, "/v1/chat/completions", {**CHAT, "stream": True})
+    ttft = None
+    while line := resp.readline():
+        if ttft is None and line.startswith(b"data:") and b'"content":"' in line:
+            ttft = (time.perf_counter() - t0) * 1e3
+    e2e = (time.perf_counter() - t0) * 1e3
+    if resp.status != 200 or ttft is None:
+        raise SystemExit(f"stream: HTTP {resp.status}, no token seen")
+    return (ttft, e2e)
+
+
+def _request(kind: str, target: str) -> Callable[[http.client.HTTPConnection], tuple[float, ...]]:
+    if kind == "chat":
+        return lambda c: _timed_json(c, "/v1/chat/completions", CHAT)
+    if kind == "chat-stream":
+        return _timed_stream
+    if kind == "/count" and target == "serve":
+        return lambda c: _timed_json(c, "/count", {"content": TEXT})
+    return lambda c: _timed_json(c, "/tokenize", {"content": TEXT})
+
+
+def _once(
+    send: Callable[[http.client.HTTPConnection], tuple[float, ...]], conn: http.client.HTTPConnection
+) -> tuple[float, ...]:
+    """One timed request; a kept-alive connection the server closed meanwhile is reopened and the request
+    sent again (timed again from its start: a client library would do the same)."""
+    try:
+        return send(conn)
+    except (http.client.RemoteDisconnected, ConnectionError):
+        conn.close()
+        return send(conn)
+
+
+def _measure(ports: dict[str, int], rounds: int) -> dict[tuple[str, str], list[tuple[float, ...]]]:
+    conns = {t: http.client.HTTPConnection("127.0.0.1", p, timeout=60) for t, p in ports.items()}
+    out: dict[tuple[str, str], list[tuple[float, ...]]] = {}
+    order = list(ports)
+    for r in range(rounds + 5):  # the first 5 rounds warm every path and are dropped
+        for kind in KINDS:
+            for target in order[r % len(order) :] + order[: r % len(order)]:
+                if kind == "/count" and target == "record":
+                    continue
+                value = _once(_request(kind, target), conns[target])
+                if r >= 5:
+                    out.setdefault((kind, target), []).append(value)
+    for c in conns.values():
+        c.close()
+    return out
+
+
+def _q(values: list[float], p: int) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[p - 1]
+
+
+def _report(results: dict[tuple[str, str], list[tuple[float, ...]]]) -> None:
+    print(
+        f"{'request':<18} {'proxy':<7} {'p50 ms':>8} {'p99 ms':>8} {'direct p50':>11} {'direct p99':>11} "
+        f"{'added p50':>10} {'added p99':>10}"
+    )
+    rows = [("chat", 0, "chat"), ("chat-stream", 0, "chat-stream TTFT"), ("chat-stream", 1, "chat-stream e2e")]
+    rows += [("/tokenize", 0, "/tokenize"), ("/count", 0, "/count")]
+    for kind, i, label in rows:
+        direct = [v[i] for v in results[(kind, "direct")]]
+        for proxy in ("serve", "record"):
+            if (kind, proxy) not in results:
+                continue
+            mine = [v[i] for v in results[(kind, proxy)]]
+            paired = statistics.median(a - b for a, b in zip(mine, direct, strict=True))
+            print(
+                f"{label:<18} {proxy:<7} {_q(mine, 50):>8.3f} {_q(mine, 99):>8.3f} {_q(direct, 50):>11.3f} "
+                f"{_q(direct, 99):>11.3f} {paired:>+10.3f} {_q(mine, 99) - _q(direct, 99):>+10.3f}"
+            )
+
+
+def _wait_up(url: str, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"{url}: the process exited with {proc.returncode}")
+        try:
+            if fetch_url(url + "/health", timeout_s=2).status_code == 200:
+                return
+        except TransportError:
+            pass
+        time.sleep(0.1)
+    raise SystemExit(f"{url} did not come up")
+
+
+def _spawn(args: list[str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([FRANK, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.communicate(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=150)
+    args = ap.parse_args()
+    recipe = ResolvedRecipe(
+        name="tiny",
+        engine="llamacpp",
+        model=str(data_path("tiny-target.gguf")),
+        args=["--ctx-size", "2048", "--threads", "1", "--parallel", "1"],
+        env={},
+        start_timeout_s=120,
+    )
+    with tempfile.TemporaryDirectory() as tmp, start_engine(recipe, Path(tmp)) as eng:
+        serve_port, record_port = free_port(), free_port()
+        listen = "127.0.0.1:{}"
+        procs = {
+            "serve": _spawn(
+                ["serve", "--upstream", eng.base_url, "--listen", listen.format(serve_port)]
+                + ["--tokenizer", str(data_path("tiny-tokenizer.json"))]
+            ),
+            "record": _spawn(
+                ["record", "--upstream", eng.base_url, "--listen", listen.format(record_port)]
+                + ["--out", os.path.join(tmp, "overhead.jsonl")]
+            ),
+        }
+        ports = {"direct": eng.port or 0, "serve": serve_port, "record": record_port}
+        try:
+            for name, proc in procs.items():
+                _wait_up(f"http://127.0.0.1:{ports[name]}", proc)
+            print(f"llama-server {eng.version} (tiny model); loopback; {os.cpu_count()} CPUs; {args.rounds} rounds")
+            _report(_measure(ports, args.rounds))
+        finally:
+            for proc in procs.values():
+                _stop(proc)
+
+
+if __name__ == "__main__":
+    main()
