@@ -253,3 +253,20 @@ def test_a_design_registered_before_the_margin_loads_with_its_own_rule() -> None
     served, cand = engines(shift=0.06)
     assert verdict(rule, served, cand)[1].startswith("mean KL ")  # the reason it was registered with
     assert rule.model_dump(exclude={"margin", "alpha"}) == old
+
+
+def test_a_very_uneven_per_turn_excess_is_flagged() -> None:
+    """One turn carries nearly all of the candidate's change: the bound is mean-based, so it says so."""
+    served, cand = engines(shift=0.0)
+    floor, across = pairs(served, cand)
+    assert excess_test(floor, across, 0.005, 0.05).uneven() is None
+    rng = np.random.default_rng(2)
+    p = TURNS * PER_TURN
+    base = rng.normal(0, 5.0, (p, VOCAB))
+    change = np.zeros((p, VOCAB))
+    change[:PER_TURN] = rng.normal(0, 0.5, (PER_TURN, VOCAB))  # the first turn only
+    served = [top_k(normalise(base + 0.12 * rng.normal(0, 1, (p, VOCAB)))) for _ in range(3)]
+    cand = [top_k(normalise(base + change + 0.12 * rng.normal(0, 1, (p, VOCAB)))) for _ in range(3)]
+    e = excess_test(*pairs(served, cand), 0.005, 0.05)
+    warning = e.uneven()
+    assert e.skew > 2.5 and warning is not None and warning.startswith("the per-turn excess is very uneven (skewness ")

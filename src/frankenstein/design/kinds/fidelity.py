@@ -314,7 +314,8 @@ def _excess_lines(e: Excess | None) -> list[str]:
     """The noise floor and the candidate as ranges over start pairs, and the excess with its bound."""
     if e is None:
         return ["against the noise floor: not measured (it needs two served starts and a candidate start)"]
-    return [f"against the noise floor: {e.ranges()}", f"  {e.bound()}"]
+    warn = e.uneven()
+    return [f"against the noise floor: {e.ranges()}", f"  {e.bound()}", *([f"  warning: {warn}"] if warn else [])]
 
 
 def kl_series(rule: FidelityRule, starts: list[ForcedStart]) -> dict[str, Any] | None:
