@@ -15,7 +15,7 @@ from pathlib import Path
 
 from frankenstein.campaign import Campaign, open_campaign
 from frankenstein.design import phases, registry
-from frankenstein.design.kinds import kind_of
+from frankenstein.design.kinds import kind_of, timed
 from frankenstein.design.kinds.base import (
     Analysis,
     Evidence,
@@ -50,7 +50,7 @@ def analyze(campaign: Campaign, design_id: str) -> Analysis:
 def analyze_evidence(campaign: Campaign, ev: Evidence) -> Analysis:
     """The kind's analysis of evidence already read (the note reads a design's starts once for all it says)."""
     a = kind_of(ev.reg.design.kind).analyze(campaign, ev)
-    a.warnings = [*load_warnings(ev.starts), *a.warnings]
+    a.warnings = [*load_warnings(ev.starts, timed=timed(ev.reg.design.kind)), *a.warnings]
     a.time_spent = phases.summarize(ev.starts, ev.reg.design.cache)
     a.predictions = prediction_checks(campaign, ev.reg, a)
     return a
@@ -108,7 +108,7 @@ def format_analysis(a: Analysis, percentiles: Percentiles | None = None) -> list
     for note in a.dropped:
         lines.append(f"note: {note}")
     for warning in a.warnings:
-        lines.append(f"warning: {warning}")
+        lines += f"warning: {warning}".split("\n")
     lines += veto_lines(a)
     if a.predictions:
         lines += ["", "predicted by an earlier design of the same part (candidate − served):"]

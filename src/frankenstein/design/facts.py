@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from frankenstein.campaign import Campaign
-from frankenstein.design.kinds import kind_of
+from frankenstein.design.kinds import kind_of, timed
 from frankenstein.design import rules
 from frankenstein.design.kinds.base import Evidence, can_still_change, dropped_blocks
 from frankenstein.design.start import load_warnings, machine_cells, machine_differences, machine_of, start_label
@@ -161,7 +161,7 @@ def design_facts(campaign: Campaign, ev: Evidence) -> DesignFacts:
         else fidelity_paths(campaign, d.gates.fidelity),
         machines=tuple((start_label(r), machine_cells(machine_of(r), r)) for r in rows),
         machine_flags=tuple(machine_differences(rows)),
-        load_warnings=tuple(load_warnings(rows)),
+        load_warnings=tuple(load_warnings(rows, timed=timed(d.kind))),
         not_fresh=_distinct(r.arm for r in ok if r.capabilities.get("fresh_start") is False),
         hosts=cluster_hosts(rows),
     )

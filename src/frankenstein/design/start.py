@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import textwrap
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -238,25 +239,48 @@ def start_label(row: StartRow) -> str:
     return f"start {row.id} (block {row.block + 1}, {row.arm})"
 
 
-def load_warnings(rows: list[StartRow], each: int = 3) -> list[str]:
-    """The noise guard: a warning per start during which the machine was busier than its cores, or,
-    when more than ``each`` starts were, one line naming them all with the busiest."""
+def own_threads(row: StartRow) -> int:
+    """The CPU threads the start's engine was launched with (its adapter's thread flags), 0 if none or unknown."""
+    args = (row.recipe or {}).get("args")
+    if not row.engine or not isinstance(args, list):
+        return 0
+    return traits_of(row.engine).threads([str(a) for a in args])
+
+
+def load_warnings(rows: list[StartRow], each: int = 3, *, timed: bool = True) -> list[str]:
+    """The noise guard: a warning per start during which the machine was busier than its cores beyond the
+    arm's own engine threads, or, when more than ``each`` starts were, one wrapped warning naming their
+    blocks and arms with the busiest. None for a design whose numbers do not depend on time (``timed``
+    False: fidelity, memory)."""
+    if not timed:
+        return []
     busy = []
     for row in rows:
         load = row.resources.get("load")
         if isinstance(load, dict):
             record = LoadRecord.model_validate(load)
-            warning = judge_load(start_label(row), record)
+            warning = judge_load(start_label(row), record, own_threads(row))
             if warning:
                 busy.append((record.runnable_mean or 0.0, row, warning))
     if len(busy) <= each:
         return [w for _, _, w in busy]
     worst = max(busy, key=lambda t: t[0])
-    names = ", ".join(f"{r.id} (block {r.block + 1}, {r.arm})" for _, r, _ in busy)
-    return [
-        f"{len(busy)} of {len(rows)} starts ran while the machine was busier than its cores: starts {names}; "
-        f"the busiest: {worst[2]}"
-    ]
+    text = (
+        f"{len(busy)} of {len(rows)} starts ran while the machine was busier than its cores: "
+        f"{busy_blocks([r for _, r, _ in busy])}; the busiest: {worst[2]}"
+    )
+    return ["\n".join(textwrap.wrap(text, WARNING_WIDTH, subsequent_indent="  ", break_on_hyphens=False))]
+
+
+WARNING_WIDTH = 100  # a long warning is wrapped at this many characters, continuation lines indented
+
+
+def busy_blocks(rows: list[StartRow]) -> str:
+    """'block 1 (candidate), block 3 (served, candidate)': the busy starts by block, arms in start order."""
+    by_block: dict[int, list[str]] = {}
+    for r in rows:
+        by_block.setdefault(r.block, []).append(r.arm)
+    return ", ".join(f"block {b + 1} ({', '.join(arms)})" for b, arms in sorted(by_block.items()))
 
 
 def machine_of(row: StartRow) -> MachineSnapshot | None:

@@ -186,6 +186,7 @@ TRAITS = EngineTraits(
     launch_problem=launch_problem,
     draft_models=draft_model_args,
     version_line=version_line,
+    thread_flags=("--threads", "-t"),
 )
 
 

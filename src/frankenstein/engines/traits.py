@@ -71,7 +71,9 @@ class EngineTraits:
     - ``program(recipe)``: the program a start executes on this host, None where it cannot be found;
     - ``launch_problem(recipe)``: why a start cannot succeed before anything launches (registration refuses);
     - ``draft_models(args)``: (flag, file) of every draft model file the launch args name (pinned);
-    - ``version_line()``: its line in ``frank --version`` and ``frank doctor``, found without starting it.
+    - ``version_line()``: its line in ``frank --version`` and ``frank doctor``, found without starting it;
+    - ``thread_flags``: launch flags that set its CPU threads (the noise guard expects that many runnable threads
+      of the arm's own).
     """
 
     draft_flags: tuple[str, ...] = ()
@@ -85,6 +87,17 @@ class EngineTraits:
     launch_problem: Callable[[ResolvedRecipe], str | None] = no_problem
     draft_models: Callable[[Sequence[str]], list[tuple[str, str]]] = no_draft_models
     version_line: Callable[[], str | None] = no_version
+    thread_flags: tuple[str, ...] = ()
+
+    def threads(self, args: Sequence[str]) -> int:
+        """The CPU threads launch ``args`` give it (the last of :attr:`thread_flags` wins, ``=VALUE`` or the next
+        word); 0 when none is given or the value is not a positive whole number."""
+        value = None
+        for i, a in enumerate(args):
+            name, eq, tail = a.partition("=")
+            if name in self.thread_flags:
+                value = tail if eq else (args[i + 1] if i + 1 < len(args) else None)
+        return int(value) if value is not None and value.isdigit() else 0
 
     def drafts(self, args: Sequence[str]) -> bool:
         """Whether launch ``args`` turn speculative decoding on (a flag of :attr:`draft_flags`, ``=VALUE`` or not)."""

@@ -8,7 +8,8 @@ mean run queue above the core count means runnable threads waited for a CPU whil
 
 Public API:
 - ``LoadSampler``: context manager around any start (speed, fidelity, agent, screen) → ``LoadRecord``.
-- ``judge_load(label, record)`` → a warning naming the start, or None.
+- ``judge_load(label, record, own_threads)`` → a warning naming the start, or None; the arm's own engine
+  threads are expected load, not a busy machine.
 - ``judge_spread(values, resolvable, metric)`` → a warning when the served arm's start-to-start spread
   (sd of ln) exceeds the effect the rule can resolve, or None.
 - ``resolvable_effect(threshold, geomean_ratio)``: the effect to compare against.
@@ -48,8 +49,14 @@ class LoadRecord(BaseModel):
     @property
     def overloaded(self) -> bool:
         """More runnable threads than cores on average, or a 1-minute load average above the cores."""
-        by_queue = self.runnable_mean is not None and self.runnable_mean > self.cores
-        by_avg = self.loadavg_after is not None and self.loadavg_after[0] > self.cores
+        return self.overloaded_beyond(0)
+
+    def overloaded_beyond(self, own_threads: int) -> bool:
+        """Overloaded once the start's own expected load (its engine's ``own_threads``) is taken off: the
+        run queue, or the 1-minute load average, above the cores by more than the arm's own threads."""
+        limit = self.cores + own_threads
+        by_queue = self.runnable_mean is not None and self.runnable_mean > limit
+        by_avg = self.loadavg_after is not None and self.loadavg_after[0] > limit
         return by_queue or by_avg
 
 
@@ -115,16 +122,19 @@ class LoadSampler:
         )
 
 
-def judge_load(label: str, record: LoadRecord) -> str | None:
-    """A one-line warning naming the start when the machine was busier than its cores, else None."""
-    if not record.overloaded:
+def judge_load(label: str, record: LoadRecord, own_threads: int = 0) -> str | None:
+    """A one-line warning naming the start when the machine was busier than its cores beyond the start's
+    own ``own_threads`` (its engine's CPU threads: a ``--threads 2`` arm on 2 cores is not a busy machine),
+    else None."""
+    if not record.overloaded_beyond(own_threads):
         return None
     queue = "n/a" if record.runnable_mean is None else f"mean {record.runnable_mean:.1f}, max {record.runnable_max}"
     la = "n/a"
     if record.loadavg_before and record.loadavg_after:
         la = f"{record.loadavg_before[0]:.2f} → {record.loadavg_after[0]:.2f}"
+    own = f" and the arm's own {own_threads} engine threads" if own_threads else ""
     return (
-        f"{label}: the machine was busier than its {record.cores} cores during this start "
+        f"{label}: the machine was busier than its {record.cores} cores{own} during this start "
         f"(run queue {queue}; 1-min load average {la}); its timings may include waiting for a CPU"
     )
 

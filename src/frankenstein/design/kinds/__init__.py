@@ -21,4 +21,10 @@ def kind_of(name: str) -> DesignKind:
     return KINDS[name]
 
 
-__all__ = ["KINDS", "Analysis", "DesignKind", "Description", "Failure", "kind_of"]
+def timed(name: str) -> bool:
+    """Whether a kind's numbers depend on time (the noise guard warns only those): fidelity and memory do not."""
+    kind = kind_of(name)
+    return not (kind.measures_fidelity or kind.measures_memory)
+
+
+__all__ = ["KINDS", "Analysis", "DesignKind", "Description", "Failure", "kind_of", "timed"]
