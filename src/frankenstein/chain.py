@@ -1,6 +1,6 @@
 """The evidence chain: every record a verdict or the ledger rests on, hashed into one chain whose head
 is also kept outside the database. Pure: hashing, labels, the head file and the checks on plain data;
-the store does the SQL (``store.py`` is the only module that imports this one).
+the store does the SQL (the ``store`` package is the only one that imports this module).
 
 A *record* is one appended thing, by kind: a registry row, a start (its row with all its turns,
 artifacts and episodes), a ledger step, a refusal, an override (a forced action on a campaign that

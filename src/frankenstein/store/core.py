@@ -44,250 +44,37 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from frankenstein import chain, schema
 from frankenstein.chain import Link
-from frankenstein.errors import RegistryError, StoreError
-
-# 2: per-turn metrics in turns.metrics (JSON); version-1 stores are migrated on open.
-# 3: the evidence chain (0004); records written before it are sealed into the chain when it is created.
-FORMAT_VERSION = 3
-
-# (name, SQL). Append only: a migration, once released, never changes.
-MIGRATIONS: list[tuple[str, str]] = [
-    (
-        "0001_core",
-        """
-        CREATE TABLE registry (
-            seq           INTEGER PRIMARY KEY,
-            design_id     TEXT NOT NULL UNIQUE,
-            kind          TEXT NOT NULL,
-            name          TEXT NOT NULL,
-            canonical     TEXT NOT NULL,
-            design_hash   TEXT NOT NULL,
-            seed          TEXT NOT NULL,
-            schedule      TEXT NOT NULL,
-            registered_at TEXT NOT NULL,
-            tool_version  TEXT NOT NULL,
-            prev_hash     TEXT NOT NULL,
-            row_hash      TEXT NOT NULL
-        );
-        CREATE TABLE starts (
-            id            INTEGER PRIMARY KEY,
-            design_id     TEXT,
-            block         INTEGER,
-            position      INTEGER,
-            arm           TEXT NOT NULL,
-            rep           INTEGER NOT NULL DEFAULT 0,
-            status        TEXT NOT NULL CHECK (status IN ('ok', 'failed', 'invalid')),
-            reason        TEXT,
-            started_at    TEXT NOT NULL,
-            finished_at   TEXT NOT NULL,
-            engine        TEXT,
-            engine_version TEXT,
-            recipe        TEXT,
-            metrics       TEXT NOT NULL DEFAULT '{}',
-            resources     TEXT NOT NULL DEFAULT '{}',
-            capabilities  TEXT NOT NULL DEFAULT '{}',
-            UNIQUE (design_id, block, position, rep)
-        );
-        CREATE TABLE turns (
-            start_id         INTEGER NOT NULL REFERENCES starts(id),
-            idx              INTEGER NOT NULL,
-            turn_id          TEXT NOT NULL,
-            warmup           INTEGER NOT NULL,
-            prompt_tokens    INTEGER,
-            cached_tokens    INTEGER,
-            generated_tokens INTEGER,
-            prompt_ms        REAL,
-            decode_ms        REAL,
-            target_steps     INTEGER,
-            drafted          INTEGER,
-            accepted         INTEGER,
-            ttft_ms          REAL,
-            e2e_ms           REAL,
-            error            TEXT,
-            PRIMARY KEY (start_id, idx)
-        );
-        CREATE TABLE artifacts (
-            start_id  INTEGER NOT NULL REFERENCES starts(id),
-            name      TEXT NOT NULL,
-            data      BLOB NOT NULL,
-            PRIMARY KEY (start_id, name)
-        );
-        CREATE TABLE episodes (
-            start_id      INTEGER NOT NULL REFERENCES starts(id),
-            task_id       TEXT NOT NULL,
-            draw          INTEGER NOT NULL,
-            task_hash     TEXT NOT NULL,
-            status        TEXT NOT NULL,
-            passed        INTEGER NOT NULL,
-            grader_rc     INTEGER,
-            turns         INTEGER NOT NULL,
-            detail        TEXT NOT NULL DEFAULT '{}',
-            PRIMARY KEY (start_id, task_id, draw)
-        );
-        CREATE TABLE ledger (
-            seq        INTEGER PRIMARY KEY,
-            action     TEXT NOT NULL CHECK (action IN ('adopt', 'revert')),
-            part       TEXT NOT NULL,
-            design_id  TEXT,
-            scope      TEXT NOT NULL DEFAULT '{}',
-            forced     INTEGER NOT NULL DEFAULT 0,
-            why        TEXT,
-            parts      TEXT NOT NULL,
-            at         TEXT NOT NULL
-        );
-        """,
-    ),
-    (
-        "0002_refusals",
-        """
-        CREATE TABLE refusals (
-            seq        INTEGER PRIMARY KEY,
-            what       TEXT NOT NULL CHECK (what IN ('registration', 'adopt')),
-            name       TEXT NOT NULL,
-            part       TEXT,
-            path       TEXT,
-            reason     TEXT NOT NULL,
-            at         TEXT NOT NULL
-        );
-        """,
-    ),
-    (
-        # Per-turn metrics as one JSON object: a new engine metric needs no migration. The fixed metric
-        # columns of 0001 stay for campaigns written before; turns_of() reads both.
-        "0003_turn_metrics",
-        "ALTER TABLE turns ADD COLUMN metrics TEXT NOT NULL DEFAULT '{}'",
-    ),
-    (
-        # The evidence chain over every appended record (frankenstein.chain), and forced overrides of a
-        # failed verification (themselves records in the chain).
-        "0004_chain",
-        """
-        CREATE TABLE chain (
-            seq        INTEGER PRIMARY KEY,
-            kind       TEXT NOT NULL,
-            ref        INTEGER NOT NULL,
-            label      TEXT NOT NULL,
-            digest     TEXT NOT NULL,
-            prev_hash  TEXT NOT NULL,
-            row_hash   TEXT NOT NULL
-        );
-        CREATE TABLE overrides (
-            seq        INTEGER PRIMARY KEY,
-            command    TEXT NOT NULL,
-            why        TEXT NOT NULL,
-            problem    TEXT NOT NULL,
-            at         TEXT NOT NULL
-        );
-        """,
-    ),
-    (
-        # Per-request timings of the traffic `frank serve` served, tagged with the ledger step it served
-        # (NULL: the base recipe, before any step). Observations, not evidence: outside the chain, never
-        # read by a verdict (report/observed.py prints them as such).
-        "0005_served_requests",
-        """
-        CREATE TABLE served_requests (
-            seq           INTEGER PRIMARY KEY,
-            at            TEXT NOT NULL,
-            step          INTEGER,
-            route         TEXT NOT NULL,
-            status        INTEGER NOT NULL,
-            ms            REAL NOT NULL,
-            engine_error  INTEGER NOT NULL DEFAULT 0
-        );
-        CREATE INDEX served_requests_step ON served_requests (step, route)
-        """,
-    ),
-    (
-        # Agent draws run outside any design (`frank tasks draw --campaign`), one row per draw, tagged with the
-        # ledger step served when it ran (NULL: the base recipe). Observations, not evidence: outside the chain,
-        # never read by a verdict (report/observed.py prints them per ledger step as such).
-        "0006_observed_draws",
-        """
-        CREATE TABLE observed_draws (
-            seq             INTEGER PRIMARY KEY,
-            at              TEXT NOT NULL,
-            step            INTEGER,
-            draw            INTEGER NOT NULL,
-            episodes        INTEGER NOT NULL,
-            passed          INTEGER NOT NULL,
-            engine_errors   INTEGER NOT NULL,
-            episode_errors  INTEGER NOT NULL
-        );
-        CREATE INDEX observed_draws_step ON observed_draws (step)
-        """,
-    ),
-    (
-        # Part status steps (frankenstein.part_status): park, stop and unpark are ledger steps too. SQLite cannot
-        # change a CHECK, so the table is rebuilt with the same columns and rows (the chain's digests of its
-        # records read the same).
-        "0007_ledger_part_status",
-        """
-        CREATE TABLE ledger_with_status (
-            seq        INTEGER PRIMARY KEY,
-            action     TEXT NOT NULL CHECK (action IN ('adopt', 'revert', 'park', 'stop', 'unpark')),
-            part       TEXT NOT NULL,
-            design_id  TEXT,
-            scope      TEXT NOT NULL DEFAULT '{}',
-            forced     INTEGER NOT NULL DEFAULT 0,
-            why        TEXT,
-            parts      TEXT NOT NULL,
-            at         TEXT NOT NULL
-        );
-        INSERT INTO ledger_with_status (seq, action, part, design_id, scope, forced, why, parts, at)
-            SELECT seq, action, part, design_id, scope, forced, why, parts, at FROM ledger;
-        DROP TABLE ledger;
-        ALTER TABLE ledger_with_status RENAME TO ledger
-        """,
-    ),
-    (
-        # A served request outside what the served recipe was adopted for (`adopt --scope`), in words
-        # (e.g. "context 40960 > 32768 tokens"); NULL: within it, or nothing to check it against.
-        "0008_served_outside_scope",
-        "ALTER TABLE served_requests ADD COLUMN outside_scope TEXT",
-    ),
-]
-
-BOOTSTRAP = (
-    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS migrations (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, applied_at TEXT NOT NULL)",
+from frankenstein.errors import StoreError
+from frankenstein.store import migrations, verify
+from frankenstein.store.migrations import BOOTSTRAP, MIGRATIONS, RECORD_TABLES, statements
+from frankenstein.store.rows import (
+    LEGACY_TURN_METRICS,
+    EpisodeRow,
+    LedgerEntry,
+    ObservedDraw,
+    Override,
+    Refusal,
+    RefusalWhat,
+    RegistryRow,
+    ServedRequest,
+    StartRow,
+    _dumps,
+    _episode_row,
+    _ledger,
+    _link,
+    _loads,
+    _registry,
+    _start,
+    _turn_row,
+    now_iso,
 )
-
-
-def statements(sql: str) -> list[str]:
-    """A migration's statements, one by one."""
-    return [x for x in sql.split(";") if x.strip()]
-
-
-# Each record kind: its table, its key column, and its child tables (rows keyed by the record's id).
-RECORD_TABLES: dict[str, tuple[str, str]] = {
-    "registry": ("registry", "seq"),
-    "start": ("starts", "id"),
-    "ledger": ("ledger", "seq"),
-    "refusal": ("refusals", "seq"),
-    "override": ("overrides", "seq"),
-}
-START_CHILDREN = (("turns", "idx"), ("artifacts", "name"), ("episodes", "task_id, draw"))
-
-TURN_KEYS = ("idx", "turn_id", "warmup", "error")  # columns; every other key of a turn row is a metric
-LEGACY_TURN_METRICS = (
-    "prompt_tokens",
-    "cached_tokens",
-    "generated_tokens",
-    "prompt_ms",
-    "decode_ms",
-    "target_steps",
-    "drafted",
-    "accepted",
-    "ttft_ms",
-    "e2e_ms",
-)
+from frankenstein.store.verify import _as_meant, _one, _record, _slot_problem
 
 
 def busy_timeout_s(env: Mapping[str, str]) -> float:
@@ -353,12 +140,6 @@ def _open_read_only(path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
     conn.row_factory = sqlite3.Row
     return conn
-
-
-def now_iso() -> str:
-    """UTC timestamp with milliseconds, sortable as text."""
-    t = time.time()
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1000):03d}Z"
 
 
 class Store:
@@ -524,41 +305,11 @@ class Store:
                 delay = min(delay * 2, 2.0)
 
     def _check_read_only_format(self) -> None:
-        """A read-only store cannot be migrated: it is read as it is when its format is this frank's."""
-        row = self.conn.execute("SELECT value FROM meta WHERE key='format_version'").fetchone()
-        done = {r[0] for r in self.conn.execute("SELECT name FROM migrations")}
-        missing = [name for name, _ in MIGRATIONS if name not in done]
-        if row is None or int(row[0]) != FORMAT_VERSION or missing:
-            raise StoreError(
-                f"{self.path}: the campaign is read-only ({self.read_only}) and its store is at another format "
-                f"({row[0] if row else 'none'}, this frank reads {FORMAT_VERSION}); it cannot be upgraded read-only"
-            )
+        migrations.check_read_only_format(self.conn, self.path, self.read_only)
 
     def _migrate(self) -> None:
         with self.transaction() as c:
-            for statement in BOOTSTRAP:
-                c.execute(statement)
-            row = c.execute("SELECT value FROM meta WHERE key='format_version'").fetchone()
-            if row is None:
-                c.execute("INSERT INTO meta VALUES ('format_version', ?)", (str(FORMAT_VERSION),))
-            elif int(row[0]) > FORMAT_VERSION:
-                raise StoreError(
-                    f"{self.path}: store format version {row[0]} is newer than this Frankenstein understands "
-                    f"({FORMAT_VERSION}); upgrade Frankenstein"
-                )
-            done = {r[0] for r in c.execute("SELECT name FROM migrations")}
-            for name, sql in MIGRATIONS:
-                if name in done:
-                    continue
-                for statement in statements(sql):
-                    c.execute(statement)
-                c.execute("INSERT INTO migrations (name, applied_at) VALUES (?, ?)", (name, now_iso()))
-                if name == "0004_chain":
-                    self._seal_existing(c)
-            c.execute(
-                "UPDATE meta SET value=? WHERE key='format_version'",
-                (str(max(FORMAT_VERSION, int(row[0]) if row else 0)),),
-            )
+            migrations.migrate(c, self.path, self._seal_existing)
 
     def query(self, sql: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> list[sqlite3.Row]:
         """Raw rows, for tests and one-off inspection; library code uses the typed reads below."""
@@ -771,85 +522,15 @@ class Store:
                 self._chain(c, kind, int(ref))
 
     def verify(self) -> int:
-        """Check the evidence chain end to end; return the number of records. Raises :class:`RegistryError`
-        naming the first broken record: a chain row changed or removed, a record changed or deleted, the head
-        file disagreeing (the chain rewritten, the last records deleted), a record written outside frank, a
-        start outside its design's registered slots, rows of a start that is not recorded; first of all, a
-        trigger, view or table in the database that frank did not create."""
-        problem = schema.foreign(self.conn, self._schema)
-        if problem:
-            raise RegistryError(f"{self.path.name}: {problem}")
-        with chain.head_read_lock(self.head_path):
-            links = self.chain_links()
-            head = chain.read_head(self.head_path)
-        prev: Link | None = None
-        for link in links:
-            problem = chain.check_link(prev, link)
-            if problem is None:
-                found = _record(self.conn, link.kind, link.ref)
-                if found is None:
-                    problem = f"{link.label}: deleted after it was recorded (chain record {link.seq})"
-                elif chain.digest(found[1]) != link.digest:
-                    problem = f"{found[0]}: changed after it was recorded (chain record {link.seq})"
-            if problem:
-                raise RegistryError(problem)
-            prev = link
-        problem = chain.check_head(links, head, self.head_path)
-        if problem:
-            raise RegistryError(problem)
-        problem = self._outside_chain(links) or self._outside_slots() or self._orphans()
-        if problem:
-            raise RegistryError(problem)
-        return len(links)
+        """Check the evidence chain end to end; return the number of records (:func:`verify.verify_chain`)."""
+        return verify.verify_chain(self.conn, self.path, self.head_path, self._schema)
 
     def verify_kept(self, text: str, source: str) -> tuple[Link, int]:
-        """Check a head kept outside the campaign (``frank verify --expect-head``): the chain must still hold
-        that record with that hash. Returns it and the chain's length; raises :class:`RegistryError`
-        naming what is wrong (no head in ``text``, records deleted, the chain rewritten)."""
-        kept = chain.parse_kept(text)
-        if kept is None:
-            raise RegistryError(f"{source}: no chain head in it (expected 'SEQ HASH' as frank verify prints it)")
-        links = self.chain_links()
-        link, problem = chain.check_kept(links, kept[0], kept[1], source)
-        if link is None:
-            raise RegistryError(problem or f"{source}: the kept head is not in the chain")
-        return link, len(links)
-
-    def _outside_chain(self, links: list[Link]) -> str | None:
-        chained = {(x.kind, x.ref) for x in links}
-        for kind, (table, key) in RECORD_TABLES.items():
-            for (ref,) in self.conn.execute(f"SELECT {key} FROM {table} ORDER BY {key}").fetchall():
-                if (kind, ref) not in chained:
-                    found = _record(self.conn, kind, int(ref))
-                    label = found[0] if found else f"{kind} {ref}"
-                    why = ""
-                    if kind == "start":
-                        r = self.conn.execute("SELECT * FROM starts WHERE id = ?", (ref,)).fetchone()
-                        slot = r["design_id"] and _slot_problem(
-                            self.conn, r["design_id"], r["block"], r["position"], r["rep"], r["arm"]
-                        )
-                        why = f"; {slot}" if slot else ""
-                    return f"{label}: not in the chain (written outside frank){why}"
-        return None
-
-    def _outside_slots(self) -> str | None:
-        for r in self.conn.execute("SELECT * FROM starts WHERE design_id IS NOT NULL ORDER BY id").fetchall():
-            problem = _slot_problem(self.conn, r["design_id"], r["block"], r["position"], r["rep"], r["arm"])
-            if problem:
-                return f"{chain.label_of('start', r)}: {problem}"
-        return None
-
-    def _orphans(self) -> str | None:
-        for table, _ in START_CHILDREN:
-            r = self.conn.execute(
-                f"SELECT start_id FROM {table} WHERE start_id NOT IN (SELECT id FROM starts) LIMIT 1"
-            ).fetchone()
-            if r is not None:
-                return f"{table} of start {r[0]}: that start is not recorded (deleted, or the rows were written outside frank)"
-        return None
+        """Check a head kept outside the campaign (:func:`verify.verify_kept`)."""
+        return verify.verify_kept(self.conn, text, source)
 
     def chain_links(self) -> list[Link]:
-        return [_link(r) for r in self.query("SELECT * FROM chain ORDER BY seq")]
+        return verify.chain_links(self.conn)
 
     def chain_head(self) -> Link | None:
         rows = self.query("SELECT * FROM chain ORDER BY seq DESC LIMIT 1")
@@ -966,197 +647,6 @@ class Store:
         ]
 
 
-# ---------------------------------------------------------------- rows
-
-
-@dataclass(frozen=True)
-class StartRow:
-    id: int
-    design_id: str | None
-    block: int
-    position: int
-    arm: str
-    rep: int
-    status: str  # ok | failed | invalid
-    reason: str | None
-    started_at: str
-    finished_at: str
-    engine: str | None
-    engine_version: str | None
-    recipe: dict[str, Any] | None
-    metrics: dict[str, Any]
-    resources: dict[str, Any]
-    capabilities: dict[str, Any]
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
-
-    @property
-    def phases(self) -> dict[str, Any]:
-        """Where the start's time went (:mod:`frankenstein.design.phases`), kept in ``resources["phases"]``
-        (no new column: the evidence chain digests every column of a start): ``at``, ``total_s``,
-        ``phases`` {name: seconds}, ``notes``; {} for a start recorded before phases were."""
-        found = self.resources.get("phases")
-        return dict(found) if isinstance(found, dict) else {}
-
-
-@dataclass(frozen=True)
-class EpisodeRow:
-    start_id: int
-    block: int
-    arm: str
-    task_id: str
-    draw: int
-    task_hash: str
-    status: str
-    passed: bool
-    grader_rc: int | None
-    turns: int
-    detail: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class RegistryRow:
-    seq: int
-    design_id: str
-    kind: str
-    name: str
-    canonical: str
-    design_hash: str
-    seed: str
-    schedule: str
-    registered_at: str
-    tool_version: str
-    prev_hash: str
-    row_hash: str
-
-
-@dataclass(frozen=True)
-class LedgerEntry:
-    seq: int
-    action: str  # adopt | revert | park | stop | unpark
-    part: str
-    design_id: str | None
-    scope: dict[str, Any]
-    forced: bool
-    why: str | None
-    parts: list[str]
-    at: str
-
-
-RefusalWhat = Literal["registration", "adopt"]
-
-
-@dataclass(frozen=True)
-class Refusal:
-    seq: int
-    what: RefusalWhat
-    name: str
-    part: str | None
-    path: str | None
-    reason: str
-    at: str
-
-
-@dataclass(frozen=True)
-class ServedRequest:
-    """One request ``frank serve`` answered: when, the ledger step served (None: no step yet), the route
-    (count_tokens, chat, ...), the HTTP status sent, milliseconds from request to the last byte sent,
-    and whether the engine failed it (a 5xx from the engine or no answer)."""
-
-    at: str
-    step: int | None
-    route: str
-    status: int
-    ms: float
-    engine_error: bool
-    seq: int | None = None
-    outside_scope: str | None = None  # outside the served recipe's adopted scope, in words; None: within it
-
-
-@dataclass(frozen=True)
-class ObservedDraw:
-    """One agent draw (every task once) run outside any design: when, the ledger step served (None: no step
-    yet), the draw number, its episodes, how many passed, how many the engine failed (``engine_error``) and
-    how many ended in another error (format, grader)."""
-
-    at: str
-    step: int | None
-    draw: int
-    episodes: int
-    passed: int
-    engine_errors: int
-    episode_errors: int
-    seq: int | None = None
-
-
-@dataclass(frozen=True)
-class Override:
-    seq: int
-    command: str
-    why: str
-    problem: str
-    at: str
-
-
-def registered_slots(schedule: list[list[str]]) -> dict[tuple[int, int], tuple[str, int]]:
-    """(block, position) -> (arm, rep) for every start a schedule registered (the same walk as ``Registered.slots``)."""
-    out = {}
-    for b, order in enumerate(schedule):
-        seen: dict[str, int] = {}
-        for pos, arm in enumerate(order):
-            out[(b, pos)] = (arm, seen.get(arm, 0))
-            seen[arm] = seen.get(arm, 0) + 1
-    return out
-
-
-def _slot_problem(
-    c: sqlite3.Connection, design_id: str, block: int | None, position: int | None, rep: int, arm: str
-) -> str | None:
-    """Why a start is not one the registration of ``design_id`` created (None when it is; an unregistered
-    design is left to the caller: a start may be stored before its design is read back)."""
-    row = c.execute("SELECT schedule FROM registry WHERE design_id = ?", (design_id,)).fetchone()
-    if row is None:
-        return None
-    try:
-        slots = registered_slots(json.loads(row[0]))
-    except (ValueError, TypeError):
-        return "its design's stored schedule does not read"
-    blocks = len(json.loads(row[0]))
-    if (block, position) not in slots:
-        return (
-            f"block {_one(block)}, position {_one(position)} is not a slot the registration created "
-            f"({blocks} blocks of {len(slots) // max(blocks, 1)} starts)"
-        )
-    want_arm, want_rep = slots[(block, position)]  # type: ignore[index]
-    if (arm, rep) != (want_arm, want_rep):
-        return f"the registration put arm {want_arm} rep {want_rep} in this slot, not arm {arm} rep {rep}"
-    return None
-
-
-def _one(v: int | None) -> int | None:
-    return v + 1 if v is not None else None
-
-
-def _as_meant(
-    c: sqlite3.Connection, kind: str, ref: int, meant: Mapping[str, Sequence[Mapping[str, Any]]]
-) -> dict[str, list[dict[str, Any]]]:
-    """The record as frank meant it: every value frank set is its own, never the database's; only a column
-    frank does not set (a default a later migration adds) is taken from the row as stored. A table whose row
-    count differs from what was inserted is taken as meant (the extra or missing rows then fail ``verify``)."""
-    found = _record(c, kind, ref)
-    stored = found[1] if found else {}
-    out = {}
-    for table, rows in meant.items():
-        back = stored.get(table, [])
-        if len(back) != len(rows):
-            out[table] = [dict(r) for r in rows]
-        else:
-            out[table] = [{**dict(b), **r} for b, r in zip(back, rows, strict=True)]
-    return out
-
-
 def _insert(c: sqlite3.Connection, table: str, row: Mapping[str, Any]) -> int:
     """INSERT one row given as column -> value; returns its rowid."""
     cols = ", ".join(row)
@@ -1170,102 +660,3 @@ def _insert_many(c: sqlite3.Connection, table: str, rows: Sequence[Mapping[str, 
         cols = list(rows[0])
         sql = f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({','.join('?' * len(cols))})"
         c.executemany(sql, [tuple(r[k] for k in cols) for r in rows])
-
-
-def _turn_row(start_id: int, t: Mapping[str, Any]) -> dict[str, Any]:
-    """A turn as its row reads back (the fixed metric columns of 0001 stay NULL: metrics are one JSON object)."""
-    values = {k: v for k, v in t.items() if k not in TURN_KEYS}
-    row = {"start_id": start_id, "idx": t["idx"], "turn_id": t["turn_id"], "warmup": int(t["warmup"])}
-    return {**row, **dict.fromkeys(LEGACY_TURN_METRICS), "error": t.get("error"), "metrics": _dumps(values)}
-
-
-def _episode_row(start_id: int, e: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        "start_id": start_id,
-        "task_id": e["task_id"],
-        "draw": e["draw"],
-        "task_hash": e["task_hash"],
-        "status": e["status"],
-        "passed": int(e["passed"]),
-        "grader_rc": e.get("grader_rc"),
-        "turns": e["turns"],
-        "detail": _dumps(e.get("detail", {})),
-    }
-
-
-def _record(c: sqlite3.Connection, kind: str, ref: int) -> tuple[str, dict[str, list[sqlite3.Row]]] | None:
-    """A record's label and its rows by table, as stored now (None when its main row is gone)."""
-    table, key = RECORD_TABLES[kind]
-    main = c.execute(f"SELECT * FROM {table} WHERE {key} = ?", (ref,)).fetchall()
-    if not main:
-        return None
-    tables = {table: main}
-    if kind == "start":
-        for child, order in START_CHILDREN:
-            tables[child] = c.execute(f"SELECT * FROM {child} WHERE start_id = ? ORDER BY {order}", (ref,)).fetchall()
-    return chain.label_of(kind, main[0]), tables
-
-
-def _link(r: sqlite3.Row) -> Link:
-    return Link(
-        seq=r["seq"],
-        kind=r["kind"],
-        ref=r["ref"],
-        label=r["label"],
-        digest=r["digest"],
-        prev_hash=r["prev_hash"],
-        row_hash=r["row_hash"],
-    )
-
-
-def _dumps(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True)
-
-
-def _loads(text: str | None) -> dict[str, Any]:
-    """A stored JSON object; anything unreadable or not an object reads as empty (absent, never invented)."""
-    try:
-        data = json.loads(text or "{}")
-    except ValueError:
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _start(r: sqlite3.Row) -> StartRow:
-    recipe = json.loads(r["recipe"]) if r["recipe"] else None
-    return StartRow(
-        id=r["id"],
-        design_id=r["design_id"],
-        block=r["block"],
-        position=r["position"],
-        arm=r["arm"],
-        rep=r["rep"],
-        status=r["status"],
-        reason=r["reason"],
-        started_at=r["started_at"],
-        finished_at=r["finished_at"],
-        engine=r["engine"],
-        engine_version=r["engine_version"],
-        recipe=recipe,
-        metrics=_loads(r["metrics"]),
-        resources=_loads(r["resources"]),
-        capabilities=_loads(r["capabilities"]),
-    )
-
-
-def _registry(r: sqlite3.Row) -> RegistryRow:
-    return RegistryRow(**{k: r[k] for k in RegistryRow.__dataclass_fields__})
-
-
-def _ledger(r: sqlite3.Row) -> LedgerEntry:
-    return LedgerEntry(
-        seq=r["seq"],
-        action=r["action"],
-        part=r["part"],
-        design_id=r["design_id"],
-        scope=json.loads(r["scope"]),
-        forced=bool(r["forced"]),
-        why=r["why"],
-        parts=json.loads(r["parts"]),
-        at=r["at"],
-    )
