@@ -193,15 +193,26 @@ class RunProgress:
         self._line(f"start {index}/{self.total} begins: {label}")
         beater = threading.Thread(target=beat, name="frank-heartbeat", daemon=True)
         beater.start()
+        interrupted = False
         try:
             yield count
+        except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP (cli turns them into this): nothing is recorded
+            interrupted = True
+            raise
         finally:
             stop.set()
             beater.join()
             self._end()
-            left = self.total - self.finished
-            tail = f"; {left} to go, {self.eta()}" if left > 0 else ""
-            self._line(f"start {index}/{self.total} ends after {duration(self.clock() - t0)}: {label}{tail}")
+            took = duration(self.clock() - t0)
+            if interrupted:
+                self._line(
+                    f"start {index}/{self.total} discarded after {took} (interrupted; not recorded, "
+                    f"`frank run --resume` runs it again): {label}"
+                )
+            else:
+                left = self.total - self.finished
+                tail = f"; {left} to go, {self.eta()}" if left > 0 else ""
+                self._line(f"start {index}/{self.total} ends after {took}: {label}{tail}")
 
     # ------------------------------------------------------------ starts run elsewhere (a Ray cluster)
 

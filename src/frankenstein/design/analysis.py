@@ -27,7 +27,7 @@ from frankenstein.design.kinds.base import (
 from frankenstein.measure import metrics
 from frankenstein.measure.timings import RATES
 from frankenstein.design.percentiles import Percentiles, arm_percentiles, percentile_lines
-from frankenstein.design.start import load_warnings
+from frankenstein.design.start import load_warnings, resumed_warnings
 from frankenstein.design.predicts import PredictionCheck, compare, parse_prediction
 from frankenstein.design.table import format_verdict
 
@@ -50,7 +50,7 @@ def analyze(campaign: Campaign, design_id: str) -> Analysis:
 def analyze_evidence(campaign: Campaign, ev: Evidence) -> Analysis:
     """The kind's analysis of evidence already read (the note reads a design's starts once for all it says)."""
     a = kind_of(ev.reg.design.kind).analyze(campaign, ev)
-    a.warnings = [*load_warnings(ev.starts, timed=timed(ev.reg.design.kind)), *a.warnings]
+    a.warnings = [*load_warnings(ev.starts, timed=timed(ev.reg.design.kind)), *resumed_warnings(ev.starts), *a.warnings]
     a.time_spent = phases.summarize(ev.starts, ev.reg.design.cache)
     a.predictions = prediction_checks(campaign, ev.reg, a)
     return a

@@ -25,7 +25,7 @@ from frankenstein.design.kinds.base import Progress
 from frankenstein.design.kinds.base import settled as kind_settled
 from frankenstein.design.model import Registered, Slot
 from frankenstein.design.pins import check_arm, registered
-from frankenstein.design.start import StartOutcome, record_start, watched
+from frankenstein.design.start import RESUMED, StartOutcome, record_start, watched
 from frankenstein.errors import DesignError, RunLockedError
 from frankenstein.workload.trace import Workload, load_trace
 
@@ -192,6 +192,7 @@ def run_design(
         todo, recorded = unfinished(campaign, reg, resume)
         workload = pinned_workload(reg)
         check = pinned_files_check(reg)
+        begun = {b for b, _ in done_slots(campaign, design_id)}  # blocks a resumed run finishes: not back to back
         ran = 0
         for block in by_block(todo):
             if curtails(campaign, reg, block[0].block):
@@ -200,6 +201,8 @@ def run_design(
             for slot, out in block_starts(
                 campaign, reg, block, workload, progress_factory=progress_factory, check=check
             ):
+                if slot.block in begun:
+                    out.resources[RESUMED] = True
                 record_slot(campaign, design_id, slot, out)
                 ran += 1
                 echo(start_line(reg, slot, out))

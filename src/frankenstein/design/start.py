@@ -17,6 +17,7 @@ import textwrap
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -281,6 +282,50 @@ def busy_blocks(rows: list[StartRow]) -> str:
     for r in rows:
         by_block.setdefault(r.block, []).append(r.arm)
     return ", ".join(f"block {b + 1} ({', '.join(arms)})" for b, arms in sorted(by_block.items()))
+
+
+RESUMED = "resumed"  # resources key: the start finished a block begun before a `frank run --resume`
+
+
+def resumed_warnings(rows: list[StartRow]) -> list[str]:
+    """Each start a ``--resume`` ran in a block begun earlier, with its delay since the block's previous start
+    ended: its block's arms did not run back to back, so an order or drift effect may sit in that block."""
+    out = []
+    for row in rows:
+        if not row.resources.get(RESUMED):
+            continue
+        before = [r for r in rows if r.block == row.block and r.position < row.position]
+        if not before:
+            continue
+        prev = max(before, key=lambda r: r.position)
+        gap = seconds_between(prev.finished_at, row.started_at)
+        out.append(
+            f"{start_label(row)} ran after `frank run --resume`, {span(gap)} after its block's previous start "
+            f"({prev.id}, {prev.arm}) ended: the block's arms did not run back to back"
+        )
+    return out
+
+
+def seconds_between(earlier: str, later: str) -> float | None:
+    """Seconds from one recorded ISO time to another; None when either is unreadable."""
+    try:
+        a = datetime.fromisoformat(earlier.replace("Z", "+00:00"))
+        b = datetime.fromisoformat(later.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (b - a).total_seconds()
+
+
+def span(seconds: float | None) -> str:
+    """'4.5 s', '12 min 3 s', '2 h 5 min'; 'an unknown time' when not readable."""
+    if seconds is None:
+        return "an unknown time"
+    if seconds < 60:
+        return f"{max(seconds, 0.0):.1f} s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs} s"
+    return f"{minutes // 60} h {minutes % 60} min"
 
 
 def machine_of(row: StartRow) -> MachineSnapshot | None:
