@@ -290,7 +290,7 @@ def test_a_workload_hash_prefix_is_named_as_a_prefix(campaign: Campaign) -> None
     assert "is not the workload's full sha256" in msg and f"design pins {full[:12]}, file has {full[:16]}…" in msg
     near = full[:20] + ("0" if full[20] != "0" else "1") + full[21:]
     path.write_text(BASE.format(extra=f'workload_hash = "{near}"', part="draft"))
-    with pytest.raises(DesignError, match=f"no longer matches.*pins {near[:24]}…, file has {full[:24]}…"):
+    with pytest.raises(DesignError, match=f"no longer matches its hash.*pins {near[:24]}…, file has {full[:24]}…"):
         register(campaign, path)
 
 

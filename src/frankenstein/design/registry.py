@@ -214,7 +214,9 @@ def _check_workload(campaign: Campaign, design: DesignFile, path: Path) -> tuple
         check_warmup(design, list(loaded.turns), path)
     if design.workload_hash is not None and design.workload_hash != h:
         pins, has = two_digests(design.workload_hash, h)
-        what = "is not the workload's full sha256" if h.startswith(design.workload_hash) else "no longer matches"
+        what = (
+            "is not the workload's full sha256" if h.startswith(design.workload_hash) else "no longer matches its hash"
+        )
         raise DesignError(
             f"workload {wl} {what} (design pins {pins}, file has {has})", path=path, field="workload_hash"
         )
