@@ -207,3 +207,11 @@ def test_the_recommendation_from_a_pilot_holds_its_power_in_most_pilots() -> Non
     lines = format_plan(p, "aa.csv")
     rec = next(line for line in lines if line.startswith("recommended: "))
     assert f"planned at the 90% upper confidence bound of the pilot's sd, {p.spread.sd_upper:.4f}" in rec  # type: ignore[union-attr]
+
+
+def test_the_ledger_phrase_of_a_curtailed_result_keeps_the_bound() -> None:
+    from frankenstein.report.note import scope_phrase
+
+    scope = {"metric": "verify_step_ms", "geomean_ratio": 0.6667, "in_favour": 9, "blocks": 9, "verdict": "confirmed"}
+    assert "p <= 11/1024 = 0.01074" in scope_phrase({**scope, "p": "11/1024", "p_bound": "at most"})
+    assert "p = 1/32 = 0.03125" in scope_phrase({**scope, "p": "1/32"})  # steps recorded before p_bound existed

@@ -227,6 +227,7 @@ def _scope(reg: Registered, facts: DesignFacts, a: Analysis, fid_text: str, mem_
         "metric": reg.design.primary_metric,
         "verdict": a.word,
         "p": None if v is None or v.p is None else str(v.p),
+        "p_bound": None if v is None or v.p_bound == "exact" else v.p_bound,  # curtailed: p over the completions
         "geomean_ratio": None if v is None else v.geomean_ratio,
         "blocks": None if v is None else v.n_blocks,
         "in_favour": None if v is None else v.in_favour,

@@ -54,8 +54,14 @@ Plots = dict[str, dict[str, str]]  # design id -> {"blocks" | "kl" | "passes": f
 # ---------------------------------------------------------------- results in one phrase
 
 
-def _p_text(p: Fraction | str | None) -> str:
-    return "p not computed" if p is None else f"p = {format_p(Fraction(p))}"
+_BOUND_SIGN = {"at most": "<=", "at least": ">="}
+
+
+def _p_text(p: Fraction | str | None, bound: str | None = None) -> str:
+    """'p = 1/32 = 0.03125'; a curtailed verdict's bound over the completions: 'p <= 11/1024 = 0.01074'."""
+    if p is None:
+        return "p not computed"
+    return f"p {_BOUND_SIGN.get(bound or '', '=')} {format_p(Fraction(p))}"
 
 
 def result_phrase(d: DesignReport) -> str:
@@ -115,7 +121,7 @@ def scope_phrase(scope: dict[str, Any], d: DesignReport | None = None) -> str:
     diff = f"; {ratio_difference(v, str(scope.get('metric')))}" if v is not None and v.data == "ratio" else ""
     est = f"{scope.get('metric')} ratio {g:.4f} ({pct(g - 1)}{diff})" if g else str(scope.get("metric"))
     return (
-        f"{est}, {scope.get('in_favour')} of {scope.get('blocks')} blocks in its favour, {_p_text(scope.get('p'))}, "
+        f"{est}, {scope.get('in_favour')} of {scope.get('blocks')} blocks in its favour, {_p_text(scope.get('p'), scope.get('p_bound'))}, "
         f"verdict {scope.get('verdict')}"
     )
 
