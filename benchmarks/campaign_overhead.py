@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 from frankenstein.campaign import open_campaign
-from frankenstein.design.phases import gaps, read
+from frankenstein.design.timespent import gaps, read
 from frankenstein.engines.process import READY_POLL_S
 from frankenstein.shipped import data_path
 from frankenstein.workload.trace import load_trace, write_trace

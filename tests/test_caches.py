@@ -14,7 +14,7 @@ from frankenstein.campaign import Campaign
 from frankenstein.config import ResolvedRecipe
 from frankenstein.design.caches import cache_env, cache_vars, folder_for, recipe_key
 from frankenstein.design.analysis import analyze
-from frankenstein.design.phases import time_lines
+from frankenstein.report.phases import time_lines
 from frankenstein.design.registry import register
 from frankenstein.design.runner import run_design
 

@@ -3,7 +3,7 @@ under tests/golden/exports/ and validated against the shipped JSON Schemas (docs
 
 Volatile values are masked before comparing (``mask``, as docs/exports.md describes): design and
 workload hashes become "<hash>", stored timestamps "<time>", the campaign folder "<campaign>",
-``time_spent`` (design/phases.py's own export, checked by the schema and its owner's tests) "<phases>", and in
+``time_spent`` (design/timespent.py's own export, checked by the schema and its owner's tests) "<phases>", and in
 replay exports every timing (keys ending ``_ms``, ``_ms_per_token`` or ``_per_s``, and the percentiles
 p50/p90/p99) "<ms>", a list of timings (``chunk_gaps_ms``) "<ms list>", the count of pooled gaps (``itl_ms``
 ``n``, which varies when events coalesce) "<n>", and the engine version "<version>". Regenerate after an intended change with

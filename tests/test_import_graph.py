@@ -30,7 +30,7 @@ FLOORS: dict[str, int] = {
     # ground: no frank room above
     "frankenstein": 0, "errors": 0, "shipped": 0, "validation": 0, "chain": 0, "progress": 0, "store": 0,
     "store.rows": 0, "store.migrations": 0, "store.verify": 0, "store.core": 0,
-    "config": 0, "measure": 0, "workload.trace": 0, "scope": 0, "flags": 0, "schema": 0,
+    "config": 0, "measure": 0, "design.phases": 0, "workload.trace": 0, "scope": 0, "flags": 0, "schema": 0,
     # the served recipe, a campaign folder
     "campaign": 1, "served": 1,
     # engine adapters
@@ -38,7 +38,7 @@ FLOORS: dict[str, int] = {
     # measurements a start makes; pure design files, rules and statistics
     "workload": 3, "agent": 3, "fidelity": 3, "regioncache": 3,
     "design": 3, "design.model": 3, "design.rules": 3, "design.stats": 3, "design.plan": 3, "design.table": 3,
-    "design.blockcsv": 3, "design.phases": 3, "design.command_guard": 3,
+    "design.blockcsv": 3, "design.timespent": 3, "design.command_guard": 3,
     # one start and what is read back from stored starts
     "design.start": 4, "design.pins": 4, "design.serving": 4, "design.percentiles": 4, "design.walltime": 4,
     # the kinds, and what a start is wrapped in

@@ -14,7 +14,7 @@ from conftest import frank
 from frankenstein.campaign import open_campaign
 from frankenstein.config import ResolvedRecipe
 from frankenstein.design.caches import recipe_key
-from frankenstein.design import phases
+from frankenstein.design import timespent
 from frankenstein.shipped import data_path
 from helpers_campaign import TOML, make_campaign, make_workload, write_design
 
@@ -92,8 +92,8 @@ def _rows(camp: Path, design_id: str) -> list:
         return c.store.starts_of(design_id)
 
 
-def _check_phases(row, expected: set[str]) -> phases.StartPhases:
-    rec = phases.read(row.phases)
+def _check_phases(row, expected: set[str]) -> timespent.StartPhases:
+    rec = timespent.read(row.phases)
     assert rec is not None, f"start {row.id} has no phases"
     assert expected <= set(rec.phases), (expected - set(rec.phases), rec.phases)
     assert all(v >= 0 for v in rec.phases.values())
@@ -114,9 +114,11 @@ def test_speed_starts_record_every_phase(camp: Path) -> None:
         assert caches["policy"] == "warm" and caches["folder"] == f"caches/{key}/{row.arm}/warm"
         assert rec.write_s is not None and 0 < rec.write_s < 5  # the store's write of this start, per start
     # one run: the starts follow each other, the gap between them is the write and the runner's own work
-    gaps = [g for g in phases.gaps([phases.read(r.phases) for r in sorted(rows, key=lambda r: r.id)]) if g is not None]
+    gaps = [
+        g for g in timespent.gaps([timespent.read(r.phases) for r in sorted(rows, key=lambda r: r.id)]) if g is not None
+    ]
     assert len(gaps) == 3 and all(0 <= g < 30 for g in gaps)
-    doc = json.loads(json.dumps(phases.as_json(phases.summarize(rows))))  # what exports carry
+    doc = json.loads(json.dumps(timespent.as_json(timespent.summarize(rows))))  # what exports carry
     assert [s["start_id"] for s in doc["per_start"]] == sorted(r.id for r in rows)
     for s, row in zip(doc["per_start"], sorted(rows, key=lambda r: r.id)):
         assert s["phases"] == row.phases["phases"] and s["write_s"] == row.phases["write_s"] and s["arm"] == row.arm

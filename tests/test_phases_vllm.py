@@ -18,10 +18,11 @@ import pytest
 
 from conftest import frank
 from frankenstein.campaign import Campaign, init_campaign
-from frankenstein.design import phases
+from frankenstein.design import timespent
 from frankenstein.design.caches import recipe_key
 from frankenstein.design.registry import register
 from frankenstein.design.runner import record_slot, run_slot
+from frankenstein.report.phases import time_lines
 from frankenstein.store import StartRow
 from frankenstein.workload.trace import Turn, load_trace, write_trace
 
@@ -77,10 +78,10 @@ def vllm_python() -> str:
     return path
 
 
-def _ok_and_clean(row: StartRow, expected: set[str]) -> phases.StartPhases:
+def _ok_and_clean(row: StartRow, expected: set[str]) -> timespent.StartPhases:
     """The start is ok, on vLLM, stopped by SIGTERM, with every expected phase stored."""
     assert row.engine == "vllm" and row.status == "ok", (row.status, row.reason)
-    rec = phases.read(row.phases)
+    rec = timespent.read(row.phases)
     assert rec is not None, f"start {row.id} has no phases"
     assert {"launch", "ready", "stop", "caches", *expected} <= set(rec.phases), rec.phases
     assert rec.notes["stopped_by"] == "SIGTERM", rec.notes  # a SIGKILL means the grace was too short
@@ -167,7 +168,7 @@ def test_a_fidelity_and_an_agent_start_store_their_phases(camp: Campaign, name: 
     _ok_and_clean(row, EXPECTED[name])
     key = recipe_key(reg.frozen.recipes[slot.arm])
     assert row.resources["caches"]["folder"] == f"caches/{key}/{slot.arm}/warm"
-    lines = phases.time_lines(phases.summarize(camp.store.starts_of(reg.design_id)))
+    lines = time_lines(timespent.summarize(camp.store.starts_of(reg.design_id)))
     print(f"\n{name}:\n" + "\n".join(lines))
     assert lines[1] == "where the time went (mean seconds per start, per arm):"
     assert lines[3].split()[:2] == [slot.arm, "1"] and "launch → ready" in lines[2]

@@ -193,7 +193,7 @@ def test_cli_plan_refusals(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
 
 
 def _summary(served: float, candidate: float, engine: float, gap: float) -> object:
-    from frankenstein.design.phases import ArmTime, TimeSummary
+    from frankenstein.design.timespent import ArmTime, TimeSummary
 
     arms = tuple(
         ArmTime(arm, 4, {"launch": 0.0, "ready": engine, "stop": 0.0, "replay": total - engine, "write": gap}, total)

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import frank
 from frankenstein.campaign import open_campaign
-from frankenstein.design.phases import summarize
+from frankenstein.design.timespent import summarize
 from frankenstein.design.plan import wall_time
 from frankenstein.design.registry import register
 from frankenstein.design.runner import run_design
@@ -84,7 +84,7 @@ def test_bad_timing_options_are_one_message(camp: Path, args: list[str], message
 
 
 def seconds_of(text: str) -> float:
-    """The seconds of ``phases.duration``'s words: '3 h 20 min', '4 min 10 s', '12.3 s'."""
+    """The seconds of ``timespent.duration``'s words: '3 h 20 min', '4 min 10 s', '12.3 s'."""
     units = {"h": 3600.0, "min": 60.0, "s": 1.0}
     words = text.split()
     return sum(float(n) * units[u] for n, u in zip(words[::2], words[1::2]))

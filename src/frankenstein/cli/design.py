@@ -130,10 +130,10 @@ def analyze(
         from frankenstein.design.analysis import analyze_evidence, format_analysis
         from frankenstein.design.facts import design_facts, fresh_start_lines
         from frankenstein.design.kinds.base import Evidence
-        from frankenstein.design.phases import time_lines
         from frankenstein.design.percentiles import arm_percentiles
         from frankenstein.design.registry import get
         from frankenstein.report.export import analysis_doc, dumps
+        from frankenstein.report.phases import time_lines
 
         with open_campaign(campaign) as c:
             verified_or_warn(c, "analyze", force=force, why=why)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from frankenstein.campaign import Campaign, open_campaign
-from frankenstein.design import phases, registry
+from frankenstein.design import registry, timespent
 from frankenstein.design.kinds import kind_of, timed
 from frankenstein.design.kinds.base import (
     Analysis,
@@ -51,7 +51,7 @@ def analyze_evidence(campaign: Campaign, ev: Evidence) -> Analysis:
     """The kind's analysis of evidence already read (the note reads a design's starts once for all it says)."""
     a = kind_of(ev.reg.design.kind).analyze(campaign, ev)
     a.warnings = [*load_warnings(ev.starts, timed=timed(ev.reg.design.kind)), *resumed_warnings(ev.starts), *a.warnings]
-    a.time_spent = phases.summarize(ev.starts, ev.reg.design.cache)
+    a.time_spent = timespent.summarize(ev.starts, ev.reg.design.cache)
     a.predictions = prediction_checks(campaign, ev.reg, a)
     return a
 

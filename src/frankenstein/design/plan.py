@@ -30,7 +30,8 @@ import numpy as np
 
 from frankenstein.design import stats
 from frankenstein.design.blockcsv import read_blocks_csv
-from frankenstein.design.phases import ENGINE_START, TimeSummary, duration
+from frankenstein.design.phases import ENGINE_START
+from frankenstein.design.timespent import TimeSummary, duration
 from frankenstein.design.rules import (
     BlockRule,
     Direction,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from frankenstein.campaign import open_campaign
-from frankenstein.design.phases import summarize
+from frankenstein.design.timespent import summarize
 from frankenstein.design.plan import Plan, wall_time_lines
 from frankenstein.errors import AnalysisError
 

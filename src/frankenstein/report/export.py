@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
-from frankenstein.design import phases
+from frankenstein.design import timespent
 from frankenstein.design.analysis import Analysis
 from frankenstein.design.percentiles import Percentiles, rows_percentiles
 from frankenstein.design.rules import Verdict
@@ -134,7 +134,7 @@ def analysis_doc(a: Analysis, percentiles: Percentiles | None = None, not_fresh:
             "secondary": a.secondary,
             "speculation": a.speculation,
             "percentiles": percentiles or {},
-            "time_spent": phases.as_json(a.time_spent),
+            "time_spent": timespent.as_json(a.time_spent),
             "dropped": a.dropped,
             "failures": [
                 {"block": f.block + 1, "arm": f.arm, "status": f.status, "reason": f.reason} for f in a.failures
@@ -188,7 +188,7 @@ def replay_doc(start_id: int, out: StartOutcome) -> dict[str, Any]:
             "status": out.status,
             "reason": out.reason,
             "started_at": out.started_at,
-            "phases": phases.record_json(phases.read(out.resources.get("phases"))),
+            "phases": timespent.record_json(timespent.read(out.resources.get("phases"))),
             "metrics": out.metrics,
             "percentiles": rows_percentiles(out.rows),
             "turns": [_turn(r) for r in out.rows],

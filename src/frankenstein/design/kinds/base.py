@@ -30,7 +30,7 @@ from typing import Any, Protocol, runtime_checkable
 from frankenstein.campaign import Campaign
 from frankenstein.config import ResolvedRecipe
 from frankenstein.design import rules, stats
-from frankenstein.design.phases import TimeSummary
+from frankenstein.design.timespent import TimeSummary
 from frankenstein.design.model import ARMS, DesignFile, Registered, Slot
 from frankenstein.design.start import StartOutcome
 from frankenstein.engines import traits_of
@@ -114,7 +114,7 @@ class Analysis:
     matrix: dict[str, dict[str, dict[str, int]]] | None = None  # agent: {arm: {task: {"b<block>d<draw>": passed}}}
     speculation: dict[str, dict[str, float | None]] = field(default_factory=dict)  # per arm, see speculation_per_arm
     warnings: list[str] = field(default_factory=list)  # noise guard: starts run on a busy machine, named
-    time_spent: TimeSummary | None = None  # where the time went: phases per arm (design/phases.py)
+    time_spent: TimeSummary | None = None  # where the time went: phases per arm (design/timespent.py)
     vetoes: list[VetoResult] = field(default_factory=list)  # the registered vetoes, checked (design/veto.py)
     predictions: list[PredictionCheck] = field(
         default_factory=list
