@@ -756,3 +756,58 @@ def test_group_commit_syncs_every_turn_and_closes(tmp_path: Path) -> None:
     assert len(turns) == rec.recorded == 200
     assert sorted(t.turn_index for t in turns if t.session_id == "w3") == list(range(25))
     assert 1 <= rec.syncs <= 200
+
+
+class OneShotUpstream(BaseHTTPRequestHandler):
+    """TEST DOUBLE of an engine that closes each kept-alive connection right after answering, without saying
+    so (no ``Connection: close``): the race llama-server can produce, on every request."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        data = json.dumps(
+            {"choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}], "usage": {"completion_tokens": 1}}
+        ).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+        self.wfile.flush()
+        self.connection.shutdown(socket.SHUT_RDWR)
+        self.close_connection = True
+
+
+def test_kept_alive_upstream_connections_closed_by_the_engine_are_retried(tmp_path: Path) -> None:
+    """Every reused upstream connection has been closed by the engine: each request is still answered 200 and
+    recorded once, none reported as an upstream error; an engine that keeps connections open gets one reused."""
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), OneShotUpstream)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        with serve_recorder(f"http://127.0.0.1:{srv.server_address[1]}", out=tmp_path / "t.jsonl") as proxy:
+            with httpx.Client(timeout=10) as http:
+                codes = [
+                    http.post(proxy.url + "/v1/chat/completions", json=chat(f"q{i}")).status_code for i in range(20)
+                ]
+            assert codes == [200] * 20
+            assert proxy.errors == []
+            assert proxy.pool.opened == 20  # every reuse found the connection closed and went again
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert len(load_trace(tmp_path / "t.jsonl").turns) == 20
+
+
+def test_upstream_connections_are_reused(upstream: Any, proxy: Any) -> None:
+    with httpx.Client(timeout=10) as http:
+        for i in range(10):
+            assert (
+                http.post(proxy.url + "/v1/chat/completions", json=chat(f"q{i}", stream=i % 2 == 1)).status_code == 200
+            )
+            assert http.post(proxy.url + "/tokenize", json={"content": "x"}).status_code == 200
+    assert proxy.pool.opened == 1

@@ -32,18 +32,19 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from frankenstein.engines.http import Streamed, TransportError, open_stream
+from frankenstein.engines.http import Streamed, TransportError
 from frankenstein.errors import FrankError
 from frankenstein.regioncache.admission import Admission
 from frankenstein.regioncache.cache import CacheStatus
 from frankenstein.regioncache.observe import ServedLog
 from frankenstein.regioncache.render import Renderer, Unrenderable
 from frankenstein.workload.listener import (
-    CONNECT_RETRIES,
     HOP_HEADERS,
     MAX_BODY_BYTES,
     BadRequest,
     ProxyHTTPServer,
+    WRITE_BUFFER,
+    UpstreamPool,
     bad_request,
     loads,
     read_body,
@@ -85,10 +86,10 @@ class FrontServer(ProxyHTTPServer):
         self.cache = cache
         self.renderer = renderer
         self.observe = observe
-        # One upstream connection per request (the engines' stdlib client), as the recording proxy
-        # does: llama-server may close a kept-alive connection just as it is reused, and that request
-        # would fail with a 502. Connect failures (nothing sent yet) are retried.
+        # Kept-alive upstream connections, as the recording proxy has: a connection llama-server closed
+        # just as it is reused, and a failed connect (nothing sent yet), are retried (UpstreamPool).
         self.timeout_s = timeout_s
+        self.pool = UpstreamPool(self.upstream, timeout_s)
         self.local_answers = 0
         self.passed_through = 0
         self._lock = threading.Lock()
@@ -103,6 +104,7 @@ class FrontServer(ProxyHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    wbufsize = WRITE_BUFFER  # headers and body leave in one send (each write is followed by a flush)
     server: FrontServer
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet; the CLI prints a summary
@@ -264,18 +266,9 @@ class _Handler(BaseHTTPRequestHandler):
     # ------------------------------------------------------------------ pass-through
     def _pass_through(self, raw: bytes) -> None:
         self.server.tally(local=False)
-        url = self.server.upstream + self.path
         headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_HEADERS}
         try:
-            resp = open_stream(
-                url,
-                self.command,
-                raw or None,
-                headers,
-                timeout_s=self.server.timeout_s,
-                connect_retries=CONNECT_RETRIES,
-                slots=self.server.upstream_slots,
-            )
+            resp = self.server.pool.open(self.command, self.path, raw or None, headers, self.server.upstream_slots)
         except TransportError as exc:
             self._engine_error = True
             self._json(502, {"error": {"message": f"upstream {self.server.upstream}: {exc}", "type": "bad_gateway"}})
@@ -359,6 +352,7 @@ class Front:
         self.server.shutdown()
         self.server.server_close()
         self._thread.join(timeout=5)
+        self.server.pool.close()
 
     def __enter__(self) -> Front:
         return self

@@ -57,15 +57,16 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
-from frankenstein.engines.http import Streamed, TransportError, open_stream
+from frankenstein.engines.http import Streamed, TransportError
 from frankenstein.engines.response import StreamAssembler, canonical_endpoint, output_from_response, server_timings
 from frankenstein.errors import FrankError
 from frankenstein.workload.listener import (
-    CONNECT_RETRIES,
     HOP_HEADERS,
     MAX_BODY_BYTES,
     BadRequest,
     ProxyHTTPServer,
+    WRITE_BUFFER,
+    UpstreamPool,
     bad_request,
     loads,
     read_body,
@@ -212,6 +213,7 @@ class _UpstreamFailed(Exception):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    wbufsize = WRITE_BUFFER  # headers and body leave in one send (each write is followed by a flush)
     server: _ProxyServer
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet: the CLI reports turns
@@ -343,10 +345,11 @@ class _Handler(BaseHTTPRequestHandler):
         asm, ttft = StreamAssembler(endpoint), None
         try:
             for chunk in resp.iter_raw():
+                arrived = time.perf_counter()
+                self._write(b"%x\r\n%s\r\n" % (len(chunk), chunk))  # relayed first: parsing is off the client's path
                 asm.feed(chunk)
                 if ttft is None and asm.has_output:
-                    ttft = round((time.perf_counter() - t0) * 1e3, 3)
-                self._write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    ttft = round((arrived - t0) * 1e3, 3)
         except TransportError as exc:
             self._fail_stream(f"upstream died mid-stream on {endpoint}: {exc!r}")
         if not asm.finished:
@@ -389,23 +392,14 @@ class _ProxyServer(ProxyHTTPServer):
         self.recorder = recorder
         self.on_turn = on_turn
         self.timeout_s = timeout_s
+        self.pool = UpstreamPool(self.upstream, timeout_s)
         self.errors: list[str] = []
         self._err_lock = threading.Lock()
 
     def open(self, method: str, path: str, raw: bytes, headers: dict[str, str]) -> Streamed:
-        """One upstream request on a fresh connection (the engines' stdlib client): llama-server may
-        close a kept-alive connection right after a stream, and a request racing that close fails
-        with no response at all. Connect failures (nothing sent yet) are retried: a burst can
-        overflow the engine's own accept backlog."""
-        return open_stream(
-            self.upstream + path,
-            method,
-            raw or None,
-            headers,
-            timeout_s=self.timeout_s,
-            connect_retries=CONNECT_RETRIES,
-            slots=self.upstream_slots,
-        )
+        """One upstream request on a kept-alive connection of the pool (a connection the engine closed
+        meanwhile, and a failed connect, are retried: see :class:`UpstreamPool`)."""
+        return self.pool.open(method, path, raw or None, headers, self.upstream_slots)
 
     def note_error(self, message: str) -> None:
         with self._err_lock:
@@ -450,10 +444,15 @@ class RecorderServer:
     def recorder(self) -> TurnRecorder:
         return self._httpd.recorder
 
+    @property
+    def pool(self) -> UpstreamPool:
+        return self._httpd.pool
+
     def shutdown(self) -> None:
         self._httpd.shutdown()
         self._httpd.server_close()
         self._thread.join(timeout=5)
+        self._httpd.pool.close()
         self._httpd.recorder.close()
 
     def __enter__(self) -> RecorderServer:
