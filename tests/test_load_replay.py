@@ -198,3 +198,8 @@ def test_a_design_at_concurrency_4_with_a_rate_reports_throughput_and_goodput_pe
     assert f"concurrency 4 recorded as its scope: design {design_id} ran at replay.concurrency = 4" in out
     with open_campaign(c.root) as camp:
         assert adopted_for(camp.store.last_steps(1)[0]) == {"concurrency": 4}
+    # the note says what load the design was tested at
+    code, out, err = cli(capsys, "report", "-c", str(c.root), "-o", str(tmp_path / "note"))
+    assert code == 0, err
+    note = (tmp_path / "note" / "note.md").read_text()
+    assert f"Tested at concurrency 4 with {RATE:g} requests/s (poisson arrivals)" in note

@@ -82,6 +82,8 @@ class DesignFacts:
     load_warnings: tuple[str, ...] = ()  # starts run while the machine was busier than its cores
     not_fresh: tuple[str, ...] = ()  # arms whose ok starts talked to a server already running (engine external)
     hosts: tuple[HostCells, ...] = ()  # per start a cluster ran (frank run --ray): block, node, GPU, driver, engine
+    rate: float | None = None  # replay.rate: requests/s after the warm-up (None: the concurrency alone paced them)
+    arrivals: str = "poisson"  # replay.arrivals, meaningful with a rate
 
 
 def _gpu_entries(data: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, str | None]:
@@ -141,6 +143,8 @@ def design_facts(campaign: Campaign, ev: Evidence) -> DesignFacts:
         kind=d.kind,
         primary_metric=d.primary_metric,
         concurrency=d.replay.concurrency,
+        rate=d.replay.rate,
+        arrivals=d.replay.arrivals,
         workload_path=reg.frozen.workload_path,
         workload_hash=reg.frozen.workload_hash,
         max_turns=d.replay.max_turns,

@@ -99,6 +99,11 @@ def _sentence(text: str) -> str:
 
 
 def _concurrency(f: DesignFacts) -> str:
+    if f.rate is not None:
+        return (
+            f"Tested at concurrency {f.concurrency} with {f.rate:g} requests/s ({f.arrivals} arrivals): it says "
+            "nothing about other concurrency levels or request rates."
+        )
     if f.concurrency == 1:
         return "Tested at concurrency 1 (one request at a time): it says nothing about batched or concurrent serving."
     return f"Tested at concurrency {f.concurrency}: it says nothing about other concurrency levels."
