@@ -192,11 +192,13 @@ def test_frank_serve_queues_a_second_simultaneous_request(adopted: Path) -> None
     lines: list[str] = []
     with serving(ServeOptions(campaign=adopted, listen="127.0.0.1:0"), echo=lines.append) as front:
         assert any(line.endswith("one more waits for a free place (--over-scope queue)") for line in lines)
-        assert lines[-2:] == [
+        assert lines[-4:-2] == [
             f"frank serve: draft (ledger step 1) is adopted for concurrency 1 (one request at a time); note: {NOTE}",
             "frank serve: of these, concurrency is held here; a prompt longer than the context is kept as an "
             "observation outside scope (counted with the cache); the others are the adopters' words",
         ]
+        assert lines[-2].startswith("frank serve: serving base + draft, frozen at ledger step 1 (adopt draft")
+        assert lines[-1].startswith("frank serve: access log ")  # tests/test_serve_access.py reads it
         first = held_request(front.url)
         with ThreadPoolExecutor(1) as pool:
             second = pool.submit(

@@ -10,13 +10,19 @@ the evidence chain, never read by a verdict.
 Routes (:func:`route_of`): ``tokenize``, ``count``, ``count_tokens`` (Anthropic), ``chat``
 (``/v1/chat/completions``), ``completions`` (``/v1/completions``), ``completion`` (llama.cpp),
 ``other`` for the rest (health, metrics, models...). frank's own ``/frank/...`` routes are not kept.
+
+With ``access``, every request (frank's own routes too) is also a line of an access log file: time, path
+without its query string, status, milliseconds (:func:`access_line`); no bodies, no headers.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import deque
+from pathlib import Path
+from typing import TextIO
 
 from frankenstein.store import ServedRequest, Store
 
@@ -45,10 +51,13 @@ def route_of(path: str) -> str:
 class ServedLog:
     """Collects observations from handler threads; a daemon thread writes them to ``store``."""
 
-    def __init__(self, store: Store, step: int | None, flush_s: float = 1.0) -> None:
+    def __init__(self, store: Store, step: int | None, flush_s: float = 1.0, access: Path | None = None) -> None:
         self.store = store
         self.step = step
         self.flush_s = flush_s
+        self.access = access
+        self._access: TextIO | None = open_access_log(access) if access is not None else None
+        self._lines: deque[str] = deque()
         self._pending: deque[tuple[float, str, int, float, bool, str | None]] = deque()
         self._stop = threading.Event()
         self.written = 0
@@ -59,15 +68,19 @@ class ServedLog:
         """Called once per answered request (cheap: one tuple appended; the writer makes the row). frank's
         own routes (``/frank/...``, e.g. ``/frank/status``) are not served traffic and are not kept.
         ``outside_scope``: how the request fell outside the served recipe's adopted scope, in words."""
+        at = time.time()
+        if self._access is not None:
+            self._lines.append(access_line(at, path, status, ms))
         if path.startswith(OWN_PREFIX):
             return
-        self._pending.append((time.time(), path, status, ms, engine_error, outside_scope))
+        self._pending.append((at, path, status, ms, engine_error, outside_scope))
 
     def _run(self) -> None:
         while not self._stop.wait(self.flush_s):
             self._flush()
 
     def _flush(self) -> None:
+        self._write_access()
         batch = []
         while self._pending:
             at, path, status, ms, error, outside = self._pending.popleft()
@@ -81,3 +94,25 @@ class ServedLog:
         self._stop.set()
         self._thread.join(timeout=30)
         self._flush()
+        if self._access is not None:
+            self._access.close()
+
+    def _write_access(self) -> None:
+        if self._access is None or not self._lines:
+            return
+        while self._lines:
+            self._access.write(self._lines.popleft() + "\n")
+        self._access.flush()
+
+
+def open_access_log(path: Path) -> TextIO:
+    """The access log, appended to, readable by its owner only (0600)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "a", encoding="utf-8")
+
+
+def access_line(at: float, path: str, status: int, ms: float) -> str:
+    """One request: time, route (the path without its query string: no credentials a client put there), status,
+    milliseconds. No bodies, no headers."""
+    route = path.split("?", 1)[0].split("#", 1)[0]
+    return f"{iso(at)} {route} {status} {ms:.1f} ms"

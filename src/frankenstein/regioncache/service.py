@@ -27,7 +27,9 @@ campaign's served step; an engine that names a model other than the served recip
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -40,7 +42,7 @@ from tokenizers import Tokenizer
 
 from frankenstein.campaign import Campaign, open_campaign
 from frankenstein.design.registry import verified
-from frankenstein.design.serving import checked
+from frankenstein.design.serving import Served, checked
 from frankenstein.engines import start_engine, traits_of
 from frankenstein.engines.external import listed_model
 from frankenstein.errors import ConfigError, FrankError
@@ -153,7 +155,7 @@ def serving(opts: ServeOptions, echo: Callable[[str], None] = print) -> Iterator
     """Start engine (unless ``upstream``), recorder (with ``record``) and front; stop all on exit."""
     host, port = parse_listen(opts.listen)
     with ExitStack() as stack:
-        upstream, engine_kind, recipe_model, campaign = _upstream(opts, stack, echo)
+        upstream, engine_kind, recipe_model, campaign, served = _upstream(opts, stack, echo)
         props = _engine_props(upstream)
         model = _engine_model(upstream, props) or recipe_model
         fronting = _fronting(campaign, model, recipe_model) if opts.upstream and campaign is not None else None
@@ -188,7 +190,7 @@ def serving(opts: ServeOptions, echo: Callable[[str], None] = print) -> Iterator
             echo(fronting)
         if admission is not None:
             echo(admission.describe())
-        for line in _scope_lines(campaign):
+        for line in [*_scope_lines(campaign), *served_words(served, observe)]:
             echo(line)
         yield front
 
@@ -244,11 +246,11 @@ def _engine_model(url: str, props: dict[str, Any] | None) -> str | None:
 
 def _upstream(
     opts: ServeOptions, stack: ExitStack, echo: Callable[[str], None] = print
-) -> tuple[str, str | None, str | None, Campaign | None]:
-    """(engine URL, engine kind when frank starts it, the model, the campaign whose step is served).
-    ``--upstream`` with ``--campaign``: the campaign is opened (and verified) only to tag observations."""
+) -> tuple[str, str | None, str | None, Campaign | None, Served | None]:
+    """(engine URL, engine kind when frank starts it, the model, the campaign whose step is served, the served
+    recipe). ``--upstream`` with ``--campaign``: the campaign is opened (and verified) only to tag observations."""
     if opts.upstream and opts.campaign is None:
-        return opts.upstream.rstrip("/"), None, None, None
+        return opts.upstream.rstrip("/"), None, None, None, None
     campaign = stack.enter_context(open_campaign(opts.campaign or Path(".")))
     verified(campaign, "serve", force=opts.force, why=opts.why)  # a ledger row written outside frank changes nothing
     served = checked(campaign, "serve", force=opts.force, why=opts.why)  # the recipe adopt froze, as tested
@@ -259,9 +261,19 @@ def _upstream(
         )
     recipe = served.recipe
     if opts.upstream:
-        return opts.upstream.rstrip("/"), None, recipe.model, campaign
+        return opts.upstream.rstrip("/"), None, recipe.model, campaign, served
     engine = stack.enter_context(start_engine(recipe, campaign.logs))
-    return engine.base_url, recipe.engine, recipe.model, campaign
+    return engine.base_url, recipe.engine, recipe.model, campaign, served
+
+
+def served_words(served: Served | None, observe: ServedLog | None) -> list[str]:
+    """On start: the recipe served and its ledger step; where the access log goes."""
+    lines = []
+    if served is not None:
+        lines.append(f"frank serve: serving {' + '.join([served.base, *served.parts])}, {served.why}")
+    if observe is not None and observe.access is not None:
+        lines.append(f"frank serve: access log {observe.access} (time, route, status, ms per request; no bodies)")
+    return lines
 
 
 def _fronting(campaign: Campaign, model: str | None, served_model: str | None) -> str:
@@ -283,13 +295,19 @@ def _same_path(a: str, b: str) -> bool:
 
 
 def _observe(campaign: Campaign | None, stack: ExitStack) -> ServedLog | None:
-    """Observations of the served traffic, tagged with the last ledger step (the one being served)."""
+    """Observations of the served traffic, tagged with the last ledger step (the one being served), and the
+    access log in the campaign's logs/ (:func:`access_log_path`)."""
     if campaign is None:
         return None
     last = campaign.store.last_steps(1)
-    log = ServedLog(campaign.store, last[0].seq if last else None)
+    log = ServedLog(campaign.store, last[0].seq if last else None, access=access_log_path(campaign))
     stack.callback(log.close)
     return log
+
+
+def access_log_path(campaign: Campaign) -> Path:
+    """logs/serve-access-<UTC start time>.log: one file per ``frank serve``."""
+    return campaign.logs / f"serve-access-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{os.getpid()}.log"
 
 
 def _admission(campaign: Campaign | None, mode: OverScope) -> Admission | None:
