@@ -174,6 +174,10 @@ def analyze(
 
 @app.command()
 def plan(
+    design: Path | None = typer.Argument(
+        None, help="A design file to plan before registration (with --pilot DESIGN_ID and -c CAMPAIGN)."
+    ),
+    budget: str | None = typer.Option(None, "--budget", help="With a design file: the wall time to spend (2h, 30m)."),
     effect: float | None = typer.Option(None, "--effect", help="Effect to detect: 0.05 = 5% better for the candidate."),
     direction: DirectionName | None = typer.Option(
         None, "--direction", help="Which way is better for the candidate (with --effect)."
@@ -181,7 +185,9 @@ def plan(
     harm: float | None = typer.Option(
         None, "--harm", help="Or: the loss a harm design must exclude (per block, e.g. passes per start)."
     ),
-    pilot: Path | None = typer.Option(None, "--pilot", help="A/A pilot CSV: block,served,candidate."),
+    pilot: Path | None = typer.Option(
+        None, "--pilot", help="A/A pilot CSV: block,served,candidate; with a design file: a pilot design's id."
+    ),
     sd: float | None = typer.Option(None, "--sd", help="Or: the sd of the block log ratio."),
     rule: list[PlanRuleName] = typer.Option(
         [], "--rule", help="Rules to plan (repeatable; default: all_blocks_better, sign, permutation)."
@@ -202,7 +208,13 @@ def plan(
 
     Example: frank plan --pilot aa.csv --effect 0.05 --direction lower
     Example: frank plan --harm 1 --sd 1.6   (exclude a loss of more than 1 pass per start)
+    Example: frank plan designs/x.toml --budget 30m --pilot aa-1 --effect 0.02
     """
+    if design is not None:
+        _plan_design(design, budget, pilot, campaign, effect, sd, power)
+        return
+    if budget is not None:
+        raise typer.BadParameter("--budget plans a design file: give DESIGN.toml")
     from frankenstein.design.plan import harm_plan_from_options, plan_from_options
     from frankenstein.design.table import format_harm_plan, format_plan
 
@@ -249,3 +261,21 @@ def plan(
 
         lines += estimate_lines(campaign, timing_from, result, blocks)
     _echo_lines(lines)
+
+
+def _plan_design(
+    design: Path, budget: str | None, pilot: Path | None, campaign_dir: Path, effect: float | None, sd: float | None,
+    target: float,
+) -> None:  # fmt: skip
+    """``frank plan DESIGN.toml``: the design file's blocks, power, wall time and what the budget can detect."""
+    from frankenstein.campaign import open_campaign
+    from frankenstein.design.budget import budget_lines, budget_plan, parse_budget
+
+    if pilot is None:
+        raise typer.BadParameter(
+            "a design file is planned from a pilot design: --pilot DESIGN_ID", param_hint="--pilot"
+        )
+    budget_s = parse_budget(budget) if budget is not None else None
+    with open_campaign(campaign_dir) as c:
+        p = budget_plan(c, design, str(pilot), effect=effect or 0.05, budget_s=budget_s, sd=sd, target=target)
+    _echo_lines(budget_lines(p))
