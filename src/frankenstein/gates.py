@@ -39,6 +39,8 @@ def fidelity_gate_passed(
         return False, f"fidelity gate {design_id}: {exc}"
     if not kind_of(reg.design.kind).measures_fidelity:
         return False, f"fidelity gate {design_id}: a {reg.design.kind} design, not a fidelity design"
+    if kind_of(reg.design.kind).same_arms:
+        return False, f"fidelity gate {design_id}: an A/A fidelity design measures the noise floor and tested no part"
     tested = list(reg.design.arms["candidate"].parts)
     if candidate_parts is not None and list(candidate_parts) != tested:
         return False, (f"fidelity gate {design_id}: it tested parts {tested}, not {list(candidate_parts)}")

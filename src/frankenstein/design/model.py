@@ -35,7 +35,7 @@ from frankenstein.measure.usermetrics import UserMetric, known
 from frankenstein.validation import UserFile, field_error, read_toml
 from frankenstein.workload.replay import ReplaySettings
 
-Kind = Literal["speed", "fidelity", "agent", "screen", "aa", "memory"]
+Kind = Literal["speed", "fidelity", "agent", "screen", "aa", "memory", "fidelity_aa"]
 ARMS = ("served", "candidate")
 # Documented bounds (docs/designs.md): a design beyond them would take years of engine starts, and
 # building its schedule alone would exhaust memory at registration.

@@ -162,8 +162,8 @@ def check_design(campaign: Campaign, design: DesignFile, path: Path) -> FrozenDe
         same = _same(recipes["served"], recipes["candidate"], design)
     if same and not kind.same_arms:
         raise DesignError(
-            f'the two arms are identical{_no_op_parts(recipes)}; only an A/A design (kind = "aa") may compare '
-            "a recipe with itself",
+            f'the two arms are identical{_no_op_parts(recipes)}; only an A/A design (kind = "aa", or "fidelity_aa" '
+            "for the engine's own fidelity noise floor) may compare a recipe with itself",
             path=path,
             field="arms",
         )

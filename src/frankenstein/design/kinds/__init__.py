@@ -8,11 +8,11 @@ Each kind module implements :class:`~frankenstein.design.kinds.base.DesignKind`.
 
 from __future__ import annotations
 
-from frankenstein.design.kinds import aa, agent, fidelity, memory, screen, speed
+from frankenstein.design.kinds import aa, agent, fidelity, fidelity_aa, memory, screen, speed
 from frankenstein.design.kinds.base import Analysis, DesignKind, Description, Failure
 
 KINDS: dict[str, DesignKind] = {
-    k.name: k for k in (speed.KIND, fidelity.KIND, agent.KIND, screen.KIND, aa.KIND, memory.KIND)
+    k.name: k for k in (speed.KIND, fidelity.KIND, agent.KIND, screen.KIND, aa.KIND, memory.KIND, fidelity_aa.KIND)
 }
 
 

@@ -250,17 +250,26 @@ def fidelity_summary(reg: Registered, starts: list[ForcedStart]) -> dict[str, An
     }
 
 
-def analyze_fidelity(campaign: Campaign, ev: Evidence) -> Analysis:
-    """Verdict of a fidelity design under its registered rule: ``outcome``, ``why``, ``lines``, ``fidelity``, ``kl``."""
-    reg = ev.reg
-    rule = reg.design.rule
-    assert isinstance(rule, FidelityRule)
+def kept_starts(campaign: Campaign, ev: Evidence) -> tuple[list[ForcedStart], list[Failure], list[str]]:
+    """The ok starts the failure policy keeps, every failure, and the notes on the blocks it dropped."""
     starts, failures = load_starts(campaign, ev)
     notes = []
-    if reg.design.failure_policy == "drop_block":
+    if ev.reg.design.failure_policy == "drop_block":
         bad_blocks = {f.block for f in failures}
         starts = [s for s in starts if s.block not in bad_blocks]
         notes = [f.dropped_note() for f in failures]
+    return starts, failures, notes
+
+
+def analyze_fidelity(campaign: Campaign, ev: Evidence) -> Analysis:
+    """Verdict of a fidelity design under its registered rule: ``outcome``, ``why``, ``lines``, ``fidelity``, ``kl``."""
+    return analyze_starts(ev.reg, *kept_starts(campaign, ev))
+
+
+def analyze_starts(reg: Registered, starts: list[ForcedStart], failures: list[Failure], notes: list[str]) -> Analysis:
+    """:func:`analyze_fidelity` over starts already read (:func:`kept_starts`)."""
+    rule = reg.design.rule
+    assert isinstance(rule, FidelityRule)
     summary = fidelity_summary(reg, starts)
     excess = excess_of(rule, starts)
     summary["excess"] = _excess_doc(excess)
