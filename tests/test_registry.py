@@ -135,4 +135,4 @@ def test_every_design_kind_is_one_entry_of_the_table_and_implements_the_protocol
     for name, kind in KINDS.items():
         assert isinstance(kind, DesignKind) and kind.name == name
     assert [n for n, k in KINDS.items() if k.adoptable] == ["speed", "screen"]
-    assert [n for n, k in KINDS.items() if k.same_arms] == ["aa"]
+    assert [n for n, k in KINDS.items() if k.same_arms] == ["aa", "fidelity_aa"]
