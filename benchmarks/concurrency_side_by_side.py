@@ -11,7 +11,8 @@ Reported per tool (median over rounds): output tokens/s, requests/s and goodput 
 TTFT p50/p90/p99 and per-request inter-token latency p50/p90/p99. frank's per-request ITL here is AIPerf's
 (``tpot_ms``: (e2e − TTFT) / (tokens − 1)); frank's goodput counts a request's mean chunk gap against the ITL
 target, AIPerf's its inter_token_latency, so the two goodputs can differ where a target sits inside the
-tails. Every frank request generated exactly its recorded length (checked); for AIPerf the output says whether
+tails. Beside them, the server's own decode ms per token (from its log, the same source for both tools), which
+says whether a difference in ITL is the server's or the client's. Every frank request generated exactly its recorded length (checked); for AIPerf the output says whether
 it sent each recorded turn once (``same_turns_as_recorded``, from the output lengths it recorded).
 
 Run: .venv/bin/python benchmarks/concurrency_side_by_side.py [--concurrency 4 --rate 8 --turns 40 --rounds 2]
@@ -24,6 +25,7 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import statistics
 import subprocess
 import tempfile
@@ -42,6 +44,19 @@ from frankenstein.workload.replay import GoodputTargets, ReplaySettings, recorde
 from frankenstein.workload.trace import Workload, load_trace, workload_from_turns
 
 QS = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
+EVAL = re.compile(r"(?<!prompt )\beval time =\s*([\d.]+) ms /\s*(\d+) (?:tokens|runs)")
+
+
+def server_eval(log: Path, start: int, expected: int) -> list[float]:
+    """The server's own decode ms per token of each request finished after byte ``start`` of its log (llama-server's
+    ``eval time = X ms / N tokens`` lines), once ``expected`` of them are there or 15 s have passed."""
+    deadline = time.monotonic() + 15
+    while True:
+        text = log.read_bytes()[start:].decode("utf-8", "replace")
+        found = [float(ms) / int(n) for ms, n in EVAL.findall(text) if int(n) > 0]
+        if len(found) >= expected or time.monotonic() > deadline:
+            return found
+        time.sleep(0.5)
 
 
 def settings(args: argparse.Namespace) -> ReplaySettings:
@@ -172,12 +187,15 @@ def main() -> None:
             replay(eng, wl, s)  # unmeasured: both tools then meet the same warm server
             for rnd in range(args.rounds):
                 for tool in ("frank", "aiperf") if rnd % 2 == 0 else ("aiperf", "frank"):
+                    assert eng.log_path is not None
+                    at = eng.log_path.stat().st_size
                     t0 = time.perf_counter()
                     if tool == "frank":
                         runs[tool].append(run_frank(eng, wl, s))
                     else:
                         runs[tool].append(run_aiperf(args, eng.port, data, len(wl.turns), tok, tmp / f"art{rnd}"))
                     walls[tool].append(round(time.perf_counter() - t0, 2))
+                    runs[tool][-1]["server_decode_ms_per_token"] = pcts(server_eval(eng.log_path, at, len(wl.turns)))
     out: dict[str, Any] = {
         "settings": {k: getattr(args, k) for k in ("concurrency", "rate", "turns", "rounds", "ttft_ms", "itl_ms")},
         "frank": median_of(runs["frank"]),
