@@ -50,9 +50,11 @@ def test_frank_plan_of_a_design_file_prints_each_rule_under_the_budget(camp: Pat
     assert "from pilot pilot-1's 6 starts of 4 turns, replay scaled ×3.00" in out[1]
     assert out[2].startswith("spread: sd ") and "(pilot pilot-1: sd " in out[2]
     assert out[3].startswith("budget 30 min: ") and " blocks fit" in out[3]
-    rows = {line.split()[0]: line for line in out[6:9]}
-    assert set(rows) == {"sign", "all_blocks_better", "permutation"}
+    rows = {line.split()[0]: line for line in out[6:10]}
+    assert set(rows) == {"sign", "all_blocks_better", "permutation", "order_adjusted"}  # balanced: the default
     assert "(registered)" in rows["sign"]
+    advice = [line for line in out if line.startswith('recommended: stopping = "curtail"')]
+    assert len(advice) == 1 and "saved at the planned effect" in advice[0]
 
 
 def test_the_estimate_with_the_replay_scaled_matches_the_real_run(camp: Path) -> None:

@@ -217,3 +217,13 @@ def test_the_curtailed_expectation_of_all_blocks_better_at_no_effect() -> None:
     assert expected == pytest.approx(2 * (1 - 2**-10), abs=0.1)
     strong = plan.expected_curtailed_blocks(rule, 10, 0.05, 1.0, simulations=200)  # never against: all 10 run
     assert strong == 10
+
+
+def test_cli_plans_the_order_adjusted_rule_at_the_measured_gpu_spread(capsys: pytest.CaptureFixture[str]) -> None:
+    """At the H200's measured sd (0.0108) and a 2 % effect the order-adjusted test needs 10 blocks (its smallest p
+    is 1/2^(n/2): no fewer can reach 0.05), the per-block permutation test 5."""
+    args = ["plan", "--sd", "0.0108", "--effect", "0.02", "--direction", "lower"]
+    rc, out, err = run([*args, "--rule", "order_adjusted", "--rule", "permutation"], capsys)
+    assert (rc, err) == (0, "")
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith(("order_adj", "permut"))}
+    assert rows["order_adjusted"][2] == "10" and rows["permutation"][2] == "5"

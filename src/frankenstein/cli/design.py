@@ -30,6 +30,7 @@ class PlanRuleName(str, Enum):
     all_blocks_better = "all_blocks_better"
     sign = "sign"
     permutation = "permutation"
+    order_adjusted = "order_adjusted"
     harm = "harm"
 
 

@@ -181,7 +181,8 @@ def budget_plan(
     plan = BudgetPlan(d, design_path, pilot_id, st, use_sd, source, effect, direction, target, budget_s, [])
     kw = {"sd": use_sd, "effect": effect, "target": target, "block_s": plan.block_seconds}
     kw["higher"] = float(direction == "higher")
-    rules = [(d.rule, True)] + [(parse_rule(k, alpha=d.rule.alpha), False) for k in OTHER_RULES if k != d.rule.kind]
+    others = [*OTHER_RULES, "order_adjusted"] if d.layout == "paired" and d.order != "independent" else OTHER_RULES
+    rules = [(d.rule, True)] + [(parse_rule(k, alpha=d.rule.alpha), False) for k in others if k != d.rule.kind]
     rows = [_row(kw, r, own, d, plan.searched) for r, own in rules]
     return BudgetPlan(d, design_path, pilot_id, st, use_sd, source, effect, direction, target, budget_s, rows)
 
@@ -217,8 +218,21 @@ def budget_lines(p: BudgetPlan) -> list[str]:
         needed = "-" if r.needed is None else str(r.needed)
         line = f"{name:<26} {d.blocks:>6} {needed:>6} {r.power:>6.0%} {duration(r.seconds):>14} {curtailed:>22}"
         lines.append(line + (f"  {_pct(r.smallest_effect)}" if p.budget_s is not None else ""))
+    lines += _curtail_advice(p)
     lines.append("Model: independent normal block log ratios (docs/statistics.md); times: the pilot's phases.")
     return lines
+
+
+def _curtail_advice(p: BudgetPlan) -> list[str]:
+    """Recommend stopping = "curtail" where the registered rule can stop early (it never changes the verdict)."""
+    own = p.rows[0]
+    if p.design.stopping == "curtail" or own.curtailed_blocks is None or own.curtailed_blocks >= p.design.blocks - 0.05:
+        return []
+    saved = (p.design.blocks - own.curtailed_blocks) * p.block_seconds
+    return [
+        f'recommended: stopping = "curtail" (same verdict, same error rates): about {duration(saved)} '
+        f"saved at the planned effect ({own.curtailed_blocks:.1f} of {p.design.blocks} blocks expected)"
+    ]
 
 
 def parse_budget(text: str) -> float:
