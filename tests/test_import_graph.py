@@ -47,6 +47,7 @@ FLOORS: dict[str, int] = {
     "design.registry": 6,
     # analyze and run a design; use cases that act on a verified campaign
     "design.analysis": 7, "design.runner": 7, "design.quickcheck": 7, "design.dryrun": 7, "design.budget": 7, "regioncache.service": 7,
+    "design.replayrun": 7,
     "cluster": 8,
     "design.facts": 9,
     "ledger": 10, "gates": 10, "part_status": 10,

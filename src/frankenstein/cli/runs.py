@@ -57,10 +57,7 @@ def replay(
             param_hint="--part",
         )
     from frankenstein.campaign import open_campaign
-    from frankenstein.design import phases
-    from frankenstein.measure.usermetrics import start_values
-    from frankenstein.design.caches import folder_applied
-    from frankenstein.design.start import measure_start, record_start, watched
+    from frankenstein.design.replayrun import replay_lines, replay_recipe, replay_start
     from frankenstein.progress import RunProgress, heartbeat_seconds
     from frankenstein.workload.replay import ReplaySettings
     from frankenstein.workload.trace import load_trace
@@ -72,66 +69,24 @@ def replay(
     wl = load_trace(workload)
     settings = ReplaySettings(concurrency=concurrency, warmup_turns=warmup, max_turns=max_turns or None)
     with open_campaign(campaign) as c:
-        name = c.config.served if recipe == "served" else recipe
-        r = c.recipe(name, part)
-        if url is None:  # an unknown engine is said before anything starts, naming the campaign's file
-            from frankenstein.engines import adapter_class
-
-            adapter_class(r, c.root / "frank.toml")
-        else:
-            from frankenstein.engines.external import external_recipe, unapplied
-
-            dropped = unapplied(r)
-            r_ext = external_recipe(r, url)  # the URL checked first (a bad one is the one message)
-            if dropped:
-                typer.echo(
-                    f"frank replay: recipe {r.name!r} is not launched with --url, so these are not applied to the "
-                    f"server and the start is recorded without them: {', '.join(dropped)}",
-                    err=True,
-                )
-            r = r_ext
-        with (
-            RunProgress(1, heartbeat_s=every, prefix="frank replay") as run,
-            run.slot(f"replay {r.name}") as progress,
-            phases.recording(),  # phases, cache folders, machine and load, as a design's start has them
-            folder_applied(c, r, "replay"),
-        ):
-            out = watched(lambda: measure_start(r, wl, settings, c.logs, progress))
-        user = start_values(
-            c.config.metrics, out.rows, *out.scrapes.flat()
-        )  # frank.toml [metrics.NAME] a replay can give
-        out.metrics.update(user)
-        start_id = record_start(c.store, out)
+        r, dropped = replay_recipe(c, recipe, part, url)
+        if dropped:
+            typer.echo(
+                f"frank replay: recipe {r.name!r} is not launched with --url, so these are not applied to the "
+                f"server and the start is recorded without them: {', '.join(dropped)}",
+                err=True,
+            )
+        with RunProgress(1, heartbeat_s=every, prefix="frank replay") as run, run.slot(f"replay {r.name}") as progress:
+            done = replay_start(c, r, wl, settings, progress)
     if as_json or as_csv:
         from frankenstein.report.export import dumps, replay_csv, replay_doc
 
-        typer.echo(dumps(replay_doc(start_id, out)) if as_json else replay_csv(start_id, out), nl=False)
-        if out.status != "ok":
-            raise typer.Exit(1)
-        return
-    typer.echo(f"start {start_id}: {out.status}{' (' + out.reason + ')' if out.reason else ''}")
-    if url is not None:
-        from frankenstein.engines.external import NOT_FRESH
-
-        typer.echo(f"  not a fresh start: {NOT_FRESH} ({url})")
-    from frankenstein.measure.metrics import names
-
-    for key in (*names(scope="step"), *names(scope="request"), *user):
-        v = out.metrics.get(key)
-        typer.echo(f"  {key:<20} {'-' if v is None else f'{v:.4f}'}")
-    from frankenstein.workload.replay import prompt_count_note, reproduced
-
-    matched, compared = reproduced(out.rows)
-    if compared:
-        typer.echo(f"  reproduced the recorded text on {matched} of {compared} turns")
-    if note := prompt_count_note(list(wl.turns[: len(out.rows)]), out.rows):
-        typer.echo(f"  note: {note}")
-    from frankenstein.design.percentiles import percentile_lines, rows_percentiles
-
-    if per := rows_percentiles(out.rows):
-        for line in percentile_lines({r.name: per}):
+        doc = dumps(replay_doc(done.start_id, done.out)) if as_json else replay_csv(done.start_id, done.out)
+        typer.echo(doc, nl=False)
+    else:
+        for line in replay_lines(done, wl, url):
             typer.echo(line)
-    if out.status != "ok":
+    if done.out.status != "ok":
         raise typer.Exit(1)
 
 
