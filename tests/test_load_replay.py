@@ -16,17 +16,22 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
 
 from frankenstein.campaign import open_campaign
+from frankenstein.engines import start_engine
+from frankenstein.errors import EngineRequestError
+from frankenstein.workload.trace import workload_from_turns
 from frankenstein.measure.timings import meets, start_rates
 from frankenstein.scope import AdoptedScope, with_design_concurrency, adopted_for
-from frankenstein.workload.replay import GoodputTargets, ReplaySettings, send_offsets
+from frankenstein.workload.replay import GoodputTargets, ReplaySettings, replay, send_offsets
 
 from helpers_campaign import TOML, make_campaign, make_workload, write_design
 from helpers_cli import cli
+from test_replay import _frozen_recipe, _turns
 
 
 def test_fixed_arrivals_are_one_over_the_rate_apart() -> None:
@@ -203,3 +208,18 @@ def test_a_design_at_concurrency_4_with_a_rate_reports_throughput_and_goodput_pe
     assert code == 0, err
     note = (tmp_path / "note" / "note.md").read_text()
     assert f"Tested at concurrency 4 with {RATE:g} requests/s (poisson arrivals)" in note
+
+
+def test_an_engine_that_never_answers_fails_a_concurrent_rate_start_without_hanging(tmp_path: Path) -> None:
+    """The frozen stand-in process (tests/data/frozen_engine.py: /health, then never a completion) at concurrency 4
+    and 50 requests/s: the first timed-out request stops the dispatch and the replay raises naming the bound,
+    after the 4 requests in flight time out (about 1 s), not after all 40 (10 s)."""
+    settings = ReplaySettings(
+        warmup_turns=0, concurrency=4, rate=50.0, arrivals="fixed", prefill_timeout_s=0.5, timeout_per_token_s=0.1
+    )
+    with start_engine(_frozen_recipe(), tmp_path) as eng:
+        t0 = time.monotonic()
+        with pytest.raises(EngineRequestError, match=r"sent nothing for 1.0 s \(request timeout\)"):
+            replay(eng, workload_from_turns(_turns(40, 5)), settings)
+        took = time.monotonic() - t0
+    assert 1.0 <= took < 5.0, took
