@@ -1,5 +1,6 @@
-"""The campaign store: one SQLite file in WAL mode, registered migrations, one transaction helper,
-and the only place that speaks SQL or decodes stored JSON.
+"""The campaign store: one SQLite file in WAL mode, one transaction helper, the head file, the writes and
+the typed reads (the ``store`` package, with its migrations, rows and chain verification, is the only place
+that speaks SQL or decodes stored JSON).
 
 The format version is checked on open so an older Frankenstein never writes into a newer store.
 Every write goes through :meth:`Store.transaction`, so a start (its row and all its turns) is
