@@ -42,6 +42,8 @@ class Design:
 DESIGNS = [
     Design("seed: 5 blocks, sign, fixed", parse_rule("sign"), 5, False, False),
     Design("seed: 10 blocks, sign, fixed", parse_rule("sign"), 10, False, False),
+    Design("6 blocks, permutation, fixed", parse_rule("permutation"), 6, False, False),
+    Design("8 blocks, permutation, fixed", parse_rule("permutation"), 8, False, False),
     Design("10 blocks, permutation, fixed", parse_rule("permutation"), 10, False, False),
     Design("10 blocks, sign, curtailed", parse_rule("sign"), 10, False, True),
     Design("10 blocks, permutation, curtailed", parse_rule("permutation"), 10, False, True),
