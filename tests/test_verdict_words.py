@@ -10,6 +10,7 @@ import pytest
 
 from frankenstein.design.analysis import analyze_registered
 from frankenstein.design.rules import RULE_ADAPTER
+from frankenstein.report.note import write_report
 
 from helpers_campaign import make_campaign, make_workload, write_design
 from helpers_cli import cli
@@ -125,4 +126,13 @@ def test_register_and_dry_run_say_the_requirement(camp, capsys) -> None:
     rc, out, _ = cli(capsys, "register", str(design), "-c", str(camp.root))
     assert rc == 0 and out.splitlines()[-1] == (
         "rule sign: at 5 blocks this rule confirms only if all 5 favour the candidate"
+    )
+
+
+def test_the_note_says_a_clear_loss_beside_not_confirmed(camp, tmp_path: Path) -> None:
+    stored_design(camp, name="loss", served=CONFIRMED[1], candidate=CONFIRMED[0])
+    note = write_report(camp, tmp_path / "out").read_text()
+    assert (
+        "A clear loss: the candidate was worse in 6 of 6 blocks (a sign test for worse would give p = 1/64 = "
+        "0.01562); the rule tests only for better." in note
     )

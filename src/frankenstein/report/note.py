@@ -28,7 +28,7 @@ from frankenstein.config import Provenance
 from frankenstein.design.kinds import kind_of
 from frankenstein.design.kinds.base import speculation_lines
 from frankenstein.design.model import FidelityRule
-from frankenstein.design.rules import Verdict
+from frankenstein.design.rules import Verdict, loss_words
 from frankenstein.design.percentiles import PERCENTILE_CAPTION, PERCENTILE_HEADER, percentile_rows
 from frankenstein.design.table import descriptive_label, describe_rule, format_p, harm_text, p_text
 from frankenstein.fidelity.gate import rule_line
@@ -418,6 +418,9 @@ def format_rule(d: DesignReport) -> list[str]:
         )
     harm = harm_text(v, "pass/passes per start" if d.reg.design.kind == "agent" else "")
     said += f". Largest harm excluded: {harm}." if harm else "."
+    loss = loss_words(v)
+    if loss:
+        said += f" A clear loss: {loss}."
     if a.invalidated:
         said += f" Overridden to invalid: {a.invalidated}."
     return [f"**Rule:** {code(v.rule.kind)}: {describe_rule(v.rule)}.", "", said]
