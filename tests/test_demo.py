@@ -25,6 +25,7 @@ def test_frank_demo_runs_the_whole_loop(tmp_path: Path, llama_server_bin: str) -
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     text = out.stdout
     assert re.search(r"registered draft-speed-\d+ \(seed [0-9a-f]+\)", text)
+    assert "rule sign: at 5 blocks this rule confirms only if all 5 favour the candidate" in text
     assert re.search(r"^verdict: (confirmed|not confirmed|invalid) ", text, re.M)
     assert "candidate: drafted " in text  # speculation per arm
     assert "decided by: " in text  # the fidelity gate says which part of its rule decided

@@ -13,6 +13,7 @@ from pathlib import Path
 from frankenstein.campaign import Campaign, default_toml, init_campaign
 from frankenstein.config import load_config
 from frankenstein.design.analysis import analyze, format_analysis
+from frankenstein.design.dryrun import requirement_line
 from frankenstein.design.registry import register
 from frankenstein.design.runner import run_design
 from frankenstein.engines.check import check_recipe
@@ -68,6 +69,9 @@ def stage_speed(c: Campaign, echo: Callable[[str], None], blocks: int, turns: in
         f"registered {reg.design_id} (seed {reg.seed}); arm order per block: "
         + ", ".join("/".join(a[0].upper() for a in order) for order in reg.schedule)
     )
+    need = requirement_line(reg.design)
+    if need:
+        echo(need)
     echo(run_design(c, reg.design_id, echo=echo))
     for line in format_analysis(analyze(c, reg.design_id)):
         echo(line)
