@@ -6,7 +6,8 @@
 A campaign on the shipped tiny model; a 2-block pilot of the first workload size is run; then for each size
 (workload turns x blocks) the design file is planned from the pilot (``budget_plan``: the pilot's phases, its
 replay scaled by the turns), registered and run (``run_design``), and the estimate is compared with the run's
-wall time. Printed per size: turns, blocks, estimate, real, error.
+wall time. Printed per size: turns, blocks, estimate, real, error, and the seconds the run's stored phases
+account for (its starts and the gaps between them: the rest is run_design's own work before the first start).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from frankenstein.campaign import Campaign, init_campaign
 from frankenstein.design.budget import budget_plan
 from frankenstein.design.registry import register
 from frankenstein.design.runner import run_design
+from frankenstein.design.timespent import summarize
 from frankenstein.workload.trace import Turn, write_trace
 
 TOML = """\
@@ -96,7 +98,7 @@ def main() -> None:
         pilot = register(c, design(c, "pilot", args.turns[0], 2)).design_id
         run_design(c, pilot, echo=lambda s: None)
         print(f"pilot {pilot}: 2 blocks x 2 arms of {args.turns[0]} turns (tiny model)")
-        print(f"{'turns':>5} {'blocks':>6} {'estimate s':>10} {'real s':>8} {'error':>7}")
+        print(f"{'turns':>5} {'blocks':>6} {'estimate s':>10} {'real s':>8} {'error':>7} {'in starts and gaps s':>20}")
         for i, (turns, blocks) in enumerate(zip(args.turns, args.blocks, strict=True)):
             path = design(c, f"size{i}", turns, blocks)
             estimate = budget_plan(c, path, pilot, effect=0.05, sd=0.05).rows[0].seconds
@@ -104,9 +106,10 @@ def main() -> None:
             t0 = time.monotonic()
             run_design(c, reg.design_id, echo=lambda s: None)
             real = time.monotonic() - t0
-            print(
-                f"{turns:>5} {blocks:>6} {estimate:>10.2f} {real:>8.2f} {(estimate - real) / real:>+7.1%}", flush=True
-            )
+            phases = summarize(c.store.starts_of(reg.design_id))
+            inside = phases.starts_s + phases.between_s
+            error = (estimate - real) / real
+            print(f"{turns:>5} {blocks:>6} {estimate:>10.2f} {real:>8.2f} {error:>+7.1%} {inside:>20.2f}", flush=True)
         c.close()
 
 

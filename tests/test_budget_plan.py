@@ -47,7 +47,7 @@ def test_frank_plan_of_a_design_file_prints_each_rule_under_the_budget(camp: Pat
     assert r.returncode == 0, r.stderr
     out = r.stdout.splitlines()
     assert out[0] == f"design {design}: 2 arms × 1 start(s), 3 blocks, 12 turns per start, rule sign, stopping none"
-    assert "from pilot pilot-1's 6 starts of 4 turns, replay scaled ×3.00" in out[1]
+    assert "from pilot pilot-1's 6 starts of 4 turns, replay scaled ×3.67 (turns after the warm-up)" in out[1]
     assert out[2].startswith("spread: sd ") and "(pilot pilot-1: sd " in out[2]
     assert out[3].startswith("budget 30 min: ") and " blocks fit" in out[3]
     rows = {line.split()[0]: line for line in out[6:10]}

@@ -52,6 +52,7 @@ class StartTime:
     pilot_turns: int
     turns: int
     pilot_starts: int
+    scale: float  # measured turns (after the warm-up) over the pilot's: what the replay phase is scaled by
 
 
 @dataclass(frozen=True)
@@ -107,14 +108,20 @@ def workload_turns(campaign: Campaign, design: DesignFile) -> int:
     return min(n, design.replay.max_turns or n)
 
 
-def start_time(summary: TimeSummary, pilot_turns: int, turns: int) -> StartTime:
-    """Mean seconds of a start (over the pilot's arms), its replay phase times turns / pilot_turns."""
+def measured(turns: int, design: DesignFile) -> int:
+    """Turns the replay phase times: those after the warm-up (timed as its own phase)."""
+    return max(1, turns - design.replay.warmup_turns)
+
+
+def start_time(summary: TimeSummary, pilot: tuple[int, int], new: tuple[int, int]) -> StartTime:
+    """Mean seconds of a start (over the pilot's arms): its replay phase and the gap after it (the store writing
+    the start's turn rows) scaled by the measured turns; ``pilot`` and ``new``: (turns, measured turns)."""
     total, engine, between = per_arm_times(summary)
-    scale = turns / pilot_turns
+    scale = new[1] / pilot[1]
     replay = {a.arm: a.mean.get("replay", 0.0) for a in summary.arms}
-    per_arm = [total[a] + replay[a] * (scale - 1) + between for a in total]
+    per_arm = [total[a] + replay[a] * (scale - 1) + between * scale for a in total]  # the gap writes each turn's rows
     return StartTime(
-        sum(per_arm) / len(per_arm), sum(engine.values()) / len(engine), pilot_turns, turns, summary.starts
+        sum(per_arm) / len(per_arm), sum(engine.values()) / len(engine), pilot[0], new[0], summary.starts, scale
     )
 
 
@@ -175,7 +182,8 @@ def budget_plan(
     summary = summarize(campaign.store.starts_of(pilot_id))
     if not summary.starts:
         raise AnalysisError(f"--pilot: design {pilot_id} has no start with recorded phases to time a start from")
-    st = start_time(summary, workload_turns(campaign, pilot.design), workload_turns(campaign, d))
+    pilot_n, n = workload_turns(campaign, pilot.design), workload_turns(campaign, d)
+    st = start_time(summary, (pilot_n, measured(pilot_n, pilot.design)), (n, measured(n, d)))
     use_sd, source = (sd, "--sd") if sd is not None else pilot_sd(campaign, pilot_id)
     direction = d.direction or metrics.direction(d.primary_metric)
     plan = BudgetPlan(d, design_path, pilot_id, st, use_sd, source, effect, direction, target, budget_s, [])
@@ -197,7 +205,7 @@ def budget_lines(p: BudgetPlan) -> list[str]:
         f"design {p.path}: {len(d.arms)} arms × {d.starts_per_arm} start(s), {d.blocks} blocks, "
         f"{st.turns} turns per start, rule {d.rule.kind}, stopping {d.stopping}",
         f"a start: about {duration(st.seconds)} ({duration(st.engine_seconds)} engine start), from pilot {p.pilot_id}'s "
-        f"{st.pilot_starts} starts of {st.pilot_turns} turns, replay scaled ×{st.turns / st.pilot_turns:.2f}; "
+        f"{st.pilot_starts} starts of {st.pilot_turns} turns, replay scaled ×{st.scale:.2f} (turns after the warm-up); "
         f"a block: about {duration(p.block_seconds)}",
         f"spread: sd {p.sd:.4g} of the block log ratio ({p.sd_source}); planned effect {p.effect:.1%}, "
         f"power target {p.target:.0%}",
