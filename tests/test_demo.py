@@ -28,6 +28,15 @@ def test_frank_demo_runs_the_whole_loop(tmp_path: Path, llama_server_bin: str) -
     assert "rule sign: at 5 blocks this rule confirms only if all 5 favour the candidate" in text
     assert re.search(r"^verdict: (confirmed|not confirmed|invalid) ", text, re.M)
     assert "candidate: drafted " in text  # speculation per arm
+    # a part this machine may confirm (every core to the engine): adopted where it is confirmed, refused (naming
+    # the verdict) where it is not, as on a shared machine; skipped on one core
+    assert re.search(
+        r"^(adopted: threads-all \(design threads-all-speed-1, ledger step 1\)|refused: adopt 'threads-all' on "
+        r"design threads-all-speed-1: its verdict is '(not confirmed|invalid)'|skipped: 1 core\(s\))",
+        text,
+        re.M,
+    ), text[-3000:]
+    assert "refused: adopt 'draft' on design draft-speed-1: its verdict is" in text
     assert "decided by: " in text  # the fidelity gate says which part of its rule decided
     # 3 starts per arm: the floor and the candidate as ranges over start pairs, the excess with its bound
     assert "against the noise floor: two starts of the served engine differed by " in text

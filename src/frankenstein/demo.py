@@ -6,6 +6,7 @@ did; the campaign folder is kept so the note and the store can be read afterward
 
 from __future__ import annotations
 
+import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +20,7 @@ from frankenstein.design.runner import run_design
 from frankenstein.engines.check import check_recipe
 from frankenstein.errors import LedgerError
 from frankenstein.ledger import adopt, format_served
+from frankenstein.measure.noise import suggested_threads
 from frankenstein.report import write_report
 from frankenstein.shipped import data_path
 
@@ -62,8 +64,20 @@ def stage_engine(c: Campaign, echo: Callable[[str], None]) -> None:
 
 def stage_speed(c: Campaign, echo: Callable[[str], None], blocks: int, turns: int) -> str:
     _stage(echo, f"2. a registered {blocks}-block speed design: served vs served + draft")
-    path = c.root / "designs" / "draft-speed.toml"
-    path.write_text(SPEED_DESIGN.format(blocks=blocks, turns=turns))
+    return speed_design(c, echo, "draft", blocks, turns)
+
+
+def speed_design(c: Campaign, echo: Callable[[str], None], part: str, blocks: int, turns: int) -> str:
+    """Register, run and analyze the demo's speed design of ``part`` against the served recipe."""
+    name = "draft-speed" if part == "draft" else f"{part}-speed"
+    path = c.root / "designs" / f"{name}.toml"
+    text = SPEED_DESIGN.format(blocks=blocks, turns=turns)
+    if part != "draft":
+        text = text.replace('name = "draft-speed"', f'name = "{name}"').replace(
+            'parts = ["draft"]', f'parts = ["{part}"]'
+        )
+        text = text.replace("Speculative decoding with the tiny draft", f"The part {part}")
+    path.write_text(text)
     reg = register(c, path)
     echo(
         f"registered {reg.design_id} (seed {reg.seed}); arm order per block: "
@@ -78,6 +92,30 @@ def stage_speed(c: Campaign, echo: Callable[[str], None], blocks: int, turns: in
     return reg.design_id
 
 
+THREADS_PART_TOML = """
+[parts.threads-all]
+description = "Every core to the engine: --threads {cores} (the base recipe leaves one core to the client and the OS)."
+set = {{ "--threads" = "{cores}" }}
+"""
+
+
+def stage_threads(c: Campaign, echo: Callable[[str], None], blocks: int, turns: int) -> str | None:
+    """A part this machine can confirm when it is quiet: every core to the engine. None on one core (the part
+    would be the base recipe itself: registration refuses identical arms)."""
+    cores = os.cpu_count() or 1
+    _stage(
+        echo,
+        f"3. a registered {blocks}-block speed design: served ({suggested_threads(cores)} thread(s)) vs every core",
+    )
+    if suggested_threads(cores) >= cores:
+        echo(f"skipped: {cores} core(s); the base recipe already gives the engine every core")
+        return None
+    with open(c.root / "frank.toml", "a") as f:
+        f.write(THREADS_PART_TOML.format(cores=cores))
+    c.config = load_config(c.root / "frank.toml")
+    return speed_design(c, echo, "threads-all", blocks, turns)
+
+
 def run_demo(
     directory: Path | None = None, *, blocks: int = 5, turns: int = 4, echo: Callable[[str], None] = print
 ) -> Path:
@@ -87,8 +125,9 @@ def run_demo(
     with c:
         stage_engine(c, echo)
         speed_id = stage_speed(c, echo, blocks, turns)
+        threads_id = stage_threads(c, echo, blocks, turns)
         stage_fidelity(c, echo)
-        stage_ledger(c, echo, speed_id)
+        stage_ledger(c, echo, speed_id, threads_id)
         note = stage_report(c, echo)
     echo("")
     echo(f"progress note: {note}")
@@ -96,23 +135,30 @@ def run_demo(
 
 
 def stage_fidelity(c: Campaign, echo: Callable[[str], None]) -> str:
-    _stage(echo, "3. a registered fidelity check: the Q8_0 target against the served recipe's own noise")
+    _stage(echo, "4. a registered fidelity check: the Q8_0 target against the served recipe's own noise")
     return demo_fidelity(c, data_path("demo-workload.jsonl"), echo, max_positions=64)
 
 
-def stage_ledger(c: Campaign, echo: Callable[[str], None], speed_id: str) -> None:
-    _stage(echo, "4. the ledger: adopt the draft part only if its design confirmed it and its gates passed")
-    try:
-        entry = adopt(c, "draft", speed_id)
-        echo(f"adopted: draft (design {speed_id}, ledger step {entry.seq})")
-    except LedgerError as exc:
-        echo(str(exc))
+def stage_ledger(c: Campaign, echo: Callable[[str], None], speed_id: str, threads_id: str | None) -> None:
+    _stage(echo, "5. the ledger: adopt a part only if its design confirmed it and its gates passed")
+    try_adopt(c, echo, "draft", speed_id)
+    if threads_id is not None:
+        try_adopt(c, echo, "threads-all", threads_id)
     for line in format_served(c):
         echo(line)
 
 
+def try_adopt(c: Campaign, echo: Callable[[str], None], part: str, design_id: str) -> None:
+    """Adopt ``part`` on ``design_id``, or print why the ledger refuses."""
+    try:
+        entry = adopt(c, part, design_id)
+        echo(f"adopted: {part} (design {design_id}, ledger step {entry.seq})")
+    except LedgerError as exc:
+        echo(str(exc))
+
+
 def stage_report(c: Campaign, echo: Callable[[str], None]) -> Path:
-    _stage(echo, "5. the progress note")
+    _stage(echo, "6. the progress note")
     return write_report(c, c.root / "reports" / "note")
 
 
