@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/plan_walltime.py                   # the tiny model, ~2-4 min on 2 cores
     .venv/bin/python benchmarks/plan_walltime.py --turns 4 16 48 --blocks 2 3 4
+    .venv/bin/python benchmarks/plan_walltime.py --model $FRANK_REAL_MODEL --turns 4 8 16 --blocks 2 2 3
 
 A campaign on the shipped tiny model; a 2-block pilot of the first workload size is run; then for each size
 (workload turns x blocks) the design file is planned from the pilot (``budget_plan``: the pilot's phases, its
@@ -30,7 +31,7 @@ served = "base"
 
 [recipes.base]
 engine = "llamacpp"
-model = "pkg:tiny-target.gguf"
+model = "{model}"
 args = ["--ctx-size", "2048", "--threads", "1", "--parallel", "1", "--seed", "1"]
 start_timeout_s = 120
 
@@ -89,15 +90,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--turns", type=int, nargs=3, default=[4, 16, 48])
     ap.add_argument("--blocks", type=int, nargs=3, default=[2, 3, 4])
+    ap.add_argument("--model", default="pkg:tiny-target.gguf", help="a GGUF file (e.g. $FRANK_REAL_MODEL)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        c = init_campaign(Path(tmp) / "c", toml=TOML)
+        c = init_campaign(Path(tmp) / "c", toml=TOML.replace("{model}", args.model))
         (c.root / "workloads").mkdir(exist_ok=True)
         for t in args.turns:
             workload(c.root, t)
         pilot = register(c, design(c, "pilot", args.turns[0], 2)).design_id
         run_design(c, pilot, echo=lambda s: None)
-        print(f"pilot {pilot}: 2 blocks x 2 arms of {args.turns[0]} turns (tiny model)")
+        print(f"pilot {pilot}: 2 blocks x 2 arms of {args.turns[0]} turns ({args.model})")
         print(f"{'turns':>5} {'blocks':>6} {'estimate s':>10} {'real s':>8} {'error':>7} {'in starts and gaps s':>20}")
         for i, (turns, blocks) in enumerate(zip(args.turns, args.blocks, strict=True)):
             path = design(c, f"size{i}", turns, blocks)
