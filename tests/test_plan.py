@@ -227,3 +227,13 @@ def test_cli_plans_the_order_adjusted_rule_at_the_measured_gpu_spread(capsys: py
     assert (rc, err) == (0, "")
     rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith(("order_adj", "permut"))}
     assert rows["order_adjusted"][2] == "10" and rows["permutation"][2] == "5"
+
+
+def test_cli_design_plan_refusals(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--budget without a design file, a design file without a pilot, and a missing design file: one message each."""
+    rc, _, err = run(["plan", "--budget", "30m", "--sd", "0.02", "--effect", "0.05", "--direction", "lower"], capsys)
+    assert rc == 2 and "--budget plans a design file: give DESIGN.toml" in err and "Traceback" not in err
+    rc, _, err = run(["plan", str(tmp_path / "x.toml"), "--budget", "30m"], capsys)
+    assert rc == 2 and "--pilot DESIGN_ID" in err
+    rc, _, err = run(["plan", str(tmp_path / "x.toml"), "--pilot", "aa-1", "-c", str(tmp_path)], capsys)
+    assert rc != 0 and "Traceback" not in err and err.startswith("frank: error:"), err
