@@ -4,11 +4,13 @@ blocks is said when a design is registered and by ``frank run --dry-run``. Real 
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
 from frankenstein.design.analysis import analyze_registered
+from frankenstein.design.registry import register
 from frankenstein.design.rules import RULE_ADAPTER
 from frankenstein.report.note import write_report
 
@@ -136,3 +138,23 @@ def test_the_note_says_a_clear_loss_beside_not_confirmed(camp, tmp_path: Path) -
         "A clear loss: the candidate was worse in 6 of 6 blocks (a sign test for worse would give p = 1/64 = "
         "0.01562); the rule tests only for better." in note
     )
+
+
+def test_an_agent_design_mid_run_is_incomplete(camp) -> None:
+    design = camp.root / "ag.toml"
+    design.write_text(
+        'name = "ag"\nkind = "agent"\nblocks = 10\nprimary_metric = "passes"\n'
+        f'[arms.served]\ncommand = ["{sys.executable}", "-c", "print(1)"]\n'
+        f'[arms.candidate]\ncommand = ["{sys.executable}", "-c", "print(2)"]\n'
+        '[rule]\nkind = "harm"\nalpha = 0.05\n'
+    )
+    reg = register(camp, design)
+    for b in range(3):
+        for pos, arm in enumerate(reg.schedule[b]):
+            camp.store.insert_start(
+                design_id=reg.design_id, block=b, position=pos, arm=arm, status="ok", reason=None,
+                started_at=f"2025-03-01T10:{b:02d}:{pos * 30:02d}.000Z", metrics={"passes": 12.0, "episodes": 18.0},
+                engine=None, engine_version=None, resources={},
+            )  # fmt: skip
+    head = verdict_lines(analyze_registered(camp.root, reg.design_id))[0]
+    assert head == "verdict: incomplete (3 of 10 blocks); the registered rule decides when every block is run"

@@ -161,7 +161,11 @@ def analyze_agent(campaign: Campaign, ev: Evidence) -> Analysis:
     verdict = rules.evaluate_differences(reg.design.rule, diffs, "higher", blocks=[b + 1 for b in blocks])  # type: ignore[arg-type]
     matrix = pass_matrix(campaign, reg.design_id)
     harm = harm_text(verdict, "pass/passes per start")
-    lines = format_verdict(verdict) + ([f"largest harm excluded: {harm}"] if harm else [])
+    left = reg.design.blocks - len(blocks) - len(bad)
+    incomplete = f"{len(blocks)} of {reg.design.blocks} blocks" if left > 0 else None
+    lines = format_verdict(verdict, incomplete) + (
+        [f"largest harm excluded: {harm}"] if harm and not incomplete else []
+    )
     lines += ["", "pass matrix (task × block/draw; 1 = pass):"]
     for arm in ARMS:
         for task, cells in sorted(matrix.get(arm, {}).items()):
@@ -170,6 +174,7 @@ def analyze_agent(campaign: Campaign, ev: Evidence) -> Analysis:
         reg=reg,
         verdict=verdict,
         blocks_done=len(blocks),
+        incomplete=incomplete,
         dropped=failure_notes(counted, failures),
         failures=[*failures, *(Failure(r.block, r.arm, r.status, r.reason) for r in counted)],
         lines=lines,
