@@ -16,7 +16,11 @@ from frankenstein.design.runner import run_design
 from frankenstein.report.collect import design_report
 from frankenstein.store import Store
 
-from helpers_campaign import make_campaign
+from frankenstein.ledger import adopt
+
+from helpers_campaign import make_campaign, make_workload
+from helpers_ledger import CONFIRMED, stored_design
+from test_memory_design import MEMORY
 
 BENCH = """\
 import json, sys
@@ -109,3 +113,58 @@ def test_what_the_note_says_of_a_design_reads_its_starts_once(ten_blocks: tuple[
     assert rep.facts.blocks_run == 10 and rep.facts.starts_ok == 20 and rep.facts.stopped is None
     assert set(rep.block_status.values()) == {"complete"}
     assert c.store.starts_reads == 1  # type: ignore[attr-defined]
+
+
+class PerDesignCountingStore(Store):
+    """The campaign's real store, counting reads of each design's starts (a test instrument)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.reads: dict[str, int] = {}
+
+    def starts_of(self, design_id: str) -> list[StartRow]:
+        self.reads[design_id] = self.reads.get(design_id, 0) + 1
+        return super().starts_of(design_id)
+
+
+def test_adopt_with_a_gate_reads_each_designs_starts_once(tmp_path: Path) -> None:
+    """``adopt`` of a speed design that cites a memory design as its gate: the adopted design's starts are read
+    once (for its facts and its analysis), the gate's once."""
+    c = make_campaign(tmp_path / "c")
+    make_workload(c.root / "workloads" / "w.jsonl")
+    (c.root / "mem.toml").write_text(
+        MEMORY.format(
+            name="mem",
+            blocks=2,
+            workload='workload = "workloads/w.jsonl"',
+            served='recipe = "served"',
+            candidate='recipe = "served"\nparts = ["draft"]',
+            limit=4096,
+        )
+    )
+    mem = register(c, c.root / "mem.toml")
+    for b in range(2):
+        for pos, arm in enumerate(mem.schedule[b]):
+            c.store.insert_start(
+                design_id=mem.design_id,
+                block=b,
+                position=pos,
+                arm=arm,
+                status="ok",
+                started_at=f"2025-03-01T10:0{b}:0{pos}.000Z",
+                metrics={},
+                engine="llama-server",
+                resources={"rss": {"rss_mib_peak": 100.0 if arm == "served" else 110.0}},
+            )
+    sp = stored_design(
+        c, name="sp", served=CONFIRMED[0], candidate=CONFIRMED[1], extra=f'[gates]\nmemory = "{mem.design_id}"\n'
+    )
+    root, config = c.root, c.config
+    c.store.close()
+    counted = Campaign(root=root, config=config, store=PerDesignCountingStore(root / "frank.db"))
+    try:
+        step = adopt(counted, "draft", sp.design_id)
+        assert step.part == "draft"
+        assert counted.store.reads == {sp.design_id: 1, mem.design_id: 1}  # type: ignore[attr-defined]
+    finally:
+        counted.store.close()

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 from frankenstein.campaign import Campaign
 from frankenstein.design import registry
-from frankenstein.design.analysis import analyze
+from frankenstein.design.analysis import analyze_evidence
 from frankenstein.design.facts import Resources
 from frankenstein.design.kinds import kind_of
+from frankenstein.design.kinds.base import Evidence
 from frankenstein.design.model import Registered
 from frankenstein.errors import FrankError
 
@@ -33,10 +34,24 @@ def fidelity_gate_passed(
 
     ``candidate_parts``, when given, must equal the parts the fidelity design's candidate added, so a
     gate cannot be satisfied by a fidelity test of another part."""
+    ok, text, _ = fidelity_gate_read(campaign, design_id, candidate_parts=candidate_parts)
+    return ok, text
+
+
+def fidelity_gate_read(
+    campaign: Campaign, design_id: str, *, candidate_parts: list[str] | None = None
+) -> tuple[bool, str, Registered | None]:
+    """:func:`fidelity_gate_passed`, also handing back the fidelity design it read (its starts read once)."""
     try:
         reg = registry.get(campaign, design_id)
     except FrankError as exc:
-        return False, f"fidelity gate {design_id}: {exc}"
+        return False, f"fidelity gate {design_id}: {exc}", None
+    ok, text = _fidelity_verdict(campaign, reg, candidate_parts)
+    return ok, text, reg
+
+
+def _fidelity_verdict(campaign: Campaign, reg: Registered, candidate_parts: list[str] | None) -> tuple[bool, str]:
+    design_id = reg.design_id
     if not kind_of(reg.design.kind).measures_fidelity:
         return False, f"fidelity gate {design_id}: a {reg.design.kind} design, not a fidelity design"
     if kind_of(reg.design.kind).same_arms:
@@ -45,7 +60,7 @@ def fidelity_gate_passed(
     if candidate_parts is not None and list(candidate_parts) != tested:
         return False, (f"fidelity gate {design_id}: it tested parts {tested}, not {list(candidate_parts)}")
     try:
-        a = analyze(campaign, design_id)
+        a = analyze_evidence(campaign, Evidence.read(campaign, reg))
     except FrankError as exc:
         return False, f"fidelity gate {design_id}: {exc}"
     return a.word == "passed", f"fidelity gate {design_id}: {a.word} ({a.why or ''})"
@@ -56,10 +71,10 @@ def fidelity_gate(campaign: Campaign, reg: Registered, part: str) -> tuple[bool 
     gate = reg.design.gates.fidelity
     if not gate:
         return True, ""
-    ok, text = fidelity_gate_passed(campaign, gate, candidate_parts=[part])
-    if not ok:
+    ok, text, fid = fidelity_gate_read(campaign, gate, candidate_parts=[part])
+    if not ok or fid is None:
         return False, text
-    fid_served = registry.get(campaign, gate).frozen.recipes["served"]
+    fid_served = fid.frozen.recipes["served"]
     served = reg.frozen.recipes["served"]
     if fid_served is None or served is None or fid_served.parts != served.parts:
         then = "a command" if fid_served is None else " + ".join([campaign.config.served, *fid_served.parts])
@@ -111,7 +126,7 @@ def memory_design_gate(campaign: Campaign, reg: Registered, part: str) -> tuple[
         return True, ""
     try:
         mem = registry.get(campaign, gate)
-        a = analyze(campaign, gate)
+        a = analyze_evidence(campaign, Evidence.read(campaign, mem))
     except FrankError as exc:
         return False, f"memory gate {gate}: {exc}"
     if not kind_of(mem.design.kind).measures_memory:

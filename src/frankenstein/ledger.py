@@ -24,7 +24,7 @@ from typing import Any
 
 from frankenstein.campaign import Campaign
 from frankenstein.design import serving
-from frankenstein.design.analysis import Analysis, analyze
+from frankenstein.design.analysis import Analysis, analyze_evidence
 from frankenstein.design.facts import DesignFacts, design_facts
 from frankenstein.design.kinds import kind_of
 from frankenstein.design.kinds.base import Evidence as DesignEvidence
@@ -156,13 +156,14 @@ def _check_design_shape(reg: Registered, part: str) -> None:
 def gather_evidence(campaign: Campaign, reg: Registered, part: str, current: list[str]) -> Evidence:
     """Every refusal about the evidence (force may override them) and the scope the result holds in."""
     ev = Evidence()
-    facts = design_facts(campaign, DesignEvidence.read(campaign, reg))
+    starts = DesignEvidence.read(campaign, reg)  # the design's starts, read once for its facts and its analysis
+    facts = design_facts(campaign, starts)
     if facts.blocks_run < facts.blocks:
         how = facts.stopped or "incomplete"
         ev.problems.append(
             f"{facts.blocks_run} of {facts.blocks} blocks were run ({how}); adopt needs every registered block"
         )
-    a = analyze(campaign, reg.design_id)
+    a = analyze_evidence(campaign, starts)
     if a.word != "confirmed":
         reason = a.reason
         ev.problems.append(f"its verdict is {a.word!r}, not 'confirmed'" + (f" ({reason})" if reason else ""))
