@@ -2,7 +2,8 @@
 
 Per arm: the engine binary (the program its adapter says a start runs, ``EngineTraits.program``: a recipe
 command's program, or e.g. the server binary as the adapter finds it) and
-every shared library it loads from outside the system folders (``ldd``'s closure), the model file and draft model files; for a command arm its program, the interpreter it really runs
+every shared library it loads from outside the system folders (``ldd``'s closure), for a Python engine (a recipe's
+``python``) the lock of its installed packages (name, version, sha256 of each RECORD), the model file and draft model files; for a command arm its program, the interpreter it really runs
 (``#!``, ``env``, a pyenv-style shim resolved to ``sys.executable``), its libraries, and every argument that
 names a file (relative ones as the command sees them from the folder frank runs in). Registration stores them in the frozen design (``FrozenDesign.files``, so in the design hash); a host
 of a Ray cluster checks them before each start (:mod:`frankenstein.cluster.checks`).
@@ -10,6 +11,7 @@ of a Ray cluster checks them before each start (:mod:`frankenstein.cluster.check
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shutil
 import subprocess
@@ -24,6 +26,17 @@ from frankenstein.shipped import expand
 
 BINARY = "engine binary"
 LIBRARY = "library"
+PACKAGES = "python packages"  # a Python engine's environment: the lock of its installed distributions
+# One line per installed distribution of the interpreter it runs in: name, version, and the sha256 of its RECORD
+# (the list of its files with their own hashes, which pip writes at install), sorted by name.
+LOCK_SCRIPT = """
+import hashlib, importlib.metadata as m
+rows = set()
+for d in m.distributions():
+    record = d.read_text("RECORD") or ""
+    rows.add(f"{(d.metadata['Name'] or '?').lower()} {d.version} {hashlib.sha256(record.encode()).hexdigest()}")
+print("\\n".join(sorted(rows)))
+"""
 SYSTEM_DIRS = ("/lib/", "/lib32/", "/lib64/", "/libx32/", "/usr/lib/", "/usr/lib32/", "/usr/lib64/", "/usr/libx32/")
 LDD_LINE = re.compile(r"=>\s+(/\S+)\s+\(0x")
 
@@ -31,7 +44,7 @@ LDD_LINE = re.compile(r"=>\s+(/\S+)\s+\(0x")
 @dataclass(frozen=True)
 class Pin:
     arm: str
-    role: str  # engine binary | library | model | draft model | command program | interpreter | command file
+    role: str  # engine binary | library | python packages | model | draft model | command program | interpreter | command file
     path: str  # the registering host's path (another host resolves the engine binary itself)
     sha256: str
 
@@ -72,7 +85,25 @@ def model_files(recipe: ResolvedRecipe) -> list[tuple[str, Path]]:
 def recipe_files(recipe: ResolvedRecipe) -> list[tuple[str, str | None]]:
     program = engine_program(recipe)
     libraries = [(LIBRARY, lib) for lib in engine_libraries(program)] if program else []
-    return [(BINARY, program), *libraries, *((role, str(path)) for role, path in model_files(recipe))]
+    packages = [(PACKAGES, shutil.which(expand(recipe.python)))] if recipe.python else []
+    return [(BINARY, program), *libraries, *packages, *((role, str(path)) for role, path in model_files(recipe))]
+
+
+def package_lock(python: str) -> str | None:
+    """The lock of the distributions installed for ``python`` (:data:`LOCK_SCRIPT`), or None where it cannot run."""
+    try:
+        out = subprocess.run([python, "-c", LOCK_SCRIPT], capture_output=True, text=True, timeout=120, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout if out.returncode == 0 else None
+
+
+def pin_digest(role: str, path: str) -> str:
+    """What a pin holds: the sha256 of the file, or for a Python environment the sha256 of its package lock."""
+    if role != PACKAGES:
+        return binary_sha256(path)
+    lock = package_lock(path)
+    return hashlib.sha256(lock.encode()).hexdigest() if lock is not None else "unreadable"
 
 
 def engine_libraries(program: str) -> list[str]:
@@ -169,7 +200,7 @@ def arm_files(recipe: ResolvedRecipe | None, command: list[str] | None) -> list[
 def pins_of_arm(arm: str, recipe: ResolvedRecipe | None, command: list[str] | None) -> list[Pin]:
     """The arm's files that exist here, each with its sha256 (cached per process by path, inode, size, mtime and ctime)."""
     return [
-        Pin(arm, role, path, binary_sha256(path))
+        Pin(arm, role, path, pin_digest(role, path))
         for role, path in arm_files(recipe, command)
         if path is not None and Path(path).is_file()
     ]
@@ -189,7 +220,7 @@ def check_arm(
         path = _path_now(p, now, seen)
         if path is None or not Path(path).is_file():
             return f"host {host}: {p.role} {path or p.path} is missing ({by} sha256 {p.sha256[:12]}…)"
-        got = binary_sha256(path)
+        got = pin_digest(p.role, path)
         if got != p.sha256:
             return f"host {host}: {p.role} {path} has sha256 {got[:12]}…, {by} {p.sha256[:12]}… ({p.path})"
     return None
