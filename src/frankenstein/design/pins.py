@@ -2,8 +2,10 @@
 
 Per arm: the engine binary (the program its adapter says a start runs, ``EngineTraits.program``: a recipe
 command's program, or e.g. the server binary as the adapter finds it) and
-every shared library it loads from outside the system folders (``ldd``'s closure), for a Python engine (a recipe's
-``python``) the lock of its installed packages (name, version, sha256 of each RECORD), the model file and draft model files; for a command arm its program, the interpreter it really runs
+every shared library it loads from outside the system folders (``ldd``'s closure), for a Python engine the
+interpreter it really runs (``EngineTraits.python``: a recipe's ``python``, else the engine's own variable, as the
+adapter finds it; its real file is the engine binary) and the lock of its installed packages (name, version, sha256
+of each RECORD), the model file and draft model files; for a command arm its program, the interpreter it really runs
 (``#!``, ``env``, a pyenv-style shim resolved to ``sys.executable``), its libraries, and every argument that
 names a file (relative ones as the command sees them from the folder frank runs in). Registration stores them in the frozen design (``FrozenDesign.files``, so in the design hash); a host
 of a Ray cluster checks them before each start (:mod:`frankenstein.cluster.checks`).
@@ -62,6 +64,12 @@ def engine_program(recipe: ResolvedRecipe) -> str | None:
     return traits_of(recipe.engine).program(recipe)
 
 
+def engine_python(recipe: ResolvedRecipe) -> str | None:
+    """The interpreter whose environment a start of ``recipe`` runs in (the adapter's lookup: a recipe's
+    ``python``, else e.g. the engine's environment variable or local folder), or None where it runs none."""
+    return traits_of(recipe.engine).python(recipe)
+
+
 def model_files(recipe: ResolvedRecipe) -> list[tuple[str, Path]]:
     """(role, resolved path) of the files a start of ``recipe`` loads: its model (the file, or every file of a
     model folder) and its draft model files. A hub name or a path that is not here names nothing."""
@@ -85,7 +93,8 @@ def model_files(recipe: ResolvedRecipe) -> list[tuple[str, Path]]:
 def recipe_files(recipe: ResolvedRecipe) -> list[tuple[str, str | None]]:
     program = engine_program(recipe)
     libraries = [(LIBRARY, lib) for lib in engine_libraries(program)] if program else []
-    packages = [(PACKAGES, shutil.which(expand(recipe.python)))] if recipe.python else []
+    python = engine_python(recipe)
+    packages = [(PACKAGES, python)] if python else []
     return [(BINARY, program), *libraries, *packages, *((role, str(path)) for role, path in model_files(recipe))]
 
 
@@ -230,14 +239,16 @@ def _resolved_now(recipe: ResolvedRecipe | None, command: list[str] | None) -> d
     """role -> the paths a start would run now, for the roles resolved on the host (not by a pinned path)."""
     if recipe is not None:
         program = engine_program(recipe)
-        return {BINARY: [program], LIBRARY: list(engine_libraries(program)) if program else []}
+        libraries: list[str | None] = list(engine_libraries(program)) if program else []
+        return {BINARY: [program], LIBRARY: libraries, PACKAGES: [engine_python(recipe)]}
     program = shutil.which(command[0]) if command else None
     return {"interpreter": list(interpreters(program))} if program else {}
 
 
 def _path_now(p: Pin, now: dict[str, list[str | None]], seen: dict[str, int]) -> str | None:
-    """The file a pin stands for now: the engine binary as resolved; a library by its file name among those the
-    binary loads now; the n-th interpreter behind the program; any other pin at its pinned path."""
+    """The file a pin stands for now: the engine binary and a Python engine's interpreter as resolved; a library
+    by its file name among those the binary loads now; the n-th interpreter behind the program; any other pin at
+    its pinned path."""
     if p.role not in now:
         return p.path
     found = now[p.role]

@@ -41,7 +41,8 @@ from frankenstein.engines.forcing import ForcedResult, ForcedTurn, forced_per_tu
 from frankenstein.engines.http import Answer, TransportError, fetch_url
 from frankenstein.engines.prometheus import counter
 from frankenstein.engines.scraped import ScrapedRequests
-from frankenstein.engines.traits import OPENAI_TOKENIZE, EngineTraits
+from frankenstein.config import ResolvedRecipe
+from frankenstein.engines.traits import OPENAI_TOKENIZE, EngineTraits, launched_python, python_program
 from frankenstein.engines.vllm import installed_here, package_dir, source_version, speculative_config
 from frankenstein.errors import BinaryNotFoundError, ConfigError, EngineError, FidelityError
 from frankenstein.measure.timings import StepTiming
@@ -84,12 +85,24 @@ def version_line() -> str:
         return installed_here("sglang", "SGLang") or f"SGLang: not installed ({str(exc).split(';')[0]})"
 
 
+def launch_python(recipe: ResolvedRecipe) -> str | None:
+    """The interpreter a start of ``recipe`` runs in, found as the adapter finds it (pinned with its packages)."""
+    return launched_python(recipe, find_sglang_python)
+
+
+def launch_program(recipe: ResolvedRecipe) -> str | None:
+    """The program a start of ``recipe`` executes: its own command's, else its interpreter's real file."""
+    return python_program(recipe, launch_python(recipe))
+
+
 TRAITS = EngineTraits(
     draft_flags=("--speculative-algorithm", "--speculative-draft-model-path"),
     process_names=("sglang",),
     tokenize=OPENAI_TOKENIZE,
     settings=("SGLANG_", "SGL_"),
     version_line=version_line,
+    program=launch_program,
+    python=launch_python,
 )
 
 

@@ -7,18 +7,22 @@ no dialect, every adapter's settings); registration refuses such a name anyway, 
 
     traits_of("llamacpp").drafts(["-md", "d.gguf"])      -> True
     traits_of("llamacpp").program(recipe)                -> "/usr/bin/llama-server" (None: not found)
+    traits_of("vllm").python(recipe)                     -> "/srv/.venv-vllm/bin/python" (None: runs no Python)
     traits_of("vllm").tokenize                           -> OPENAI_TOKENIZE
     traits_of("external").launched                       -> False
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from frankenstein.config import ResolvedRecipe
+from frankenstein.errors import EngineError
+from frankenstein.shipped import expand
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,32 @@ OPENAI_TOKENIZE = TokenizeDialect("vLLM/SGLang", "prompt", "add_special_tokens")
 def command_program(recipe: ResolvedRecipe) -> str | None:
     """The program of a recipe's own ``command`` as PATH finds it, else None (every engine's default)."""
     return shutil.which(recipe.command[0]) if recipe.command else None
+
+
+def recipe_python(recipe: ResolvedRecipe) -> str | None:
+    """The recipe's own ``python`` as PATH finds it, else None (every engine's default)."""
+    return shutil.which(expand(recipe.python)) if recipe.python else None
+
+
+def launched_python(recipe: ResolvedRecipe, find: Callable[[str | None], str]) -> str | None:
+    """The interpreter a Python engine's start runs in, found by the adapter's own lookup ``find`` (the recipe's
+    ``python``, else its environment variable or local folder), not resolved through symlinks (a virtual
+    environment's ``python`` is a link, and its packages are the environment's); None for a recipe that runs its
+    own ``command`` without a ``python``, or where none is found."""
+    if recipe.command and not recipe.python:
+        return None
+    try:
+        return find(recipe.python)
+    except EngineError:
+        return None
+
+
+def python_program(recipe: ResolvedRecipe, python: str | None) -> str | None:
+    """The program a Python engine's start executes: its own command's, else the file the interpreter
+    ``python`` really is (resolved through symlinks: a venv's ``python`` links to it)."""
+    if recipe.command:
+        return command_program(recipe)
+    return os.path.realpath(python) if python else None
 
 
 def no_problem(recipe: ResolvedRecipe) -> str | None:
@@ -69,6 +99,8 @@ class EngineTraits:
     - ``launched``: frank launches it (False: a server already running; it is given no env, part or cache folder);
     - ``fresh_starts``: each start is a fresh engine life;
     - ``program(recipe)``: the program a start executes on this host, None where it cannot be found;
+    - ``python(recipe)``: the interpreter whose environment a start runs in (its packages are pinned), as the
+      adapter finds it, None for a start that runs no Python of the recipe's;
     - ``launch_problem(recipe)``: why a start cannot succeed before anything launches (registration refuses);
     - ``draft_models(args)``: (flag, file) of every draft model file the launch args name (pinned);
     - ``version_line()``: its line in ``frank --version`` and ``frank doctor``, found without starting it;
@@ -84,6 +116,7 @@ class EngineTraits:
     launched: bool = True
     fresh_starts: bool = True
     program: Callable[[ResolvedRecipe], str | None] = command_program
+    python: Callable[[ResolvedRecipe], str | None] = recipe_python
     launch_problem: Callable[[ResolvedRecipe], str | None] = no_problem
     draft_models: Callable[[Sequence[str]], list[tuple[str, str]]] = no_draft_models
     version_line: Callable[[], str | None] = no_version

@@ -45,7 +45,8 @@ from typing import Any
 from frankenstein.engines.forcing import ForcedResult, ForcedTurn, forced_per_turn
 from frankenstein.engines.prometheus import counter, merge, metrics_delta
 from frankenstein.engines.scraped import ScrapedRequests
-from frankenstein.engines.traits import OPENAI_TOKENIZE, EngineTraits
+from frankenstein.config import ResolvedRecipe
+from frankenstein.engines.traits import OPENAI_TOKENIZE, EngineTraits, launched_python, python_program
 from frankenstein.errors import BinaryNotFoundError, ConfigError, EngineError, EngineRequestError, FidelityError
 from frankenstein.measure.timings import StepTiming, target_steps
 from frankenstein.workload.trace import CHAT, Turn
@@ -290,6 +291,16 @@ def version_line() -> str:
         return installed_here("vllm", "vLLM") or f"vLLM: {str(exc).split(';')[0]}"
 
 
+def launch_python(recipe: ResolvedRecipe) -> str | None:
+    """The interpreter a start of ``recipe`` runs in, found as the adapter finds it (pinned with its packages)."""
+    return launched_python(recipe, find_vllm_python)
+
+
+def launch_program(recipe: ResolvedRecipe) -> str | None:
+    """The program a start of ``recipe`` executes: its own command's, else its interpreter's real file."""
+    return python_program(recipe, launch_python(recipe))
+
+
 TRAITS = EngineTraits(
     draft_flags=("--speculative-config", "--speculative-model", "--speculative_config"),
     process_names=("vllm",),
@@ -297,6 +308,8 @@ TRAITS = EngineTraits(
     settings=("VLLM_",),
     cache_vars=(("VLLM_CACHE_ROOT", "vllm"),),
     version_line=version_line,
+    program=launch_program,
+    python=launch_python,
 )
 
 
