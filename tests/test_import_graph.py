@@ -46,7 +46,7 @@ FLOORS: dict[str, int] = {
     # register, verify, get
     "design.registry": 6,
     # analyze and run a design; use cases that act on a verified campaign
-    "design.analysis": 7, "design.runner": 7, "design.quickcheck": 7, "design.dryrun": 7, "design.budget": 7, "regioncache.service": 7,
+    "design.analysis": 7, "design.runner": 7, "design.quickcheck": 7, "design.dryrun": 7, "design.budget": 7, "design.aapilot": 7, "regioncache.service": 7,
     "design.replayrun": 7,
     "cluster": 8,
     "design.facts": 9,

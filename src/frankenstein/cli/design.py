@@ -203,6 +203,18 @@ def plan(
     ),
     campaign: Path = typer.Option(Path("."), "--campaign", "-c", help="Campaign folder of --timing-from."),
     blocks: int | None = typer.Option(None, "--blocks", help="Estimate the wall time at this many blocks."),
+    run_pilot: bool = typer.Option(
+        False,
+        "--run-pilot",
+        help="With a design file: register and run an A/A pilot of its served arm first, and plan from it "
+        "(a finished pilot of the same recipe and workload is reused).",
+    ),
+    pilot_blocks: int | None = typer.Option(
+        None, "--pilot-blocks", min=2, max=1000, help="Blocks of the --run-pilot pilot (default 3)."
+    ),
+    fresh_pilot: bool = typer.Option(
+        False, "--fresh-pilot", help="With --run-pilot: run a new pilot even where a finished one would be reused."
+    ),
 ) -> None:
     """How many blocks a rule needs to detect an effect, from an A/A pilot's spread or a given sd; with
     --harm, how many an agent (difference) design needs to exclude a loss of that size.
@@ -210,12 +222,21 @@ def plan(
     Example: frank plan --pilot aa.csv --effect 0.05 --direction lower
     Example: frank plan --harm 1 --sd 1.6   (exclude a loss of more than 1 pass per start)
     Example: frank plan designs/x.toml --budget 30m --pilot aa-1 --effect 0.02
+    Example: frank plan designs/x.toml --budget 30m --run-pilot -c my-campaign
     """
+    if run_pilot and pilot is not None:
+        raise typer.BadParameter(
+            "--run-pilot runs a new A/A pilot and --pilot names one already run: give one of them",
+            param_hint="--pilot",
+        )
+    if not run_pilot and (pilot_blocks is not None or fresh_pilot):
+        raise typer.BadParameter("--pilot-blocks and --fresh-pilot go with --run-pilot", param_hint="--run-pilot")
     if design is not None:
-        _plan_design(design, budget, pilot, campaign, effect, sd, power)
+        now = (pilot_blocks or 3, fresh_pilot) if run_pilot else None
+        _plan_design(design, budget, pilot, campaign, effect, sd, power, now)
         return
-    if budget is not None:
-        raise typer.BadParameter("--budget plans a design file: give DESIGN.toml")
+    if budget is not None or run_pilot:
+        raise typer.BadParameter("--budget and --run-pilot plan a design file: give DESIGN.toml")
     from frankenstein.design.plan import harm_plan_from_options, plan_from_options
     from frankenstein.design.table import format_harm_plan, format_plan
 
@@ -266,17 +287,34 @@ def plan(
 
 def _plan_design(
     design: Path, budget: str | None, pilot: Path | None, campaign_dir: Path, effect: float | None, sd: float | None,
-    target: float,
+    target: float, run_pilot: tuple[int, bool] | None,
 ) -> None:  # fmt: skip
-    """``frank plan DESIGN.toml``: the design file's blocks, power, wall time and what the budget can detect."""
+    """``frank plan DESIGN.toml``: the design file's blocks, power, wall time and what the budget can detect;
+    ``run_pilot`` (blocks, fresh): from an A/A pilot run now."""
     from frankenstein.campaign import open_campaign
     from frankenstein.design.budget import budget_lines, budget_plan, parse_budget
 
-    if pilot is None:
+    if pilot is None and run_pilot is None:
         raise typer.BadParameter(
-            "a design file is planned from a pilot design: --pilot DESIGN_ID", param_hint="--pilot"
+            "a design file is planned from a pilot design: --pilot DESIGN_ID, or --run-pilot to run one now",
+            param_hint="--pilot",
         )
     budget_s = parse_budget(budget) if budget is not None else None
     with open_campaign(campaign_dir) as c:
-        p = budget_plan(c, design, str(pilot), effect=effect or 0.05, budget_s=budget_s, sd=sd, target=target)
+        pilot_id = str(pilot) if run_pilot is None else _pilot_now(c, design, *run_pilot)
+        p = budget_plan(c, design, pilot_id, effect=effect or 0.05, budget_s=budget_s, sd=sd, target=target)
     _echo_lines(budget_lines(p))
+
+
+def _pilot_now(c: Campaign, design: Path, blocks: int, fresh: bool) -> str:
+    """``--run-pilot``: the design's A/A pilot, registered and run (progress and start lines on stderr) or
+    reused; one line on stdout says which."""
+    from frankenstein.design.aapilot import pilot_line, prepare_pilot, run_pilot
+    from frankenstein.progress import RunProgress, heartbeat_seconds
+
+    verified_or_warn(c, "plan --run-pilot", force=False, why=None)
+    ready = prepare_pilot(c, design, blocks=blocks, fresh=fresh)
+    with RunProgress(len(ready.todo), heartbeat_s=heartbeat_seconds(None), prefix="frank plan") as progress:
+        done = run_pilot(c, ready, echo=lambda s: typer.echo(s, err=True), progress_factory=progress.slot)
+    typer.echo(pilot_line(done))
+    return done.design_id
