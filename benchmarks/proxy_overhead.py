@@ -4,6 +4,8 @@ differences from one run are compared).
 
     .venv/bin/python benchmarks/proxy_overhead.py              # 150 rounds, ~1 min on 2 cores
     .venv/bin/python benchmarks/proxy_overhead.py --rounds 300
+    git archive HEAD~3 src | tar -x -C /tmp/base    # older code, measured in the same run:
+    .venv/bin/python benchmarks/proxy_overhead.py --baseline-src /tmp/base/src
 
 One client, one keep-alive connection per target (``http.client``), one request at a time. Each
 round sends each request kind to each target back to back (the targets' order rotates every round),
@@ -17,6 +19,11 @@ so a pair of measurements is a few milliseconds apart. Request kinds:
 * ``/count``: ``frank serve``'s count, against the engine's ``/tokenize`` of the same text (the question
   a client would otherwise ask the engine); ``frank record`` has no ``/count``: not measured.
 
+Targets: ``direct``; ``serve`` and ``record`` (this checkout); ``relay``, the floor of a Python hop: a
+bare relay that forwards bytes both ways and parses nothing (a thread per direction, ``TCP_NODELAY``);
+with ``--baseline-src DIR`` also ``serve@base`` and ``record@base``, the same commands run from the
+``frankenstein`` package in ``DIR`` (old code against new, A B A B in one run).
+
 Reported per kind and proxy: the proxy's p50 and p99, direct's p50 and p99, and added = the median of
 the paired differences (proxy minus direct of the same round) and p99 minus direct's p99. Goals (issue
 33): added ≤ 0.3 ms at the median and ≤ 1 ms at p99.
@@ -28,8 +35,10 @@ import argparse
 import http.client
 import json
 import os
+import socket
 import statistics
 import subprocess
+import threading
 import sys
 import tempfile
 import time
@@ -46,6 +55,7 @@ FRANK = str(Path(sys.executable).with_name("frank"))
 TEXT = "The quick brown fox jumps over the lazy dog. " * 8
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8, "temperature": 0.0}
 KINDS = ("chat", "chat-stream", "/tokenize", "/count")
+PROXIES = ("relay", "serve", "serve@base", "record", "record@base")
 
 
 def _post(conn: http.client.HTTPConnection, path: str, body: dict[str, object]) -> http.client.HTTPResponse:
@@ -82,7 +92,7 @@ def _request(kind: str, target: str) -> Callable[[http.client.HTTPConnection], t
         return lambda c: _timed_json(c, "/v1/chat/completions", CHAT)
     if kind == "chat-stream":
         return _timed_stream
-    if kind == "/count" and target == "serve":
+    if kind == "/count" and target.startswith("serve"):
         return lambda c: _timed_json(c, "/count", {"content": TEXT})
     return lambda c: _timed_json(c, "/tokenize", {"content": TEXT})
 
@@ -106,7 +116,7 @@ def _measure(ports: dict[str, int], rounds: int) -> dict[tuple[str, str], list[t
     for r in range(rounds + 5):  # the first 5 rounds warm every path and are dropped
         for kind in KINDS:
             for target in order[r % len(order) :] + order[: r % len(order)]:
-                if kind == "/count" and target == "record":
+                if kind == "/count" and target.startswith(("record", "relay")):
                     continue
                 value = _once(_request(kind, target), conns[target])
                 if r >= 5:
@@ -120,22 +130,44 @@ def _q(values: list[float], p: int) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[p - 1]
 
 
+def _pump(src: socket.socket, dst: socket.socket) -> None:
+    try:
+        while data := src.recv(65536):
+            dst.sendall(data)
+    except OSError:
+        pass
+    finally:
+        dst.close()
+
+
+def _relay(listen_port: int, upstream_port: int) -> None:
+    """The floor: accept, connect upstream, forward bytes both ways until either side closes."""
+    srv = socket.create_server(("127.0.0.1", listen_port), backlog=64)
+    while True:
+        client, _ = srv.accept()
+        upstream = socket.create_connection(("127.0.0.1", upstream_port))
+        for sock in (client, upstream):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        threading.Thread(target=_pump, args=(client, upstream), daemon=True).start()
+        threading.Thread(target=_pump, args=(upstream, client), daemon=True).start()
+
+
 def _report(results: dict[tuple[str, str], list[tuple[float, ...]]]) -> None:
     print(
-        f"{'request':<18} {'proxy':<7} {'p50 ms':>8} {'p99 ms':>8} {'direct p50':>11} {'direct p99':>11} "
+        f"{'request':<18} {'proxy':<11} {'p50 ms':>8} {'p99 ms':>8} {'direct p50':>11} {'direct p99':>11} "
         f"{'added p50':>10} {'added p99':>10}"
     )
     rows = [("chat", 0, "chat"), ("chat-stream", 0, "chat-stream TTFT"), ("chat-stream", 1, "chat-stream e2e")]
     rows += [("/tokenize", 0, "/tokenize"), ("/count", 0, "/count")]
     for kind, i, label in rows:
         direct = [v[i] for v in results[(kind, "direct")]]
-        for proxy in ("serve", "record"):
+        for proxy in PROXIES:
             if (kind, proxy) not in results:
                 continue
             mine = [v[i] for v in results[(kind, proxy)]]
             paired = statistics.median(a - b for a, b in zip(mine, direct, strict=True))
             print(
-                f"{label:<18} {proxy:<7} {_q(mine, 50):>8.3f} {_q(mine, 99):>8.3f} {_q(direct, 50):>11.3f} "
+                f"{label:<18} {proxy:<11} {_q(mine, 50):>8.3f} {_q(mine, 99):>8.3f} {_q(direct, 50):>11.3f} "
                 f"{_q(direct, 99):>11.3f} {paired:>+10.3f} {_q(mine, 99) - _q(direct, 99):>+10.3f}"
             )
 
@@ -154,8 +186,25 @@ def _wait_up(url: str, proc: subprocess.Popen[bytes]) -> None:
     raise SystemExit(f"{url} did not come up")
 
 
-def _spawn(args: list[str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([FRANK, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+def _spawn(args: list[str], src: str | None = None) -> subprocess.Popen[bytes]:
+    """``frank ARGS``, from ``src`` (a directory holding a ``frankenstein`` package) when given."""
+    env = {**os.environ, "PYTHONPATH": src} if src else None
+    cmd = [sys.executable, "-m", "frankenstein", *args] if src else [FRANK, *args]
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True, env=env)
+
+
+def _proxies(base_url: str, tmp: str, src: str | None, suffix: str) -> dict[str, tuple[int, subprocess.Popen[bytes]]]:
+    """``serve`` and ``record`` in front of ``base_url`` (from ``src`` when given), by target name."""
+    serve_port, record_port = free_port(), free_port()
+    listen = "127.0.0.1:{}"
+    serve = ["serve", "--upstream", base_url, "--listen", listen.format(serve_port)]
+    serve += ["--tokenizer", str(data_path("tiny-tokenizer.json"))]
+    record = ["record", "--upstream", base_url, "--listen", listen.format(record_port)]
+    record += ["--out", os.path.join(tmp, f"overhead{suffix}.jsonl")]
+    return {
+        "serve" + suffix: (serve_port, _spawn(serve, src)),
+        "record" + suffix: (record_port, _spawn(record, src)),
+    }
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -170,7 +219,12 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=150)
+    ap.add_argument("--baseline-src", help="a directory holding an older frankenstein package, measured too")
+    ap.add_argument("--relay", nargs=2, type=int, metavar=("LISTEN", "UPSTREAM"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.relay:
+        _relay(*args.relay)
+        return
     recipe = ResolvedRecipe(
         name="tiny",
         engine="llamacpp",
@@ -180,26 +234,23 @@ def main() -> None:
         start_timeout_s=120,
     )
     with tempfile.TemporaryDirectory() as tmp, start_engine(recipe, Path(tmp)) as eng:
-        serve_port, record_port = free_port(), free_port()
-        listen = "127.0.0.1:{}"
-        procs = {
-            "serve": _spawn(
-                ["serve", "--upstream", eng.base_url, "--listen", listen.format(serve_port)]
-                + ["--tokenizer", str(data_path("tiny-tokenizer.json"))]
-            ),
-            "record": _spawn(
-                ["record", "--upstream", eng.base_url, "--listen", listen.format(record_port)]
-                + ["--out", os.path.join(tmp, "overhead.jsonl")]
-            ),
-        }
-        ports = {"direct": eng.port or 0, "serve": serve_port, "record": record_port}
+        relay_port = free_port()
+        relay = subprocess.Popen([sys.executable, __file__, "--relay", str(relay_port), str(eng.port)])
+        procs = {"relay": (relay_port, relay), **_proxies(eng.base_url, tmp, None, "")}
+        if args.baseline_src:
+            procs.update(_proxies(eng.base_url, tmp, os.path.abspath(args.baseline_src), "@base"))
+        ports = {"direct": eng.port or 0, **{name: port for name, (port, _) in procs.items()}}
         try:
-            for name, proc in procs.items():
-                _wait_up(f"http://127.0.0.1:{ports[name]}", proc)
+            for name, (port, proc) in procs.items():
+                if name != "relay":
+                    _wait_up(f"http://127.0.0.1:{port}", proc)
+            time.sleep(0.5)  # the relay listens within milliseconds of its start
             print(f"llama-server {eng.version} (tiny model); loopback; {os.cpu_count()} CPUs; {args.rounds} rounds")
+            print(f"load average {os.getloadavg()[0]:.2f} at the start")
             _report(_measure(ports, args.rounds))
+            print(f"load average {os.getloadavg()[0]:.2f} at the end")
         finally:
-            for proc in procs.values():
+            for _, proc in procs.values():
                 _stop(proc)
 
 

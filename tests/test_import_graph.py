@@ -30,7 +30,7 @@ FLOORS: dict[str, int] = {
     # ground: no frank room above
     "frankenstein": 0, "errors": 0, "shipped": 0, "validation": 0, "chain": 0, "progress": 0, "store": 0,
     "store.rows": 0, "store.migrations": 0, "store.verify": 0, "store.core": 0,
-    "config": 0, "measure": 0, "design.phases": 0, "workload.trace": 0, "scope": 0, "flags": 0, "schema": 0,
+    "config": 0, "measure": 0, "design.phases": 0, "workload.trace": 0, "workload.wire": 0, "scope": 0, "flags": 0, "schema": 0,
     # the served recipe, a campaign folder
     "campaign": 1, "served": 1,
     # engine adapters

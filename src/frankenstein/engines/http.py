@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import threading
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -101,76 +99,3 @@ def fetch_url(
 ) -> Answer:
     host, port, path = split_url(url)
     return fetch(host, port, method, path, body, timeout_s=timeout_s, headers=headers)
-
-
-class Streamed:
-    """An answer whose body is read as it arrives (the proxies relay it chunk by chunk)."""
-
-    def __init__(self, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse) -> None:
-        self._conn, self._resp = conn, resp
-        self.slots: threading.BoundedSemaphore | None = None
-        self.status_code = resp.status
-        self.headers = resp.headers  # case-insensitive ``get``, ``items()`` with repeats
-
-    def iter_raw(self, size: int = 65536) -> Iterator[bytes]:
-        while chunk := self._resp.read1(size):
-            yield chunk
-
-    def read(self) -> bytes:
-        return self._resp.read()
-
-    def close(self) -> None:
-        self._conn.close()
-        if self.slots is not None:
-            self.slots.release()
-            self.slots = None
-
-
-def open_stream(
-    url: str,
-    method: str,
-    body: bytes | None,
-    headers: dict[str, str],
-    *,
-    timeout_s: float,
-    connect_retries: int = 0,
-    slots: threading.BoundedSemaphore | None = None,
-) -> Streamed:
-    """Send one request on a fresh connection (``http://`` or ``https://``); connect failures, when
-    nothing was sent yet, are retried ``connect_retries`` times. Errors are ``TransportError``.
-    ``slots`` bounds how many such requests are open at once (held until :meth:`Streamed.close`)."""
-    if slots is not None:
-        slots.acquire()
-    try:
-        answer = _open(url, method, body, headers, timeout_s, connect_retries)
-    except BaseException:
-        if slots is not None:
-            slots.release()
-        raise
-    answer.slots = slots
-    return answer
-
-
-def _open(
-    url: str, method: str, body: bytes | None, headers: dict[str, str], timeout_s: float, connect_retries: int
-) -> Streamed:
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"{url!r}: expected an http:// or https:// URL")
-    cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    for attempt in range(connect_retries + 1):
-        conn = cls(parts.hostname, parts.port, timeout=timeout_s)
-        try:
-            conn.connect()
-            break
-        except OSError:
-            conn.close()
-            if attempt == connect_retries:
-                raise
-    try:
-        conn.request(method, path, body=body, headers={**headers, "Connection": "close"})
-        return Streamed(conn, conn.getresponse())
-    except BaseException:
-        conn.close()
-        raise

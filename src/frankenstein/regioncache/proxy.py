@@ -28,11 +28,10 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Mapping
-from http.server import BaseHTTPRequestHandler
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from frankenstein.engines.http import Streamed, TransportError
+from frankenstein.engines.http import TransportError
 from frankenstein.errors import FrankError
 from frankenstein.regioncache.admission import Admission
 from frankenstein.regioncache.cache import CacheStatus
@@ -42,8 +41,9 @@ from frankenstein.workload.listener import (
     HOP_HEADERS,
     MAX_BODY_BYTES,
     BadRequest,
+    LeanHandler,
+    PooledAnswer,
     ProxyHTTPServer,
-    WRITE_BUFFER,
     UpstreamPool,
     bad_request,
     loads,
@@ -102,9 +102,7 @@ class FrontServer(ProxyHTTPServer):
                 self.passed_through += 1
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    wbufsize = WRITE_BUFFER  # headers and body leave in one send (each write is followed by a flush)
+class _Handler(LeanHandler):
     server: FrontServer
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet; the CLI prints a summary
@@ -278,7 +276,9 @@ class _Handler(BaseHTTPRequestHandler):
         finally:
             resp.close()
 
-    def _relay(self, resp: Streamed) -> None:
+    def _relay(self, resp: PooledAnswer) -> None:
+        """The answer as it arrives: with its length when the engine gave one (head and body leave in one
+        send), chunked otherwise (each piece flushed as it comes: SSE events reach the client at once)."""
         self._engine_error = resp.status_code >= 500
         self.send_response(resp.status_code)
         for k, v in resp.headers.items():
@@ -288,20 +288,31 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Length", "0")
             self.end_headers()
             return
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
         try:
-            for chunk in resp.iter_raw():
-                if chunk:
-                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-                    self.wfile.flush()
-            self.wfile.write(b"0\r\n\r\n")
-            self.wfile.flush()
+            self._relay_body(resp)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True  # the client left; closing the upstream response ends the stream
         except TransportError:
             self._engine_error = True
-            self.close_connection = True  # the upstream died mid-body: end without the final chunk
+            self.close_connection = True  # the upstream died mid-body: end it short (or without the final chunk)
+
+    def _relay_body(self, resp: PooledAnswer) -> None:
+        if resp.length is not None:
+            self.send_header("Content-Length", str(resp.length))
+            self.end_headers()
+            for piece in resp.iter_raw():
+                self.wfile.write(piece)
+                self.wfile.flush()
+            self.wfile.flush()  # an empty body: the head alone
+            return
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for chunk in resp.iter_raw():
+            if chunk:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                self.wfile.flush()
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
 
     # ------------------------------------------------------------------ plumbing
     def _read_body(self) -> bytes:

@@ -19,16 +19,27 @@ cost a connect and a close on every request's path (``benchmarks/proxy_overhead.
 
 from __future__ import annotations
 
-import http.client
 import json
 import socket
 import sys
 import threading
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
-from frankenstein.engines.http import Streamed
+from frankenstein.workload.wire import (
+    READ_BUFFER,
+    BadHead,
+    Closed,
+    Headers,
+    UpstreamAnswer,
+    UpstreamConnection,
+    http_date,
+    parse_headers,
+    read_head,
+    status_line,
+)
 
 BACKLOG = 4096
 CONNECT_RETRIES = 3  # upstream connects retried by the proxies (safe: nothing was sent yet)
@@ -55,6 +66,7 @@ HOP_HEADERS = frozenset(
         "content-length",
         "accept-encoding",
         "content-encoding",
+        "expect",  # answered by the proxy itself (100 Continue) before it reads the body
     }
 )
 
@@ -63,6 +75,18 @@ class BadRequest(Exception):
     """The client's request is malformed; answered with 400 and this message."""
 
     status = 400
+
+
+class HeadTooBig(BadRequest):
+    """The request's head is above :data:`~frankenstein.workload.wire.MAX_HEAD_BYTES` or its header count; 431."""
+
+    status = 431
+
+
+class LengthRequired(BadRequest):
+    """A request body sent chunked (``Transfer-Encoding``): not read, answered 411 and the connection closed."""
+
+    status = 411
 
 
 class TooLarge(BadRequest):
@@ -100,6 +124,8 @@ class ProxyHTTPServer(ThreadingHTTPServer):
 def read_body(handler: BaseHTTPRequestHandler, limit: int = MAX_BODY_BYTES) -> bytes:
     """The request body by its ``Content-Length``; a missing length is an empty body, one above ``limit``
     bytes a :class:`TooLarge` (nothing of the body read)."""
+    if handler.headers.get("Transfer-Encoding") is not None:
+        raise LengthRequired("a request body must come with a Content-Length (Transfer-Encoding is not accepted)")
     value = handler.headers.get("Content-Length")
     if value is None or value.strip() == "":
         return b""
@@ -144,8 +170,60 @@ def bad_request(handler: BaseHTTPRequestHandler, exc: BadRequest) -> None:
     send_json(handler, exc.status, {"error": {"message": str(exc), "type": "invalid_request_error"}})
 
 
+class LeanHandler(BaseHTTPRequestHandler):
+    """``BaseHTTPRequestHandler`` with the hot path of :mod:`~frankenstein.workload.wire`: the request head
+    split with bytes operations into :class:`~frankenstein.workload.wire.Headers` (no ``email.parser``), and
+    the status line, ``Server`` and ``Date`` (formatted once a second) as one buffered write. A malformed head
+    is answered 400 (431 when too large) in JSON and the connection closed; ``Expect: 100-continue`` is
+    answered at once."""
+
+    protocol_version = "HTTP/1.1"
+    wbufsize = WRITE_BUFFER  # headers and body leave in one send (each write is followed by a flush)
+    raw_requestline: bytes  # the request line, read by handle_one_request
+    headers: Headers  # type: ignore[assignment]  # wire.Headers: get(), items(), iteration, as handlers use them
+
+    def parse_request(self) -> bool:
+        self.command, self.path, self.request_version = "", "", "HTTP/1.1"
+        self.close_connection = True
+        try:
+            return self._parse_head()
+        except BadHead as exc:
+            bad_request(self, BadRequest(str(exc)) if exc.status == 400 else HeadTooBig(str(exc)))
+            return False
+
+    def _parse_head(self) -> bool:
+        lines = read_head(self.rfile, self.raw_requestline)
+        if not lines:
+            return False  # an empty line where a request line belongs: closed, as the standard library does
+        self.requestline = lines[0].decode("latin-1")
+        words = self.requestline.split()
+        if len(words) != 3 or words[2] not in ("HTTP/1.0", "HTTP/1.1"):
+            raise BadHead(f"bad request line {self.requestline[:80]!r}")
+        self.command, path, self.request_version = words
+        self.path = "/" + path.lstrip("/") if path.startswith("//") else path
+        self.headers = parse_headers(lines[1:])
+        self.close_connection = _wants_close(self.request_version, self.headers.get("connection"))
+        if (self.headers.get("expect") or "").lower() == "100-continue" and self.request_version == "HTTP/1.1":
+            self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            self.wfile.flush()
+        return True
+
+    def send_response(self, code: int, message: str | None = None) -> None:
+        """The status line, ``Server`` and ``Date`` into the head's buffer (written by ``end_headers``)."""
+        self._headers_buffer = [
+            status_line(self.protocol_version, code, message),
+            f"Server: {self.version_string()}\r\nDate: {http_date()}\r\n".encode("latin-1"),
+        ]
+
+
+def _wants_close(version: str, connection: str | None) -> bool:
+    tokens = {t.strip() for t in (connection or "").lower().split(",")}
+    return "close" in tokens or (version == "HTTP/1.0" and "keep-alive" not in tokens)
+
+
 class UpstreamPool:
-    """Kept-alive connections to one upstream, each used by one request at a time.
+    """Kept-alive connections to one upstream (:class:`~frankenstein.workload.wire.UpstreamConnection`), each
+    used by one request at a time.
 
     A request on a reused connection that the upstream closed meanwhile (llama-server may close an idle
     kept-alive connection just as it is reused: no answer at all, or a reset while sending) is sent again on
@@ -154,62 +232,58 @@ class UpstreamPool:
 
     def __init__(self, url: str, timeout_s: float, connect_retries: int = CONNECT_RETRIES) -> None:
         parts = urlsplit(url)
-        self._https = parts.scheme == "https"
-        self._host, self._port = parts.hostname or "127.0.0.1", parts.port
+        self._tls = parts.scheme == "https"
+        self._host = parts.hostname or "127.0.0.1"
+        self._port = parts.port or (443 if self._tls else 80)
         self._timeout_s, self._retries = timeout_s, connect_retries
-        self._idle: list[http.client.HTTPConnection] = []
+        self._idle: list[UpstreamConnection] = []
         self._lock = threading.Lock()
         self.opened = 0  # fresh connections made (fewer than requests: reuse)
 
     def open(
         self, method: str, path: str, body: bytes | None, headers: dict[str, str], slots: threading.BoundedSemaphore
-    ) -> Streamed:
-        """Send one request and return its answer unread; :meth:`Streamed.close` gives the connection back."""
+    ) -> PooledAnswer:
+        """Send one request and return its answer unread; :meth:`PooledAnswer.close` gives the connection back."""
         slots.acquire()
         try:
             answer = self._send(method, path, body, headers)
         except BaseException:
             slots.release()
             raise
-        answer.slots = slots
-        return answer
+        return PooledAnswer(answer, self, slots)
 
-    def _send(self, method: str, path: str, body: bytes | None, headers: dict[str, str]) -> Streamed:
+    def _send(self, method: str, path: str, body: bytes | None, headers: dict[str, str]) -> UpstreamAnswer:
         with self._lock:
             conn = self._idle.pop() if self._idle else None
         if conn is not None:
             try:
                 return self._exchange(conn, method, path, body, headers)
-            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
-                conn.close()  # closed by the upstream while idle: sent again on a fresh connection
+            except Closed:
+                pass  # closed by the upstream while idle: sent again on a fresh connection
         return self._exchange(self._connect(), method, path, body, headers)
 
+    @staticmethod
     def _exchange(
-        self, conn: http.client.HTTPConnection, method: str, path: str, body: bytes | None, headers: dict[str, str]
-    ) -> Streamed:
+        conn: UpstreamConnection, method: str, path: str, body: bytes | None, headers: dict[str, str]
+    ) -> UpstreamAnswer:
         try:
-            conn.request(method, path, body=body, headers=headers)
-            return _PooledAnswer(conn, conn.getresponse(), self)
+            return conn.exchange(method, path, headers, body)
         except BaseException:
             conn.close()
             raise
 
-    def _connect(self) -> http.client.HTTPConnection:
-        cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+    def _connect(self) -> UpstreamConnection:
         for attempt in range(self._retries + 1):
-            conn = cls(self._host, self._port, timeout=self._timeout_s)
             try:
-                conn.connect()
-                conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                conn = UpstreamConnection.open(self._host, self._port, self._timeout_s, self._tls)
                 self.opened += 1
                 return conn
             except OSError:
-                conn.close()
                 if attempt == self._retries:
                     raise
         raise AssertionError("unreachable")
 
-    def give_back(self, conn: http.client.HTTPConnection) -> None:
+    def give_back(self, conn: UpstreamConnection) -> None:
         with self._lock:
             self._idle.append(conn)
 
@@ -220,20 +294,29 @@ class UpstreamPool:
             conn.close()
 
 
-class _PooledAnswer(Streamed):
-    def __init__(self, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse, pool: UpstreamPool) -> None:
-        super().__init__(conn, resp)
-        self._pool, self._kept_conn, self._kept_resp = pool, conn, resp
+class PooledAnswer:
+    """An upstream's answer on a pooled connection: ``status_code``, ``headers`` (case-insensitive ``get``,
+    ``items()`` with repeats), ``iter_raw`` (the body as it arrives), ``read``; :meth:`close` gives the
+    connection back when the answer was read to its end, and the upstream slot in any case."""
+
+    def __init__(self, answer: UpstreamAnswer, pool: UpstreamPool, slots: threading.BoundedSemaphore) -> None:
+        self._answer, self._pool = answer, pool
+        self.slots: threading.BoundedSemaphore | None = slots
+        self.status_code = answer.status_code
+        self.headers = answer.headers
+        self.length = answer.length  # the body's Content-Length; None when chunked or ended by a close
+
+    def iter_raw(self, size: int = READ_BUFFER) -> Iterator[bytes]:
+        return self._answer.iter_raw(size)
+
+    def read(self) -> bytes:
+        return self._answer.read()
 
     def close(self) -> None:
-        """Back to the pool when the answer was read to its end and may be followed by another; closed otherwise."""
-        resp = self._kept_resp
-        if not resp.isclosed() and resp.length == 0 and not resp.chunked:
-            resp.read()  # the body was read to its length: this marks the answer finished for http.client
-        if resp.isclosed() and not resp.will_close:
-            self._pool.give_back(self._kept_conn)
-            if self.slots is not None:
-                self.slots.release()
-                self.slots = None
-            return
-        super().close()
+        if self._answer.reusable:
+            self._pool.give_back(self._answer.conn)
+        else:
+            self._answer.conn.close()
+        if self.slots is not None:
+            self.slots.release()
+            self.slots = None

@@ -52,20 +52,19 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from email.message import Message
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
-from frankenstein.engines.http import Streamed, TransportError
+from frankenstein.engines.http import TransportError
 from frankenstein.engines.response import StreamAssembler, canonical_endpoint, output_from_response, server_timings
 from frankenstein.errors import FrankError
 from frankenstein.workload.listener import (
     HOP_HEADERS,
     MAX_BODY_BYTES,
     BadRequest,
+    LeanHandler,
+    PooledAnswer,
     ProxyHTTPServer,
-    WRITE_BUFFER,
     UpstreamPool,
     bad_request,
     loads,
@@ -83,6 +82,7 @@ from frankenstein.workload.trace import (
     redact_request,
     turn_line,
 )
+from frankenstein.workload.wire import Headers
 
 SESSION_HEADER = "X-Frank-Session"
 # ---------------------------------------------------------------- the recording core
@@ -211,9 +211,7 @@ class _UpstreamFailed(Exception):
     pass
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    wbufsize = WRITE_BUFFER  # headers and body leave in one send (each write is followed by a flush)
+class _Handler(LeanHandler):
     server: _ProxyServer
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet: the CLI reports turns
@@ -267,7 +265,7 @@ class _Handler(BaseHTTPRequestHandler):
         headers["Accept-Encoding"] = "identity"
         return headers
 
-    def _reply(self, status: int, headers: Mapping[str, str] | Message, data: bytes) -> None:
+    def _reply(self, status: int, headers: Mapping[str, str] | Headers, data: bytes) -> None:
         self.send_response(status)
         for k, v in headers.items():
             if k.lower() not in HOP_HEADERS:
@@ -323,7 +321,7 @@ class _Handler(BaseHTTPRequestHandler):
         timings = RecordedTimings(server=server, ttft_ms=ttft, e2e_ms=round((time.perf_counter() - t0) * 1e3, 3))
         self.server.record(endpoint, body, self.headers.get(SESSION_HEADER), output, timings, self._peer_closed())
 
-    def _relay_json(self, endpoint: str, body: dict[str, Any], resp: Streamed, t0: float) -> None:
+    def _relay_json(self, endpoint: str, body: dict[str, Any], resp: PooledAnswer, t0: float) -> None:
         data = resp.read()
         try:
             answer = _json_object(data)
@@ -335,7 +333,7 @@ class _Handler(BaseHTTPRequestHandler):
         if answer is None:
             raise _UpstreamFailed(f"upstream answered non-JSON on {endpoint}")
 
-    def _relay_stream(self, endpoint: str, body: dict[str, Any], resp: Streamed, t0: float) -> None:
+    def _relay_stream(self, endpoint: str, body: dict[str, Any], resp: PooledAnswer, t0: float) -> None:
         self.send_response(200)
         for k, v in resp.headers.items():
             if k.lower() not in HOP_HEADERS:
@@ -396,7 +394,7 @@ class _ProxyServer(ProxyHTTPServer):
         self.errors: list[str] = []
         self._err_lock = threading.Lock()
 
-    def open(self, method: str, path: str, raw: bytes, headers: dict[str, str]) -> Streamed:
+    def open(self, method: str, path: str, raw: bytes, headers: dict[str, str]) -> PooledAnswer:
         """One upstream request on a kept-alive connection of the pool (a connection the engine closed
         meanwhile, and a failed connect, are retried: see :class:`UpstreamPool`)."""
         return self.pool.open(method, path, raw or None, headers, self.upstream_slots)

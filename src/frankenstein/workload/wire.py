@@ -1,0 +1,351 @@
+"""HTTP/1.1 on the proxies' hot path, lean: a message head read with ``readline`` and split with bytes
+operations, a response head built as one bytes join, and an upstream client on a raw socket.
+
+Why not the standard library here: ``http.server`` and ``http.client`` parse every head with
+``email.parser`` and ``http.client`` opens a new buffered file per answer; a profile of passed-through
+requests spent more time there than in frank (``benchmarks/proxy_overhead.py``, docs/benchmarks.md).
+Everything else a proxy needs of HTTP is small::
+
+    head = read_head(rfile)              # [b"POST /v1/chat/completions HTTP/1.1", b"Host: ...", ...]
+    headers = parse_headers(head[1:])    # Headers: case-insensitive get(), items() with repeats
+    conn = UpstreamConnection.open("127.0.0.1", 8080, timeout_s=600)
+    answer = conn.exchange("POST", "/tokenize", {"Content-Type": "application/json"}, b"{...}")
+    answer.status_code, answer.headers.get("content-type"), answer.read()
+
+Limits, for a client or an upstream that sends too much: a head of at most :data:`MAX_HEAD_BYTES`
+and :data:`MAX_HEADERS` lines (:class:`HeadTooLarge`, answered 431 to a client); a line without a colon
+or a folded line in a request is a :class:`BadHead` (400). In an upstream's answer a folded line is
+joined to the one before with a space (RFC 9112 5.2). A chunked answer is decoded as it arrives
+(extensions and trailers read and dropped); an answer with neither a length nor chunks ends at close.
+"""
+
+from __future__ import annotations
+
+import io
+import socket
+import ssl
+import time
+from collections.abc import Iterable, Iterator
+from http import HTTPStatus
+from typing import Protocol, cast, overload
+
+MAX_LINE = 65536  # one head line, as http.client's _MAXLINE
+MAX_HEADERS = 100  # header lines in one head, as http.client's _MAXHEADERS
+MAX_HEAD_BYTES = 64 * 1024
+READ_BUFFER = 64 * 1024
+
+
+class LineReader(Protocol):
+    """What a head is read from: a buffered socket file."""
+
+    def readline(self, size: int | None = -1, /) -> bytes: ...
+
+
+class BadHead(ValueError):
+    """A malformed message head (answered 400 to a client, a :class:`ProtocolError` from an upstream)."""
+
+    status = 400
+
+
+class HeadTooLarge(BadHead):
+    """A head above :data:`MAX_HEAD_BYTES` or :data:`MAX_HEADERS` lines (answered 431)."""
+
+    status = 431
+
+
+class ProtocolError(ConnectionError):
+    """The upstream broke HTTP/1.1 (a bad head, a body cut short): the connection is not reused."""
+
+
+class Closed(ConnectionError):
+    """A reused connection that the upstream closed before answering anything (safe to send again)."""
+
+
+class Headers:
+    """Header fields in arrival order; lookups by name ignore case. ``get`` returns the first value
+    (as ``email.message.Message`` does), ``items`` every pair with repeats, iteration the names."""
+
+    __slots__ = ("_pairs", "_first")
+
+    def __init__(self, pairs: Iterable[tuple[str, str]] = ()) -> None:
+        self._pairs: list[tuple[str, str]] = []
+        self._first: dict[str, str] = {}
+        for name, value in pairs:
+            self.add(name, value)
+
+    def add(self, name: str, value: str) -> None:
+        self._pairs.append((name, value))
+        self._first.setdefault(name.lower(), value)
+
+    @overload
+    def get(self, name: str) -> str | None: ...
+
+    @overload
+    def get(self, name: str, default: str) -> str: ...
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        return self._first.get(name.lower(), default)
+
+    def get_all(self, name: str) -> list[str]:
+        key = name.lower()
+        return [v for k, v in self._pairs if k.lower() == key]
+
+    def items(self) -> list[tuple[str, str]]:
+        return list(self._pairs)
+
+    def __getitem__(self, name: str) -> str | None:
+        return self.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name.lower() in self._first
+
+    def __iter__(self) -> Iterator[str]:
+        return (k for k, _ in self._pairs)
+
+    def __len__(self) -> int:
+        return len(self._pairs)
+
+    def __repr__(self) -> str:
+        return f"Headers({self._pairs!r})"
+
+
+# ---------------------------------------------------------------- reading a head
+
+
+def read_head(rfile: LineReader, first: bytes | None = None) -> list[bytes]:
+    """The lines of one message head (without their line ends) up to the empty line; ``first``: its first
+    line when already read. An empty list: the peer closed before sending anything."""
+    lines: list[bytes] = []
+    total = 0
+    line = first if first is not None else rfile.readline(MAX_LINE + 1)
+    while line not in (b"\r\n", b"\n"):
+        if not line:
+            if lines:
+                raise BadHead("the message head ended before its empty line")
+            return lines
+        total += len(line)
+        if len(line) > MAX_LINE or total > MAX_HEAD_BYTES or len(lines) > MAX_HEADERS:
+            raise HeadTooLarge(f"message head above {MAX_HEAD_BYTES} bytes or {MAX_HEADERS} header lines")
+        lines.append(line.rstrip(b"\r\n"))
+        line = rfile.readline(MAX_LINE + 1)
+    return lines
+
+
+def parse_headers(lines: list[bytes], unfold: bool = False) -> Headers:
+    """Header lines → :class:`Headers`; a folded line (leading space or tab) is joined to the one before
+    when ``unfold`` (an upstream's answer), a :class:`BadHead` otherwise (a client's request)."""
+    headers = Headers()
+    pairs: list[tuple[str, str]] = []
+    for line in lines:
+        if line[:1] in (b" ", b"\t"):
+            if not unfold or not pairs:
+                raise BadHead("a folded header line (obs-fold) is not accepted")
+            name, value = pairs.pop()
+            pairs.append((name, f"{value} {line.strip().decode('latin-1')}"))
+            continue
+        pairs.append(_split_field(line))
+    for name, value in pairs:
+        headers.add(name, value)
+    return headers
+
+
+def _split_field(line: bytes) -> tuple[str, str]:
+    colon = line.find(b":")
+    if colon <= 0 or line[colon - 1 : colon] in (b" ", b"\t"):
+        raise BadHead(f"header line without a 'name:' ({line[:40]!r})")
+    return line[:colon].decode("latin-1"), line[colon + 1 :].strip(b" \t").decode("latin-1")
+
+
+# ---------------------------------------------------------------- writing a head
+
+_date = (0, "")
+
+
+def http_date() -> str:
+    """The ``Date`` header's value, formatted once per second."""
+    global _date
+    now = int(time.time())
+    if _date[0] != now:
+        _date = (now, time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(now)))
+    return _date[1]
+
+
+def status_line(version: str, code: int, reason: str | None = None) -> bytes:
+    if reason is None:
+        reason = HTTPStatus(code).phrase if code in HTTPStatus._value2member_map_ else ""
+    return f"{version} {code} {reason}\r\n".encode("latin-1")
+
+
+def request_head(method: str, path: str, host: str, headers: dict[str, str], length: int | None) -> bytes:
+    """One request head as bytes: request line, ``Host``, the headers, ``Content-Length`` when a body follows."""
+    parts = [f"{method} {path} HTTP/1.1\r\nHost: {host}\r\n"]
+    parts += [f"{k}: {v}\r\n" for k, v in headers.items()]
+    if length is not None:
+        parts.append(f"Content-Length: {length}\r\n")
+    parts.append("\r\n")
+    return "".join(parts).encode("latin-1")
+
+
+# ---------------------------------------------------------------- the upstream client
+
+
+class UpstreamConnection:
+    """One kept-alive connection to an upstream (Nagle off); one request at a time."""
+
+    def __init__(self, sock: socket.socket, host: str) -> None:
+        self.sock = sock
+        self.rfile = cast(io.BufferedReader, sock.makefile("rb", buffering=READ_BUFFER))
+        self.host = host
+        self.exchanges = 0  # requests answered on this connection
+        self.reusable = True
+
+    @classmethod
+    def open(cls, host: str, port: int, timeout_s: float, tls: bool = False) -> UpstreamConnection:
+        sock = socket.create_connection((host, port), timeout=timeout_s)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if tls:
+            sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
+        return cls(sock, f"{host}:{port}")
+
+    def exchange(self, method: str, path: str, headers: dict[str, str], body: bytes | None) -> UpstreamAnswer:
+        """Send one request (head and body in one ``sendall``) and read its answer's head; the body is left
+        to the :class:`UpstreamAnswer`. A reused connection closed before any answer raises :class:`Closed`."""
+        length = len(body) if body is not None else (0 if method in ("POST", "PUT", "PATCH") else None)
+        head = request_head(method, path, self.host, headers, length)
+        try:
+            self.sock.sendall(head + body if body else head)
+            lines = self._answer_head()
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            raise Closed(f"upstream {self.host} closed the connection: {exc}") from exc
+        self.exchanges += 1
+        return UpstreamAnswer(self, method, lines)
+
+    def _answer_head(self) -> list[bytes]:
+        """The head of the final answer (interim 1xx answers skipped)."""
+        while True:
+            lines = read_head_from_upstream(self.rfile)
+            if not lines:
+                raise Closed(f"upstream {self.host} closed the connection without an answer")
+            code = lines[0][9:12]
+            if not code.startswith(b"1") or code == b"101":  # 100 Continue, 103 Early Hints: skipped
+                return lines
+
+    def close(self) -> None:
+        self.reusable = False
+        try:
+            self.rfile.close()
+        finally:
+            self.sock.close()
+
+
+def read_head_from_upstream(rfile: LineReader) -> list[bytes]:
+    try:
+        return read_head(rfile)
+    except BadHead as exc:
+        raise ProtocolError(f"upstream answered a malformed head: {exc}") from exc
+
+
+class UpstreamAnswer:
+    """An upstream's answer whose body is read as it arrives: ``status_code``, ``headers``, ``iter_raw``
+    (the body decoded: chunks without their framing), ``read``, and ``finished`` once the body was read
+    to its end (the connection may then carry another request)."""
+
+    def __init__(self, conn: UpstreamConnection, method: str, lines: list[bytes]) -> None:
+        self.conn = conn
+        self.version, self.status_code = _status(lines[0])
+        self.headers = parse_headers(lines[1:], unfold=True)
+        self.will_close = _will_close(self.version, self.headers)
+        self._left: int | None = None  # bytes of the body (or of the current chunk) still to read
+        self._mode = _body_mode(method, self.status_code, self.headers)
+        if self._mode == "length":
+            self._left = _length(self.headers)
+        self.length = 0 if self._mode == "none" else self._left
+        self.finished = self._mode == "none" or self._left == 0
+
+    def iter_raw(self, size: int = READ_BUFFER) -> Iterator[bytes]:
+        if self._mode == "chunked":
+            yield from self._chunks(size)
+        elif self._mode == "length":
+            yield from self._counted(size)
+        elif self._mode == "close":
+            yield from self._until_close(size)
+
+    def read(self) -> bytes:
+        return b"".join(self.iter_raw())
+
+    def _counted(self, size: int) -> Iterator[bytes]:
+        while self._left:
+            data = self.conn.rfile.read1(min(size, self._left))
+            if not data:
+                raise ProtocolError(f"upstream body ended {self._left} bytes short")
+            self._left -= len(data)
+            yield data
+        self.finished = True
+
+    def _until_close(self, size: int) -> Iterator[bytes]:
+        while data := self.conn.rfile.read1(size):
+            yield data
+        self.finished, self.will_close = True, True
+
+    def _chunks(self, size: int) -> Iterator[bytes]:
+        while (n := self._chunk_size()) > 0:
+            self._left = n
+            yield from self._counted(size)
+            self._crlf()
+        self._trailers()
+        self.finished = True
+
+    def _chunk_size(self) -> int:
+        line = self.conn.rfile.readline(MAX_LINE + 1)
+        digits = line.split(b";", 1)[0].strip()
+        try:
+            return int(digits, 16)
+        except ValueError:
+            raise ProtocolError(f"upstream sent a bad chunk size line {line[:40]!r}") from None
+
+    def _crlf(self) -> None:
+        if self.conn.rfile.readline(MAX_LINE + 1) not in (b"\r\n", b"\n"):
+            raise ProtocolError("upstream chunk not followed by CRLF")
+
+    def _trailers(self) -> None:
+        """Trailer fields after the last chunk: read to the empty line and dropped."""
+        for _ in range(MAX_HEADERS + 1):
+            line = self.conn.rfile.readline(MAX_LINE + 1)
+            if line in (b"\r\n", b"\n"):
+                return
+            if not line:
+                raise ProtocolError("upstream stream ended inside the trailers")
+        raise ProtocolError("upstream sent too many trailer lines")
+
+    @property
+    def reusable(self) -> bool:
+        return self.finished and not self.will_close and self.conn.reusable
+
+
+def _status(line: bytes) -> tuple[str, int]:
+    parts = line.split(None, 2)
+    if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
+        raise ProtocolError(f"upstream answered a bad status line {line[:60]!r}")
+    return parts[0].decode("latin-1"), int(parts[1])
+
+
+def _will_close(version: str, headers: Headers) -> bool:
+    tokens = {t.strip().lower() for t in ",".join(headers.get_all("connection")).split(",")}
+    if version == "HTTP/1.0":
+        return "keep-alive" not in tokens
+    return "close" in tokens
+
+
+def _body_mode(method: str, status: int, headers: Headers) -> str:
+    if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
+        return "none"
+    if "chunked" in (headers.get("transfer-encoding") or "").lower():
+        return "chunked"
+    return "length" if headers.get("content-length") is not None else "close"
+
+
+def _length(headers: Headers) -> int:
+    values = {v.strip() for v in headers.get_all("content-length")}
+    if len(values) != 1 or not next(iter(values)).isdigit():
+        raise ProtocolError(f"upstream sent a bad Content-Length {sorted(values)!r}")
+    return int(values.pop())

@@ -1,0 +1,263 @@
+"""The proxies' lean HTTP/1.1 (workload/wire.py, listener.LeanHandler, UpstreamPool), attacked from both
+sides over real loopback sockets: a client sending folded, colon-less, oversized, split, pipelined and
+odd-case heads to the real ``frank serve`` front and ``frank record`` proxy; an upstream answering with
+chunk extensions and trailers, folded headers, no length (ended by a close) and a broken chunk.
+
+The misbehaving upstream is a test double (:class:`ScriptedUpstreamTestDouble`): llama-server cannot be
+made to send those answers. Well-formed pass-through is proven against the real llama-server in
+test_serve.py and test_record.py."""
+
+from __future__ import annotations
+
+import re
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+
+import httpx
+import pytest
+from tokenizers import Tokenizer
+
+from frankenstein.regioncache import RegionCache
+from frankenstein.regioncache.proxy import Front, start_front
+from frankenstein.shipped import data_path
+from frankenstein.workload.record import serve_recorder
+from frankenstein.workload.wire import MAX_HEAD_BYTES, Headers
+
+TEXT = "The quick brown fox jumps over the lazy dog."
+
+
+@cache
+def tok() -> Tokenizer:
+    return Tokenizer.from_file(str(data_path("tiny-tokenizer.json")))
+
+
+def expected_count(text: str = TEXT) -> int:
+    return len(tok().encode(text, add_special_tokens=False).ids)
+
+
+class ScriptedUpstreamTestDouble:
+    """A test double for an upstream that answers with raw bytes we choose (a real engine cannot be made to
+    send chunk extensions, trailers, folded headers or a broken chunk). Each request gets the next answer of
+    ``answers``; ``close_after`` closes the connection after an answer. ``connections`` counts accepts."""
+
+    def __init__(self, answers: list[bytes], close_after: bool = False) -> None:
+        self.answers, self.close_after = list(answers), close_after
+        self.connections = 0
+        self.requests: list[bytes] = []
+        self._sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        rfile = conn.makefile("rb")
+        with conn, rfile:
+            while self.answers and (head := self._read_request(rfile)):
+                self.requests.append(head)
+                conn.sendall(self.answers.pop(0))
+                if self.close_after:
+                    return
+
+    @staticmethod
+    def _read_request(rfile) -> bytes:  # type: ignore[no-untyped-def]
+        head = b""
+        while (line := rfile.readline()) not in (b"\r\n", b""):
+            head += line
+        length = re.search(rb"(?i)content-length: *(\d+)", head)
+        rfile.read(int(length.group(1)) if length else 0)
+        return head
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+@pytest.fixture
+def front() -> Iterator[Front]:
+    with start_front("http://127.0.0.1:9", RegionCache(tok())) as f:  # local answers only: no upstream
+        yield f
+
+
+def port_of(url: str) -> int:
+    return int(url.rsplit(":", 1)[1])
+
+
+def raw(url: str, data: bytes, pieces: int = 1) -> bytes:
+    """Send ``data`` (in ``pieces`` separate TCP segments, Nagle off) and read until the server closes."""
+    with socket.create_connection(("127.0.0.1", port_of(url)), timeout=10) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        step = max(1, len(data) // pieces)
+        for i in range(0, len(data), step):
+            s.sendall(data[i : i + step])
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+        return out
+
+
+def count_request(text: str = TEXT, extra: bytes = b"", close: bool = True) -> bytes:
+    body = b'{"content": "%s"}' % text.encode()
+    head = b"POST /count HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + extra
+    head += b"Connection: close\r\n" if close else b""
+    return head + b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+
+# ------------------------------------------------------------------ a client's head, attacked
+
+
+def test_a_folded_header_line_is_400_and_closes(front: Front) -> None:
+    answer = raw(front.url, count_request(extra=b"X-Note: one\r\n  folded onto the line above\r\n", close=False))
+    assert answer.startswith(b"HTTP/1.1 400 ") and b"obs-fold" in answer
+    assert b'"count"' not in answer  # never counted: the connection was closed after the refusal
+
+
+def test_a_header_line_without_a_colon_is_400(front: Front) -> None:
+    answer = raw(front.url, count_request(extra=b"NoColonHere\r\n", close=False))
+    assert answer.startswith(b"HTTP/1.1 400 ") and b"without a 'name:'" in answer
+
+
+@pytest.mark.parametrize("shape", ["many lines", "one long line", "many bytes"])
+def test_a_huge_head_is_431_before_any_body_is_read(front: Front, shape: str) -> None:
+    extra = {
+        "many lines": b"".join(b"X-H%d: v\r\n" % i for i in range(150)),
+        "one long line": b"X-Long: " + b"a" * 70_000 + b"\r\n",
+        "many bytes": b"".join(b"X-H%d: %s\r\n" % (i, b"b" * 1000) for i in range(MAX_HEAD_BYTES // 1000 + 2)),
+    }[shape]
+    t0 = time.perf_counter()
+    answer = raw(front.url, count_request(extra=extra, close=False))
+    assert answer.startswith(b"HTTP/1.1 431 ")
+    assert b'"count"' not in answer and time.perf_counter() - t0 < 5
+
+
+def test_the_recording_proxy_refuses_a_huge_head_the_same_way(tmp_path: Path) -> None:
+    with serve_recorder("http://127.0.0.1:9", out=tmp_path / "t.jsonl") as rec:
+        extra = b"".join(b"X-H%d: v\r\n" % i for i in range(150))
+        answer = raw(rec.url, b"GET /health HTTP/1.1\r\nHost: x\r\n" + extra + b"\r\n")
+    assert answer.startswith(b"HTTP/1.1 431 ")
+    assert not (tmp_path / "t.jsonl").exists() or (tmp_path / "t.jsonl").read_text() == ""
+
+
+def test_a_head_split_over_many_tcp_segments_is_read_whole(front: Front) -> None:
+    request = count_request()
+    answer = raw(front.url, request, pieces=len(request))  # one byte per segment
+    assert answer.startswith(b"HTTP/1.1 200 ") and b'{"count": %d}' % expected_count() in answer
+
+
+def test_pipelined_requests_on_one_connection_are_answered_in_order(front: Front) -> None:
+    texts = ["one", "two words", TEXT]
+    data = b"".join(count_request(t, close=False) for t in texts[:-1]) + count_request(texts[-1])
+    answer = raw(front.url, data)
+    counts = [int(n) for n in re.findall(rb'\{"count": (\d+)\}', answer)]
+    assert answer.count(b"HTTP/1.1 200 ") == 3 and counts == [expected_count(t) for t in texts]
+
+
+@pytest.mark.parametrize("name", [b"content-length", b"CONTENT-LENGTH", b"cOnTeNt-LeNgTh"])
+def test_header_names_are_matched_in_any_case(front: Front, name: bytes) -> None:
+    body = b'{"content": "%s"}' % TEXT.encode()
+    request = b"POST /count HTTP/1.1\r\nhost: x\r\nCONNECTION: close\r\n%s: %d\r\n\r\n%s" % (name, len(body), body)
+    answer = raw(front.url, request)  # returns only because 'CONNECTION: close' closed the connection
+    assert b'{"count": %d}' % expected_count() in answer
+
+
+def test_expect_100_continue_is_answered_before_the_body(front: Front) -> None:
+    body = b'{"content": "%s"}' % TEXT.encode()
+    head = b"POST /count HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nConnection: close\r\n"
+    with socket.create_connection(("127.0.0.1", port_of(front.url)), timeout=10) as s:
+        s.sendall(head + b"Content-Length: %d\r\n\r\n" % len(body))
+        assert s.recv(100) == b"HTTP/1.1 100 Continue\r\n\r\n"  # before a byte of the body was sent
+        s.sendall(body)
+        answer = s.recv(65536)
+    assert answer.startswith(b"HTTP/1.1 200 ") and b'{"count": %d}' % expected_count() in answer
+
+
+def test_a_chunked_request_body_is_411_and_never_forwarded(front: Front) -> None:
+    upstream = ScriptedUpstreamTestDouble([b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"])
+    with start_front(upstream.url, RegionCache(tok())) as f:
+        request = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        answer = raw(f.url, request + b"2\r\n{}\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n")
+    upstream.close()
+    assert answer.startswith(b"HTTP/1.1 411 ") and upstream.requests == []
+
+
+def test_http_1_0_closes_unless_kept_alive(front: Front) -> None:
+    body = b'{"content": "x"}'
+    request = b"POST /count HTTP/1.0\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    answer = raw(front.url, request)  # returns: HTTP/1.0 without keep-alive closes after the answer
+    assert answer.startswith(b"HTTP/1.1 200 ") and answer.count(b"HTTP/1.1") == 1
+
+
+# ------------------------------------------------------------------ an upstream's answer, attacked
+
+
+def test_a_chunked_answer_with_extensions_and_trailers_is_relayed_and_the_connection_reused() -> None:
+    chunked = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"5;name=value\r\nhello\r\n7 ; ext\r\n, world\r\n0\r\nX-Trailer: dropped\r\nX-Other: too\r\n\r\n"
+    )
+    upstream = ScriptedUpstreamTestDouble([chunked, chunked])
+    with start_front(upstream.url, RegionCache(tok())) as f, httpx.Client(trust_env=False) as client:
+        bodies = [client.get(f.url + "/stream").text for _ in range(2)]
+        opened = f.server.pool.opened
+    upstream.close()
+    assert bodies == ["hello, world", "hello, world"]
+    assert opened == 1 and upstream.connections == 1  # read to its end: the connection went back to the pool
+
+
+def test_an_answer_without_a_length_ends_at_close_and_is_not_reused(tmp_path: Path) -> None:
+    no_length = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nall of it, until the close"
+    upstream = ScriptedUpstreamTestDouble([no_length, no_length], close_after=True)
+    with serve_recorder(upstream.url, out=tmp_path / "t.jsonl") as rec, httpx.Client(trust_env=False) as client:
+        bodies = [client.get(rec.url + "/v1/models").text for _ in range(2)]
+        opened = rec.pool.opened
+    upstream.close()
+    assert bodies == ["all of it, until the close"] * 2
+    assert opened == 2  # an answer ended by a close cannot be followed by another on its connection
+
+
+def test_a_folded_header_in_an_answer_is_unfolded() -> None:
+    folded = b"HTTP/1.1 200 OK\r\nX-Folded: first\r\n\tsecond\r\nContent-Length: 2\r\n\r\nok"
+    upstream = ScriptedUpstreamTestDouble([folded])
+    with start_front(upstream.url, RegionCache(tok())) as f:
+        r = httpx.get(f.url + "/x", trust_env=False)
+    upstream.close()
+    assert r.status_code == 200 and r.text == "ok" and r.headers["x-folded"] == "first second"
+
+
+def test_a_broken_chunk_mid_answer_ends_the_answer_short() -> None:
+    broken = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nzz\r\nmore\r\n"
+    upstream = ScriptedUpstreamTestDouble([broken])
+    with start_front(upstream.url, RegionCache(tok())) as f:
+        answer = raw(f.url, b"GET /x HTTP/1.1\r\nHost: x\r\n\r\n")
+    upstream.close()
+    assert answer.startswith(b"HTTP/1.1 200 ") and b"5\r\nhello\r\n" in answer
+    assert not answer.endswith(b"0\r\n\r\n")  # no final chunk: the client's read fails, as it should
+
+
+def test_a_malformed_status_line_is_502() -> None:
+    upstream = ScriptedUpstreamTestDouble([b"HTCPCP/1.0 418 teapot\r\n\r\n"])
+    with start_front(upstream.url, RegionCache(tok())) as f:
+        r = httpx.get(f.url + "/x", trust_env=False)
+    upstream.close()
+    assert r.status_code == 502 and "bad status line" in r.text
+
+
+# ------------------------------------------------------------------ the headers object
+
+
+def test_headers_ignore_case_keep_repeats_and_return_the_first() -> None:
+    h = Headers([("Set-Cookie", "a=1"), ("set-cookie", "b=2"), ("Content-Type", "text/plain")])
+    assert h.get("SET-COOKIE") == "a=1" and h.get_all("Set-Cookie") == ["a=1", "b=2"]
+    assert h.items() == [("Set-Cookie", "a=1"), ("set-cookie", "b=2"), ("Content-Type", "text/plain")]
+    assert list(h) == ["Set-Cookie", "set-cookie", "Content-Type"] and "content-type" in h and "x" not in h
+    assert h.get("missing") is None and h.get("missing", "") == ""
