@@ -10,6 +10,7 @@ import pytest
 
 from frankenstein.agent import load_suite, run_draw, shipped_suite
 from frankenstein.agent.loop import STATUSES, SYSTEM_PROMPT, TOOLS
+from frankenstein.agent.sandbox import detect_isolation
 from frankenstein.agent.scripted import ScriptedModelServer, Step, call, raw_call, write_task
 from frankenstein.agent.tasks import load_task
 from frankenstein.errors import ConfigError
@@ -298,6 +299,7 @@ def test_cli_draw(tmp_path: Path) -> None:
             timeout=120,
         )
     assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines()[0] == detect_isolation().summary()  # which sandbox and quota the draw ran under
     row = json.loads(done.stdout)
     assert {k: row[k] for k in ("task_id", "draw", "status", "passed", "grader_rc", "turns")} == {
         "task_id": "t42",

@@ -164,11 +164,11 @@ def graded(task: Task, tmp_path: Path, tricks: list[Trick], iso: Isolation, *, o
     ws = Path(shutil.copytree(_template(task.id, oracle), episode / "workspace"))
     for rel, text in GIVEN.get(task.id, {}).items():
         (ws / rel).write_text(text)
-    box = Sandbox(ws, task.config.sandbox, hide=[SUITE], isolation=iso)
-    for trick in tricks:
-        box.env.update(trick.apply(task, ws, box.view))
-    box.give_to_sandbox(ws)
-    return grade(task, box, episode)
+    with Sandbox(ws, task.config.sandbox, hide=[SUITE], isolation=iso) as box:
+        for trick in tricks:  # into the workspace the grader sees (a tmpfs where frank runs as root)
+            box.env.update(trick.apply(task, box.workspace, box.view))
+        box.give_to_sandbox(box.workspace)
+        return grade(task, box, episode)
 
 
 @pytest.fixture(scope="module", autouse=True)

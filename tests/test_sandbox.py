@@ -252,11 +252,10 @@ def test_resource_limits_are_set(tmp_path: Path) -> None:
 
 @needs_ns
 def test_the_workspace_view(tmp_path: Path) -> None:
-    res = Sandbox(tmp_path, SandboxLimits(), isolation=NS).run(
-        "pwd; touch here.txt && echo ok; ps -e | wc -l", timeout_s=10
-    )
+    with Sandbox(tmp_path, SandboxLimits(), isolation=NS) as box:
+        res = box.run("pwd; touch here.txt && echo ok; ps -e | wc -l", timeout_s=10)
     assert res.output.split() == ["/tmp/workspace", "ok", "4"]  # ps: a header, then only bash, ps and wc
-    assert (tmp_path / "here.txt").exists()
+    assert (tmp_path / "here.txt").exists()  # a tmpfs workspace is copied back on close
 
 
 def test_paths_are_confined(tmp_path: Path) -> None:

@@ -90,12 +90,12 @@ def run_episode(
     episode_dir.mkdir(parents=True)
     workspace = make_workspace(task, episode_dir / "workspace")
     limits = effective_limits(task, limit_overrides)
-    box = Sandbox(workspace, task.config.sandbox, hide=_hidden(task, work_dir, trace_path), isolation=isolation)
-    loop = AgentLoop(
-        client, box, limits, trace_path, session_id(task.id, draw), model=model, temperature=temperature, seed=seed
-    )
-    run = loop.run(task.prompt)
-    verdict = grade(task, box, episode_dir)
+    with Sandbox(workspace, task.config.sandbox, hide=_hidden(task, work_dir, trace_path), isolation=isolation) as box:
+        loop = AgentLoop(
+            client, box, limits, trace_path, session_id(task.id, draw), model=model, temperature=temperature, seed=seed
+        )
+        run = loop.run(task.prompt)
+        verdict = grade(task, box, episode_dir)
     return _result(task, draw, run.status, run.turns, run.detail, verdict, box, limits.model_dump())
 
 
@@ -123,7 +123,7 @@ def _result(
         **detail,
         "stop": status,
         "grader": verdict.as_dict(),
-        "sandbox": box.isolation.as_dict(),
+        "sandbox": box.record(),
         "limits": limits,
         "task_version": task.config.version,
     }

@@ -15,7 +15,8 @@ With namespaces the command sees a minimal root, built on a fresh tmpfs and pivo
 system folders (``/usr``, ``/etc``, ``/bin``...) and the Python that runs the tools, read-only; the
 workspace at ``/tmp/workspace`` (writable); optional read-only binds (the grader at ``/tmp/grader``);
 fresh private ``/tmp``, ``/var/tmp``, ``/run`` and ``/dev/shm``; a ``/dev`` of a few device nodes;
-its own ``/proc``. Nothing else of the host is there: no home folders, no checkout, no host socket
+its own ``/proc``. A tmpfs workspace (the quota as a file-system limit) comes as ``/proc/self/fd/N``, a
+detached mount the sandbox holds open; it is bound like any folder and ``N`` is closed before ``exec``. Nothing else of the host is there: no home folders, no checkout, no host socket
 paths. Hidden folders that lie inside what is bound (the task suite inside an installed package)
 are covered by an empty mode-000 tmpfs *after* binding, whatever the install layout. The network
 namespace has only loopback, which also cuts off the host's abstract Unix sockets. Because the
@@ -134,6 +135,8 @@ def _setup_mounts(cfg):
     is where every source was opened from first), then pivot into it."""
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     ws_fd = os.open(cfg["workspace"], os.O_PATH | os.O_DIRECTORY)
+    if cfg.get("workspace_fd") is not None:  # a tmpfs workspace, passed as /proc/self/fd/N: the command gets no fd
+        os.close(int(cfg["workspace_fd"]))
     bind_fds = [(os.open(src, os.O_PATH), dst, ro) for src, dst, ro in cfg.get("binds", [])]
     system = [
         (

@@ -11,12 +11,19 @@ killed) past ``max_output_bytes``; on timeout the whole tree is killed.
 The file tools (:meth:`Sandbox.read_file`, :meth:`Sandbox.write_file`) run in our process but only
 on paths that resolve inside the workspace.
 
+The workspace quota (``workspace_mb``) is a file-system limit where frank runs as root: the workspace is
+a detached tmpfs of that size (:mod:`frankenstein.agent.tmpfs`), seeded from the episode's folder and
+copied back into it on :meth:`Sandbox.close`, so a write past it fails with ENOSPC inside the command
+and in the file tools. Elsewhere it is a total checked after each tool call (:meth:`Sandbox.quota_problem`),
+which one command can pass until the check; every episode records which quota was in force.
+
 Which isolation the machine gives is probed once (:func:`detect_isolation`) and recorded with every
 episode, including the note saying what is missing when it falls back.
 """
 
 from __future__ import annotations
 
+import errno
 import functools
 import itertools
 import json
@@ -29,12 +36,14 @@ import subprocess
 import sys
 import tempfile
 import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from frankenstein.agent.tasks import SandboxLimits
+from frankenstein.agent.tmpfs import copy_tree, detached_tmpfs, fd_path, write_all
 from frankenstein.errors import SandboxError
 
 JAIL = Path(__file__).with_name("jail.py")
@@ -46,14 +55,21 @@ SANDBOX_UID = 65534  # nobody: the fallback where our user namespace maps no uid
 UID_BASE, UIDS_PER_PROCESS = 200_000_000, 1000
 _SANDBOXES = itertools.count()
 MAX_NAME_BYTES, MAX_PATH_BYTES = 255, 4096  # Linux NAME_MAX and PATH_MAX
+MAX_LINKS = 40  # symlinks followed in one path before it is called a loop (Linux's own limit)
+TMPFS, CHECKED = "tmpfs", "checked"  # the two kinds of workspace quota
+FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 @dataclass(frozen=True)
 class Isolation:
-    """How commands are contained on this machine. ``mode``: root, userns or none."""
+    """How commands are contained on this machine. ``mode``: root, userns or none. ``quota``: ``tmpfs``
+    (the workspace is a tmpfs of ``workspace_mb``) or ``checked`` (its total is checked after each tool
+    call), with ``quota_note`` saying why there is no tmpfs."""
 
     mode: str
     notes: tuple[str, ...] = ()
+    quota: str = CHECKED
+    quota_note: str = ""
 
     @property
     def namespaces(self) -> bool:
@@ -66,7 +82,20 @@ class Isolation:
             "pid_namespace": self.namespaces,
             "readonly_root": self.namespaces,
             "notes": list(self.notes),
+            "quota": self.quota,
+            "quota_note": self.quota_note,
         }
+
+    def summary(self) -> str:
+        """One line for people: the mode, and which workspace quota is in force."""
+        quota = "a tmpfs of workspace_mb" if self.quota == TMPFS else "checked after each tool call"
+        return f"sandbox: {self.mode}; workspace quota: {quota}" + (f" ({self.quota_note})" if self.quota_note else "")
+
+    def quota_words(self, workspace_mb: int) -> str:
+        """Which workspace quota is in force, in the words every episode records."""
+        if self.quota == TMPFS:
+            return f"tmpfs {workspace_mb} MB"
+        return f"{workspace_mb} MB checked after each tool call"
 
 
 @dataclass
@@ -135,34 +164,45 @@ def detect_isolation() -> Isolation:
     candidates = (["root"] if os.geteuid() == 0 else []) + ["userns"]
     failures: list[str] = []
     for mode in candidates:
-        reason = _probe(mode)
+        reason = _probe(Isolation(mode))
         if reason is None:
-            return Isolation(mode)
+            return _with_quota(mode)
         failures.append(f"{mode}: {reason}")
     note = (
         "namespaces unavailable (" + "; ".join(failures) + "): the network is NOT isolated, files outside "
         "the workspace are writable by this user, and processes that call setsid may outlive a command"
     )
-    return Isolation("none", (note,))
+    return Isolation("none", (note,), quota_note="no namespaces, so no tmpfs")
 
 
-def _probe(mode: str) -> str | None:
+def _with_quota(mode: str) -> Isolation:
+    """A tmpfs workspace where a probe command writes into one; else the checked total, saying why."""
+    if mode != "root":
+        return Isolation(mode, quota_note="a tmpfs workspace needs frank to run as root")
+    tmpfs = Isolation(mode, quota=TMPFS)
+    reason = _probe(tmpfs, "echo ok > probe")
+    return tmpfs if reason is None else Isolation(mode, quota_note=f"no tmpfs workspace: {reason}")
+
+
+def _probe(iso: Isolation, command: str = "exit 0") -> str | None:
     with tempfile.TemporaryDirectory(prefix="frank-probe-") as d:
-        box = Sandbox(Path(d), SandboxLimits(), isolation=Isolation(mode))
         try:
-            res = box.run("exit 0", timeout_s=20)
+            with Sandbox(Path(d), SandboxLimits(workspace_mb=1), isolation=iso) as box:
+                res = box.run(command, timeout_s=20)
         except SandboxError as exc:
             return str(exc)
         return None if res.rc == 0 else f"probe exited {res.rc}: {res.output.strip()[-300:]}"
 
 
 class Sandbox:
-    """Runs commands for one episode in ``workspace`` under ``limits``."""
+    """Runs commands for one episode in ``workspace`` under ``limits``. With a tmpfs quota the work happens
+    in the tmpfs (``self.workspace``) and :meth:`close` copies it back into ``folder``: use it as a context
+    manager."""
 
     def __init__(
         self, workspace: Path, limits: SandboxLimits, *, hide: Sequence[Path] = (), isolation: Isolation | None = None
     ) -> None:
-        self.workspace = Path(workspace).resolve()
+        self.folder = self.workspace = Path(workspace).resolve()
         self.limits = limits
         self.hide = [str(p) for p in _safe_to_hide(hide)]
         self.isolation = isolation or detect_isolation()
@@ -170,7 +210,54 @@ class Sandbox:
         self.env = scrubbed_env("/tmp" if self.mode != "none" else str(self.workspace))
         self.view = VIEW_WS if self.mode != "none" else str(self.workspace)
         self.uid = own_uid() if self.mode == "root" else os.getuid()
+        self.root_fd: int | None = None
+        if self.isolation.quota == TMPFS:
+            self._enter_tmpfs()
         self.give_to_sandbox(self.workspace)
+
+    # -- the tmpfs workspace ---------------------------------------------------------------------
+    def _enter_tmpfs(self) -> None:
+        """Make the tmpfs, copy the seeded folder into it, and work there from now on."""
+        mb = self.limits.workspace_mb
+        try:
+            fd = detached_tmpfs(mb, self.uid)
+        except OSError as exc:
+            raise SandboxError(f"cannot make the workspace tmpfs: {exc.strerror or exc}") from exc
+        self._release = weakref.finalize(self, os.close, fd)
+        try:
+            copy_tree(self.folder, fd_path(fd))
+        except OSError as exc:
+            self._release()
+            full = exc.errno in FULL
+            raise SandboxError(
+                f"the task's workspace does not fit its quota of {mb} MB" if full else f"cannot seed the tmpfs: {exc}"
+            ) from exc
+        self.root_fd, self.workspace = fd, fd_path(fd)
+
+    def close(self) -> None:
+        """Copy what the agent left back into the episode's folder, then free the tmpfs (no-op without one)."""
+        if self.root_fd is None:
+            return
+        try:
+            shutil.rmtree(self.folder)
+            self.folder.mkdir()
+            copy_tree(self.workspace, self.folder)
+        finally:
+            self._release()
+            self.root_fd, self.workspace = None, self.folder
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def quota_words(self) -> str:
+        return self.isolation.quota_words(self.limits.workspace_mb)
+
+    def record(self) -> dict[str, Any]:
+        """What every episode records about its sandbox: the isolation and the quota in force."""
+        return {**self.isolation.as_dict(), "workspace_quota": self.quota_words()}
 
     # -- commands --------------------------------------------------------------------------------
     def run(self, command: str, timeout_s: float) -> CommandResult:
@@ -181,6 +268,7 @@ class Sandbox:
         """Run ``argv`` in the jail; ``binds`` are (real folder, path seen inside) mounted read-only."""
         read_end, write_end = os.pipe()
         cfg = self._jail_config(binds, write_end)
+        keep = (write_end,) if self.root_fd is None else (write_end, self.root_fd)
         cmd = [sys.executable, "-I", "-S", str(JAIL), json.dumps(cfg), "--", *argv]
         t0 = time.monotonic()
         try:
@@ -191,8 +279,8 @@ class Sandbox:
                 stderr=subprocess.STDOUT,
                 env=self.env,
                 start_new_session=True,
-                pass_fds=(write_end,),
-                cwd=self.workspace,
+                pass_fds=keep,
+                cwd=self.folder,
             )
         except OSError as exc:
             os.close(read_end)
@@ -225,6 +313,7 @@ class Sandbox:
         return {
             "mode": self.mode,
             "workspace": str(self.workspace),
+            "workspace_fd": self.root_fd,
             "hide": self.hide,
             "rlimits": rlimits,
             "binds": [[str(src), dst, True] for src, dst in binds],
@@ -268,13 +357,41 @@ class Sandbox:
                 raise ToolRefused(f"{rel}: outside the workspace ({self.view})") from None
         if ".." in p.parts:
             raise ToolRefused(f"{rel}: '..' is not allowed in paths")
+        return self.workspace.joinpath(*self._walk(rel, list(p.parts)))
+
+    def _walk(self, rel: str, todo: list[str]) -> list[str]:
+        """The path's names below the workspace with every symlink followed, as the command would see them:
+        an absolute target counts from the workspace's view, and none may lead out. Done by hand because the
+        tmpfs workspace is reached through ``/proc/self/fd``, which ``realpath`` would leave."""
+        parts: list[str] = []
+        todo.reverse()
+        links = 0
+        while todo:
+            name = todo.pop()
+            if name in ("", "."):
+                continue
+            if name == "..":
+                if not parts:
+                    raise ToolRefused(f"{rel}: resolves outside the workspace")
+                parts.pop()
+                continue
+            target = _link_target(self.workspace.joinpath(*parts, name))
+            if target is None:
+                parts.append(name)
+                continue
+            links += 1
+            if links > MAX_LINKS:
+                raise ToolRefused(f"{rel}: cannot be resolved (a symlink loop)")
+            if target.is_absolute():
+                parts, target = [], self._inside_view(rel, target)
+            todo += reversed(target.parts)
+        return parts
+
+    def _inside_view(self, rel: str, target: PurePosixPath) -> PurePosixPath:
         try:
-            real = (self.workspace / p).resolve()
-        except (OSError, RuntimeError) as exc:  # a symlink loop: RuntimeError before Python 3.13
-            raise ToolRefused(f"{rel}: cannot be resolved ({_why(exc)})") from None
-        if not real.is_relative_to(self.workspace):
-            raise ToolRefused(f"{rel}: resolves outside the workspace")
-        return real
+            return target.relative_to(self.view)
+        except ValueError:
+            raise ToolRefused(f"{rel}: resolves outside the workspace") from None
 
     def read_file(self, rel: str) -> str:
         """A regular file's text (cut in the middle past the output limit). Opened without following a link
@@ -304,18 +421,29 @@ class Sandbox:
             raise ToolRefused(f"the content is not valid text ({exc.reason} at character {exc.start})") from None
         if len(data) > self.limits.file_size_mb << 20:
             raise ToolRefused(f"{rel}: larger than the file size limit ({self.limits.file_size_mb} MB)")
-        self.check_quota(len(data))
+        if self.root_fd is None:
+            self.check_quota(len(data))
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
         except OSError as exc:
-            raise ToolRefused(f"{rel}: {_why(exc)}") from None
-        with os.fdopen(fd, "wb") as f:
+            raise ToolRefused(self._refusal(rel, exc)) from None
+        try:
             _regular(rel, fd)
             os.ftruncate(fd, 0)
-            f.write(data)
+            _write_or_empty(fd, data)
+        except OSError as exc:
+            raise ToolRefused(self._refusal(rel, exc) + " (the file was left empty)") from None
+        finally:
+            os.close(fd)
         self.give_to_sandbox(self.workspace)
         return len(data)
+
+    def _refusal(self, rel: str, exc: OSError) -> str:
+        """An OS error as the model reads it; a full tmpfs names the quota."""
+        if exc.errno in FULL and self.root_fd is not None:
+            return f"{rel}: no space left: the workspace is full (its quota: {self.quota_words()})"
+        return f"{rel}: {_why(exc)}"
 
     def workspace_bytes(self, stop_above: int | None = None) -> int:
         """Bytes the workspace holds on disk (each inode once); counting stops past ``stop_above``."""
@@ -334,7 +462,10 @@ class Sandbox:
         return total
 
     def quota_problem(self) -> str | None:
-        """Why the workspace is over its quota (``limits.workspace_mb``), or None."""
+        """Why the workspace is over its quota (``limits.workspace_mb``), or None. A tmpfs never is: the
+        file system refuses the write instead."""
+        if self.root_fd is not None:
+            return None
         quota = self.limits.workspace_mb << 20
         used = self.workspace_bytes(stop_above=quota)
         if used <= quota:
@@ -353,7 +484,7 @@ class Sandbox:
         for root, dirs, files in os.walk(folder):
             for name in [*dirs, *files]:
                 os.lchown(os.path.join(root, name), self.uid, self.uid)
-        os.lchown(folder, self.uid, self.uid)
+        os.chown(folder, self.uid, self.uid)  # the folder itself is resolved (or the tmpfs's /proc/self/fd link)
 
 
 # ---------------------------------------------------------------- output and process life
@@ -431,6 +562,23 @@ def check_path_text(rel: str) -> None:
         raise ToolRefused(f"the path is not valid text ({exc.reason} at character {exc.start})") from None
     if len(raw) > MAX_PATH_BYTES or any(len(part) > MAX_NAME_BYTES for part in raw.split(b"/")):
         raise ToolRefused(f"path too long: names are at most {MAX_NAME_BYTES} bytes, paths {MAX_PATH_BYTES}")
+
+
+def _link_target(path: Path) -> PurePosixPath | None:
+    """Where the symlink at ``path`` points, or None when it is not one (or is missing: it may be created)."""
+    try:
+        return PurePosixPath(os.readlink(path))
+    except OSError:
+        return None
+
+
+def _write_or_empty(fd: int, data: bytes) -> None:
+    """Write all of ``data``; on a failure (a full file system) leave the file empty, not cut."""
+    try:
+        write_all(fd, data)
+    except OSError:
+        os.ftruncate(fd, 0)
+        raise
 
 
 def _regular(rel: str, fd: int) -> None:

@@ -36,8 +36,8 @@ def _graded(task: Task, root: Path, name: str, oracle: bool, iso: Isolation) -> 
     episode = root / name
     episode.mkdir()
     ws = make_workspace(task, episode / "workspace", oracle=oracle)
-    box = Sandbox(ws, task.config.sandbox, hide=[task.dir.parent], isolation=iso)
-    return grade(task, box, episode), grade(task, box, episode)
+    with Sandbox(ws, task.config.sandbox, hide=[task.dir.parent], isolation=iso) as box:
+        return grade(task, box, episode), grade(task, box, episode)
 
 
 def check_task(task: Task, k: int, iso: Isolation | None = None) -> TaskCheck:

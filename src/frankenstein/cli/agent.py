@@ -42,7 +42,7 @@ def validate_cmd(
 
     tasks = _load(directory)
     iso = detect_isolation()
-    typer.echo(f"sandbox: {iso.mode}" + "".join(f"\nnote: {n}" for n in iso.notes))
+    typer.echo(iso.summary() + "".join(f"\nnote: {n}" for n in iso.notes))
     checks = validate(tasks, k)
     for line in table(checks, k):
         typer.echo(line)
@@ -101,6 +101,7 @@ def draw_cmd(
     Example: frank tasks draw http://127.0.0.1:8080 --trace draw0.jsonl --work-dir /tmp/episodes -c my-campaign
     """
     from frankenstein.agent.draw import draw_outcome, run_draw
+    from frankenstein.agent.sandbox import detect_isolation
     from frankenstein.campaign import open_campaign
     from frankenstein.store import ObservedDraw, now_iso
 
@@ -109,6 +110,7 @@ def draw_cmd(
 
     overrides = {k: v for k, v in (("turns", turns), ("output_tokens", output_tokens)) if v is not None}
     suite = _load(directory, task)
+    typer.echo(detect_isolation().summary(), err=True)
     results = run_draw(
         base_url, suite[0].dir.parent, suite, draw, trace, work_dir, model, limit_overrides=overrides or None
     )

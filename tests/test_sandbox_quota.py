@@ -1,0 +1,142 @@
+"""The workspace quota as a file-system limit (issue 30): where frank runs as root the workspace is a
+detached tmpfs of ``workspace_mb``, so one shell command can no longer write past it (the red team wrote
+229 MB under an 8 MB per-file limit). Real jail, real commands, a real kill -9; episodes are driven by the
+scripted model server (a TEST DOUBLE for the model) through the real loop, sandbox and grader."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from frankenstein.agent.sandbox import CHECKED, TMPFS, Isolation, Sandbox, detect_isolation
+from frankenstein.agent.scripted import call
+from frankenstein.agent.tasks import SandboxLimits
+from frankenstein.errors import SandboxError
+from tests.test_sandbox import episode, tool_results
+
+NS = detect_isolation()
+pytestmark = pytest.mark.skipif(NS.quota != TMPFS, reason=f"no tmpfs workspace here: {NS.quota_note}")
+MiB = 1 << 20
+
+
+def test_this_machine_gives_a_tmpfs_workspace() -> None:
+    """As root the probe finds the tmpfs; the isolation says so and why not elsewhere."""
+    assert (NS.mode, NS.quota, NS.quota_note) == ("root", TMPFS, "")
+    assert NS.quota_words(4) == "tmpfs 4 MB"
+    assert Isolation("none").quota_words(4) == "4 MB checked after each tool call"
+
+
+def test_a_command_writing_3x_the_quota_gets_no_space(tmp_path: Path) -> None:
+    """``head -c 12M`` into a 4 MB workspace fails inside the command, and the workspace never holds more
+    than 4 MiB (statvfs of the tmpfs and the bytes on it)."""
+    with Sandbox(tmp_path, SandboxLimits(workspace_mb=4), isolation=NS) as box:
+        res = box.run("head -c 12M /dev/zero > big; echo rc=$?; head -c 12M /dev/zero > more; echo rc=$?", 20)
+        vfs = os.statvfs(box.workspace)
+        used = (vfs.f_blocks - vfs.f_bfree) * vfs.f_frsize
+        held = box.workspace_bytes()
+    assert res.output.count("No space left on device") == 2 and res.output.count("rc=1") == 2, res.output
+    assert vfs.f_blocks * vfs.f_frsize == 4 * MiB
+    assert used <= 4 * MiB and held <= 4 * MiB
+    assert (tmp_path / "big").stat().st_size + (tmp_path / "more").stat().st_size <= 4 * MiB
+
+
+def test_empty_files_stop_at_the_inode_limit(tmp_path: Path) -> None:
+    """Empty files take no bytes but do take inodes: ``nr_inodes`` (1,024 for 4 MB) bounds them too."""
+    with Sandbox(tmp_path, SandboxLimits(workspace_mb=4), isolation=NS) as box:
+        res = box.run("for i in $(seq 3000); do : > f$i || { echo stopped at $i; break; }; done 2>&1 | tail -1", 30)
+        files = len(os.listdir(box.workspace))
+    assert res.output.startswith("stopped at "), res.output
+    assert files <= 1024
+
+
+def test_the_per_file_limit_still_applies(tmp_path: Path) -> None:
+    with Sandbox(tmp_path, SandboxLimits(workspace_mb=4, file_size_mb=1), isolation=NS) as box:
+        res = box.run("head -c 2M /dev/zero > f; echo rc=$?", 20)
+    assert "rc=153" in res.output or "File too large" in res.output, res.output  # SIGXFSZ
+    assert (tmp_path / "f").stat().st_size <= MiB
+
+
+def test_the_command_holds_no_descriptor_of_the_tmpfs(tmp_path: Path) -> None:
+    """The descriptor the jail binds the workspace from is closed before the command starts."""
+    with Sandbox(tmp_path, SandboxLimits(workspace_mb=4), isolation=NS) as box:
+        res = box.run("ls /proc/self/fd", 20)
+    assert res.output.split() == ["0", "1", "2", "3"]  # stdin, stdout, stderr, and ls's own listing
+
+
+def test_a_seed_larger_than_the_quota_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "data.bin").write_bytes(b"\0" * (2 * MiB))
+    with pytest.raises(SandboxError, match=r"^the task's workspace does not fit its quota of 1 MB$"):
+        Sandbox(tmp_path, SandboxLimits(workspace_mb=1), isolation=NS)
+    assert (tmp_path / "data.bin").stat().st_size == 2 * MiB  # the episode's folder is untouched
+
+
+def test_write_file_past_the_quota_is_a_tool_error_and_the_episode_goes_on(tmp_path: Path) -> None:
+    steps = [
+        call("bash", command="head -c 12M /dev/zero > big; echo rc=$?"),
+        call("write_file", path="b.txt", content="x" * 102400),
+        call("bash", command="rm big"),
+        call("write_file", path="answer.txt", content="42"),
+    ]
+    res, requests = episode(tmp_path, steps, NS, "[sandbox]\nworkspace_mb = 4\n")
+    told = tool_results(requests)
+    assert "No space left on device" in told[0] and told[0].endswith("rc=1\n")
+    assert (
+        told[1]
+        == "error: b.txt: no space left: the workspace is full (its quota: tmpfs 4 MB) (the file was left empty)"
+    )
+    assert told[2:] == ["exit code: 0\n", "wrote 2 bytes to answer.txt"]
+    assert (res.status, res.passed) == ("submitted", True), res.detail
+    assert res.detail["sandbox"]["workspace_quota"] == "tmpfs 4 MB"
+    workspace = tmp_path / "work" / "box-d0" / "workspace"  # what the agent left, copied back
+    assert sorted(p.name for p in workspace.iterdir()) == ["README.md", "answer.txt", "b.txt"]
+    assert (workspace / "b.txt").stat().st_size == 0
+
+
+HOLDER = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from frankenstein.agent.sandbox import Sandbox, detect_isolation
+    from frankenstein.agent.tasks import SandboxLimits
+    box = Sandbox(Path(sys.argv[1]), SandboxLimits(workspace_mb=4), isolation=detect_isolation())
+    print(box.run("head -c 1M /dev/zero > held; echo $?", 20).output.strip(), box.root_fd, flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def test_kill_9_of_the_holder_leaves_no_mount(tmp_path: Path) -> None:
+    """The tmpfs is never in a mount table: while a process holds it, it is a 4 MiB tmpfs behind that
+    process's descriptor; after ``kill -9`` of the process there is nothing to unmount or sweep."""
+    before = Path("/proc/self/mountinfo").read_text()
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        rc, fd = proc.stdout.readline().split()
+        held = os.statvfs(f"/proc/{proc.pid}/fd/{fd}")
+        assert rc == "0" and held.f_blocks * held.f_frsize == 4 * MiB
+        assert os.path.getsize(f"/proc/{proc.pid}/fd/{fd}/held") == MiB
+        assert Path(f"/proc/{proc.pid}/mountinfo").read_text() == before
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert Path("/proc/self/mountinfo").read_text() == before
+    assert os.listdir(tmp_path) == []  # never copied back: the kill came first, and nothing was left mounted here
+
+
+@pytest.mark.parametrize("iso", [Isolation(NS.mode, quota=CHECKED), Isolation("none")], ids=["root-checked", "none"])
+def test_without_a_tmpfs_the_quota_is_checked_and_says_so(tmp_path: Path, iso: Isolation) -> None:
+    """Where no tmpfs can be made the checked total stays, and the record says which quota was in force."""
+    steps = [call("bash", command="head -c 3000000 /dev/zero > a")]
+    res, _ = episode(tmp_path, steps, iso, "[sandbox]\nworkspace_mb = 1\n")
+    assert (res.status, res.detail["stop_reason"]) == (
+        "workspace_limit",
+        "the workspace holds more than its quota of 1 MB",
+    )
+    assert res.detail["sandbox"]["workspace_quota"] == "1 MB checked after each tool call"
