@@ -16,7 +16,8 @@ caught by the head file beside the database (``frank.head``): append-only, one l
 per record, written in the same write lock as the record, just after the commit. The lines a commit is
 about to make are first written to ``frank.head.pending``; a crash between the two leaves that file, and
 the next open appends the lines of records the database holds (or drops them when it holds none, the commit
-never happened). Keep a copy of the head's last line elsewhere (``frank verify`` prints it) and nothing in
+never happened). The pending file (with its folder), the COMMIT (SQLite ``synchronous=FULL``) and the head lines
+are each fsynced in that order, so a power cut leaves one of the states a kill leaves. Keep a copy of the head's last line elsewhere (``frank verify`` prints it) and nothing in
 the campaign folder can be rewritten quietly.
 """
 
@@ -122,9 +123,13 @@ def pending_path(head: Path) -> Path:
 @contextmanager
 def head_lock(path: Path) -> Iterator[int]:
     """The head file opened for appending, under an exclusive ``flock``: a commit's pending file, COMMIT and
-    head lines happen under it, and so does the repair on open, so one never sees the other half done."""
+    head lines happen under it, and so does the repair on open, so one never sees the other half done. A file
+    it creates has its folder fsynced, so the file's name survives a power cut."""
+    created = not path.exists()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
+        if created:
+            sync_folder(path.parent)
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield fd
     finally:
@@ -153,14 +158,31 @@ def head_lines(links: Sequence[Link | tuple[int, str]]) -> bytes:
 
 
 def write_pending(head: Path, links: Sequence[Link]) -> None:
-    """Say which records the coming COMMIT holds, before it (replacing any older pending file)."""
-    pending_path(head).write_bytes(head_lines(links))
+    """Say which records the coming COMMIT holds, before it (replacing any older pending file): the file and
+    its folder are fsynced, so after a power cut it is there whenever the COMMIT is."""
+    path = pending_path(head)
+    with open(path, "wb") as f:
+        f.write(head_lines(links))
+        f.flush()
+        os.fsync(f.fileno())
+    sync_folder(path.parent)
 
 
 def append_head(fd: int, links: Sequence[Link | tuple[int, str]]) -> None:
-    """Append one ``seq row_hash`` line per record, after its COMMIT (O_APPEND)."""
+    """Append one ``seq row_hash`` line per record, after its COMMIT (O_APPEND), and fsync it: once this
+    returns, a power cut keeps the line."""
     if links:
         os.write(fd, head_lines(links))
+        os.fsync(fd)
+
+
+def sync_folder(folder: Path) -> None:
+    """fsync a folder, so the names of the files created in it are on the disk."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def repair_plan(

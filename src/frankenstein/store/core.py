@@ -167,7 +167,7 @@ class Store:
             self.conn.row_factory = sqlite3.Row
             self.conn.execute("PRAGMA journal_mode=WAL")
             self.conn.execute("PRAGMA foreign_keys=ON")
-            self.conn.execute("PRAGMA synchronous=NORMAL")
+            self.conn.execute("PRAGMA synchronous=FULL")  # a COMMIT is on the disk before its head line is written
             self._migrate()
             self._repair_head()
             self._start_mirror()
@@ -261,8 +261,8 @@ class Store:
         if self.head_mirror is None or self.head_mirror.exists():
             return
         self._mirror([(x.seq, x.row_hash) for x in self.chain_links()] or [])
-        if not self.head_mirror.exists():
-            self.head_mirror.touch()
+        with chain.head_lock(self.head_mirror):  # an empty chain: the file alone (its folder fsynced)
+            pass
 
     def _repair_head(self) -> None:
         """A pending file left by a kill inside a commit: append the head lines of the records the database
