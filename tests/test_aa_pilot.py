@@ -20,17 +20,28 @@ from frankenstein.design.model import ArmSpec, DesignFile, load_design
 from frankenstein.design.registry import get, resolve_arm, verify
 from frankenstein.design.timespent import duration, summarize
 from frankenstein.workload.trace import load_trace
-from helpers_campaign import make_campaign, make_workload, write_design
+from helpers_campaign import TOML, make_campaign, make_workload, write_design
 from helpers_cli import cli
 
 pytestmark = pytest.mark.engine
 
+EXTRA = """
+[recipes.gone]
+engine = "llamacpp"
+model = "/nonexistent/m.gguf"
+
+[recipes.broken]
+engine = "llamacpp"
+model = "pkg:tiny-target.gguf"
+args = ["--no-such-flag-xyz", "--threads", "1"]
+"""
+QUICK = ("--sd", "0.05", "--effect", "0.1")  # the spread given: these tests are about which pilot, not the search
 PILOT_LINE = re.compile(r"^pilot x-aa-pilot-1, run now, 3 blocks, took \d+\.\d s$")
 
 
 @pytest.fixture(scope="module")
 def camp(tmp_path_factory: pytest.TempPathFactory, llama_server_bin: str) -> Path:
-    c = make_campaign(tmp_path_factory.mktemp("aapilot") / "c")
+    c = make_campaign(tmp_path_factory.mktemp("aapilot") / "c", TOML + EXTRA)
     make_workload(c.root / "workloads" / "w12.jsonl", turns=12, tokens=32)
     write_design(c.root / "x.toml", name="x", blocks=6, workload="workloads/w12.jsonl")
     c.close()
@@ -96,7 +107,7 @@ def test_a_second_call_reuses_the_finished_pilot_and_fresh_runs_a_new_one(
     camp: Path, first: tuple[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     starts, designs = _starts(camp), _designs(camp)
-    code, out, err = cli(capsys, "plan", str(camp / "x.toml"), "--run-pilot", "-c", str(camp))
+    code, out, err = cli(capsys, "plan", str(camp / "x.toml"), "--run-pilot", "-c", str(camp), *QUICK)
     assert code == 0, err
     assert out.splitlines()[0].startswith(
         "pilot x-aa-pilot-1, reused (a finished pilot of the same recipe and workload"
@@ -104,12 +115,21 @@ def test_a_second_call_reuses_the_finished_pilot_and_fresh_runs_a_new_one(
     assert "from pilot x-aa-pilot-1's 6 starts" in out
     assert (_starts(camp), _designs(camp)) == (starts, designs)  # nothing run, nothing registered
     code, out, err = cli(
-        capsys, "plan", str(camp / "x.toml"), "--run-pilot", "--fresh-pilot", "--pilot-blocks", "2", "-c", str(camp)
+        capsys,
+        "plan",
+        str(camp / "x.toml"),
+        "--run-pilot",
+        "--fresh-pilot",
+        "--pilot-blocks",
+        "2",
+        "-c",
+        str(camp),
+        *QUICK,
     )
     assert code == 0, err
     assert re.match(r"^pilot x-aa-pilot-2, run now, 2 blocks, took ", out), out
     assert _starts(camp) == starts + 4
-    code, out, err = cli(capsys, "plan", str(camp / "x.toml"), "--run-pilot", "-c", str(camp))
+    code, out, err = cli(capsys, "plan", str(camp / "x.toml"), "--run-pilot", "-c", str(camp), *QUICK)
     assert out.startswith("pilot x-aa-pilot-2, reused")  # the newest finished pilot
 
 
@@ -123,7 +143,7 @@ def test_an_unfinished_pilot_is_resumed_and_the_slice_is_the_designs(
     with open_campaign(camp) as c:
         waiting = prepare_pilot(c, sliced)
     assert waiting.how == "run now" and len(waiting.todo) == 6 and waiting.reg.design.replay.max_turns == 5
-    code, out, err = cli(capsys, "plan", str(sliced), "--run-pilot", "-c", str(camp))
+    code, out, err = cli(capsys, "plan", str(sliced), "--run-pilot", "-c", str(camp), *QUICK)
     assert code == 0, err
     lines = out.splitlines()
     assert re.match(r"^pilot s-aa-pilot-1, resumed, 3 blocks, took ", lines[0]), out
@@ -141,9 +161,10 @@ def _write(camp: Path, name: str, text: str) -> Path:
     ("make", "args", "message"),
     [
         (None, ["--pilot", "x-aa-pilot-1"], "--run-pilot runs a new A/A pilot and --pilot names one already run"),
-        ("nope", [], "nope.toml: arms.served.recipe: unknown recipe 'nope' (known: base)"),
+        ("nope", [], "nope.toml: arms.served.recipe: unknown recipe 'nope' (known: "),
         ("nopart", [], "nopart.toml: arms.served.parts[0]: unknown part 'ghost'"),
         ("fid", [], "fid.toml: kind: --run-pilot runs an A/A pilot of a speed design's served arm"),
+        ("gone", [], "gone.toml: arms.served: model file /nonexistent/m.gguf does not exist (recipe gone)"),
     ],
 )
 def test_refusals_are_one_line_and_register_nothing(
@@ -153,6 +174,7 @@ def test_refusals_are_one_line_and_register_nothing(
         "nope": '[arms.served]\nrecipe = "nope"',
         "nopart": '[arms.served]\nrecipe = "served"\nparts = ["ghost"]',
         "fid": '[arms.served]\nrecipe = "served"',
+        "gone": '[arms.served]\nrecipe = "gone"',
     }
     design = camp / "x.toml" if make is None else _write(camp, make, texts[make])
     if make == "fid":
@@ -191,3 +213,20 @@ def test_the_pilot_file_round_trips_awkward_text(tmp_path: Path) -> None:
     command = design.model_copy(update={"arms": {**design.arms, "served": ArmSpec(command=argv)}})
     doc = pilot_document(command, path, 3)
     assert tomllib.loads(toml_text(doc))["arms"]["candidate"] == {"parts": [], "command": argv}
+
+
+def test_a_served_arm_that_cannot_start_is_refused_and_its_pilot_never_reused(
+    camp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An engine that exits at once: the pilot's failed starts are recorded (every start is), the plan is
+    refused naming the design file's served arm, and the next call runs a new pilot instead of reusing it."""
+    design = _write(camp, "broken", '[arms.served]\nrecipe = "broken"')
+    code, out, err = cli(capsys, "plan", str(design), "--run-pilot", "-c", str(camp), *QUICK)
+    assert code == 1 and out == "" and "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"frank: error: {design}: arms.served: the served arm did not run: all 6 starts of pilot ")
+    assert "error: invalid argument: --no-such-flag-xyz" in last
+    code, out, err = cli(capsys, "plan", str(design), "--pilot", "broken-aa-pilot-1", "-c", str(camp), *QUICK)
+    assert code == 1 and "--pilot: none of design broken-aa-pilot-1's 6 starts ran, so it times nothing" in err
+    code, out, err = cli(capsys, "plan", str(design), "--run-pilot", "-c", str(camp), *QUICK)
+    assert code == 1 and "pilot: registered broken-aa-pilot-2" in err

@@ -7,7 +7,7 @@ replay settings (so the same ``max_turns`` slice and warm-up), primary metric, d
 phases and spread). Its source is written to ``designs/pilots/NAME-aa-pilot.toml`` and registered like any
 design, so it sits on the chained record and is verified with the rest. A registered A/A design of the same
 frozen recipes, pinned files, workload hash, replay settings and metric is reused when finished and resumed
-when not, unless ``fresh``.
+when not (one with a failed start is never reused), unless ``fresh``.
 
     prepare_pilot(campaign, design_path, blocks=3, fresh=False) -> Pilot
     run_pilot(campaign, pilot, echo=..., progress_factory=...) -> PilotRun
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from frankenstein.campaign import Campaign
+from frankenstein.design.budget import first_line
 from frankenstein.design.kinds import kind_of
 from frankenstein.design.kinds.speed import SpeedKind
 from frankenstein.design.model import DesignFile, FrozenDesign, Registered, Slot, load_design
@@ -47,6 +48,7 @@ class Pilot:
     reg: Registered
     todo: list[Slot]
     how: How
+    source: Path  # the design file it is the pilot of
 
 
 @dataclass(frozen=True)
@@ -137,10 +139,14 @@ def same_pilot(reg: Registered, frozen: FrozenDesign) -> bool:
     )
 
 
+def all_ran(campaign: Campaign, design_id: str) -> bool:
+    return all(s.ok for s in campaign.store.starts_of(design_id))
+
+
 def find_pilot(campaign: Campaign, frozen: FrozenDesign) -> Registered | None:
-    """The newest registered A/A design that is the same pilot (finished ones first)."""
+    """The newest registered A/A design that is the same pilot, none of its starts failed (finished ones first)."""
     found = [get(campaign, r.design_id) for r in reversed(campaign.store.registry_rows()) if r.kind == "aa"]
-    same = [reg for reg in found if same_pilot(reg, frozen)]
+    same = [reg for reg in found if same_pilot(reg, frozen) and all_ran(campaign, reg.design_id)]
     finished = [reg for reg in same if not unfinished(campaign, reg, True)[0]]
     return next(iter(finished or same), None)
 
@@ -154,12 +160,12 @@ def prepare_pilot(campaign: Campaign, design_path: Path, *, blocks: int = DEFAUL
     earlier = None if fresh else find_pilot(campaign, frozen)
     if earlier is not None:
         todo = unfinished(campaign, earlier, True)[0]
-        return Pilot(earlier, todo, "resumed" if todo else "reused")
+        return Pilot(earlier, todo, "resumed" if todo else "reused", design_path)
     source = inside(campaign, campaign.root / "designs" / "pilots" / f"{doc['name']}.toml")
     source.parent.mkdir(exist_ok=True)
     source.write_text(toml_text(doc))
     reg = register(campaign, source)
-    return Pilot(reg, reg.slots(), "run now")
+    return Pilot(reg, reg.slots(), "run now", design_path)
 
 
 def run_pilot(
@@ -176,6 +182,14 @@ def run_pilot(
     t0 = time.monotonic()
     if pilot.todo:
         echo(run_design(campaign, reg.design_id, resume=True, echo=echo, progress_factory=progress_factory))
+    starts = campaign.store.starts_of(reg.design_id)
+    if not any(s.ok for s in starts):
+        raise DesignError(
+            f"the served arm did not run: all {len(starts)} starts of pilot {reg.design_id} failed "
+            f"(the first: {first_line(starts[0].reason if starts else None)})",
+            path=pilot.source,
+            field="arms.served",
+        )
     return PilotRun(reg.design_id, reg.design.blocks, pilot.how, time.monotonic() - t0, reg.registered_at)
 
 

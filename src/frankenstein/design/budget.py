@@ -179,7 +179,13 @@ def budget_plan(
     if not isinstance(d.rule, BlockRule):
         raise AnalysisError(f"{design_path}: rule {d.rule.kind!r} is not a block rule: frank plan plans block rules")
     pilot = get(campaign, pilot_id)
-    summary = summarize(campaign.store.starts_of(pilot_id))
+    starts = campaign.store.starts_of(pilot_id)
+    if starts and not any(s.ok for s in starts):
+        raise AnalysisError(
+            f"--pilot: none of design {pilot_id}'s {len(starts)} starts ran, so it times nothing "
+            f"(the first: {first_line(starts[0].reason)})"
+        )
+    summary = summarize(starts)
     if not summary.starts:
         raise AnalysisError(f"--pilot: design {pilot_id} has no start with recorded phases to time a start from")
     pilot_n, n = workload_turns(campaign, pilot.design), workload_turns(campaign, d)
@@ -241,6 +247,11 @@ def _curtail_advice(p: BudgetPlan) -> list[str]:
         f'recommended: stopping = "curtail" (same verdict, same error rates): about {duration(saved)} '
         f"saved at the planned effect ({own.curtailed_blocks:.1f} of {p.design.blocks} blocks expected)"
     ]
+
+
+def first_line(reason: str | None) -> str:
+    """A failed start's reason, its first line (an engine's log tail follows it)."""
+    return (reason or "no reason recorded").splitlines()[0]
 
 
 def parse_budget(text: str) -> float:
