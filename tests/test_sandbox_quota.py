@@ -98,6 +98,31 @@ def test_write_file_past_the_quota_is_a_tool_error_and_the_episode_goes_on(tmp_p
     assert (workspace / "b.txt").stat().st_size == 0
 
 
+def host_bytes(folder: Path) -> int:
+    """Bytes a folder takes on the host's disk, each inode once."""
+    seen = {(p.lstat().st_ino, p.lstat().st_blocks) for p in folder.rglob("*")}
+    return sum(blocks * 512 for _, blocks in seen)
+
+
+def test_the_copy_back_is_bounded_by_the_quota(tmp_path: Path) -> None:
+    """Hard links and holes take no room in the tmpfs: one 3 MB file linked 200 times and a 60 MB sparse
+    file came back as 663 MB on the host. Now links stay links, holes stay holes, folders past 64 levels
+    and a FIFO are left behind and counted, and the host folder takes no more than the quota."""
+    deep = "/".join(["d"] * 80)
+    command = (
+        "head -c 3M /dev/urandom > one; for i in $(seq 200); do ln one l$i; done; truncate -s 60M sparse; "
+        f"mkdir -p {deep} && echo deep > {deep}/x; mkfifo fifo; echo done"
+    )
+    with Sandbox(tmp_path, SandboxLimits(workspace_mb=4), isolation=NS) as box:
+        assert box.run(command, 30).output == "done\n"
+    assert box.left_behind == 2  # the 65th level of d/ and the FIFO
+    assert host_bytes(tmp_path) <= 4 * MiB
+    assert (tmp_path / "l200").stat().st_ino == (tmp_path / "one").stat().st_ino
+    assert (tmp_path / "one").stat().st_nlink == 201 and (tmp_path / "sparse").stat().st_size == 60 * MiB
+    assert (tmp_path / "/".join(["d"] * 64)).is_dir() and not (tmp_path / "/".join(["d"] * 65)).exists()
+    assert box.record()["not_copied_back"] == 2
+
+
 HOLDER = textwrap.dedent(
     """
     import sys, time

@@ -211,6 +211,7 @@ class Sandbox:
         self.view = VIEW_WS if self.mode != "none" else str(self.workspace)
         self.uid = own_uid() if self.mode == "root" else os.getuid()
         self.root_fd: int | None = None
+        self.left_behind = 0  # entries of the tmpfs not copied back (see tmpfs.copy_tree)
         if self.isolation.quota == TMPFS:
             self._enter_tmpfs()
         self.give_to_sandbox(self.workspace)
@@ -241,7 +242,9 @@ class Sandbox:
         try:
             shutil.rmtree(self.folder)
             self.folder.mkdir()
-            copy_tree(self.workspace, self.folder)
+            self.left_behind = copy_tree(self.workspace, self.folder, strict=False)
+        except OSError as exc:
+            raise SandboxError(f"cannot copy the workspace back into {self.folder}: {exc}") from exc
         finally:
             self._release()
             self.root_fd, self.workspace = None, self.folder
@@ -257,7 +260,7 @@ class Sandbox:
 
     def record(self) -> dict[str, Any]:
         """What every episode records about its sandbox: the isolation and the quota in force."""
-        return {**self.isolation.as_dict(), "workspace_quota": self.quota_words()}
+        return {**self.isolation.as_dict(), "workspace_quota": self.quota_words(), "not_copied_back": self.left_behind}
 
     # -- commands --------------------------------------------------------------------------------
     def run(self, command: str, timeout_s: float) -> CommandResult:
