@@ -55,6 +55,16 @@ def test_empty_files_stop_at_the_inode_limit(tmp_path: Path) -> None:
     assert files <= 1024
 
 
+def test_the_private_tmp_has_an_inode_limit_too(tmp_path: Path) -> None:
+    """``/tmp`` (and ``/var/tmp``, ``/run``, ``/dev/shm``) had only a size: empty files there were bounded
+    by nothing but the kernel's memory. Now ``nr_inodes`` follows ``tmp_mb`` as the workspace's does."""
+    with Sandbox(tmp_path, SandboxLimits(tmp_mb=4), isolation=NS) as box:
+        res = box.run(
+            "for i in $(seq 3000); do : > /tmp/f$i || { echo stopped at $i; break; }; done 2>&1 | tail -1", 30
+        )
+    assert res.output.startswith("stopped at ") and int(res.output.split()[2]) <= 1024, res.output
+
+
 def test_the_per_file_limit_still_applies(tmp_path: Path) -> None:
     with Sandbox(tmp_path, SandboxLimits(workspace_mb=4, file_size_mb=1), isolation=NS) as box:
         res = box.run("head -c 2M /dev/zero > f; echo rc=$?", 20)

@@ -169,8 +169,9 @@ def _setup_mounts(cfg):
         os.symlink(target, f"{root}/dev/{name}")
     os.mkdir(f"{root}/dev/shm")
     _setattr(root + "/dev", set_=MOUNT_ATTR_RDONLY, recursive=False)
+    fresh = f"size={int(cfg.get('tmp_mb', 256))}m,nr_inodes={int(cfg.get('tmp_inodes', 65536))},mode=1777"
     for path in FRESH:
-        _mount("tmpfs", root + path, "tmpfs", MS_NOSUID | MS_NODEV, f"size={int(cfg.get('tmp_mb', 256))}m,mode=1777")
+        _mount("tmpfs", root + path, "tmpfs", MS_NOSUID | MS_NODEV, fresh)
     for path, fd in python:
         os.makedirs(root + path, mode=0o755, exist_ok=True)
         _bind(fd, root + path, ro=True, recursive=True, make=False)

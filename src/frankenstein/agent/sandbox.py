@@ -43,7 +43,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from frankenstein.agent.tasks import SandboxLimits
-from frankenstein.agent.tmpfs import copy_tree, detached_tmpfs, fd_path, write_all
+from frankenstein.agent.tmpfs import copy_tree, detached_tmpfs, fd_path, inodes_for, write_all
 from frankenstein.errors import SandboxError
 
 JAIL = Path(__file__).with_name("jail.py")
@@ -324,6 +324,7 @@ class Sandbox:
             "uid": self.uid,
             "gid": self.uid,
             "tmp_mb": lim.tmp_mb,
+            "tmp_inodes": inodes_for(lim.tmp_mb),  # empty files take no bytes: uncounted, only memory bounds them
             "report_fd": report_fd,
         }
 
