@@ -170,6 +170,7 @@ def test_analyze_and_adopt_refuse_what_only_the_kept_head_catches(
             ["analyze", "kernel-1"],
             ["adopt", "draft", "--design", "kernel-1"],
             ["run", "kernel-1", "--resume"],
+            ["served"],
         ):
             code, _, err = cli(capsys, *args, "-c", str(root))
             assert code == 1 and "Traceback" not in err, (args, err)
@@ -185,6 +186,8 @@ def test_the_kept_head_in_the_environment_passes_an_untouched_campaign(
     monkeypatch.setenv("FRANK_EXPECT_HEAD", line)
     code, out, err = cli(capsys, "analyze", "kernel-1", "-c", str(root))
     assert code == 0, err
+    code, out, err = cli(capsys, "served", "-c", str(root))
+    assert code == 0 and out.startswith("served: "), err
     code, out, err = cli(capsys, "verify", "-c", str(root))
     seq = int(line.split()[3])
     assert code == 0 and f"kept head verified (FRANK_EXPECT_HEAD): chain record {seq} of {seq} is " in out, out

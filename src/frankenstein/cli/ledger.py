@@ -14,9 +14,16 @@ CAMPAIGN = typer.Option(Path("."), "--campaign", "-c", help="Campaign folder.")
 
 
 @app.command()
-def served(campaign: Path = CAMPAIGN) -> None:
+def served(
+    campaign: Path = CAMPAIGN,
+    force: bool = typer.Option(
+        False, "--force", help="Show it although the campaign fails verification (needs --why)."
+    ),
+    why: str | None = typer.Option(None, "--why", help="Why it is forced; recorded in the evidence chain."),
+) -> None:
     """Show the served recipe as the last adopt froze it (with its pinned files, and anything in frank.toml or
-    on disk that now disagrees with it), then every adopt and revert step.
+    on disk that now disagrees with it), then every adopt and revert step. The campaign is verified first
+    (kept heads included: FRANK_EXPECT_HEAD, [integrity] head_mirror).
 
     Example: frank served -c my-campaign
     """
@@ -24,6 +31,7 @@ def served(campaign: Path = CAMPAIGN) -> None:
     from frankenstein.ledger import format_served
 
     with open_campaign(campaign) as c:
+        verified_or_warn(c, "served", force=force, why=why)
         lines = format_served(c)
     for line in lines:
         typer.echo(line)
