@@ -255,3 +255,29 @@ def test_a_port_clash_names_the_bind_failure_first(tmp_path: Path, llama_server_
             proc.stop(grace_s=2)
     first = str(err.value).splitlines()[0]
     assert first.startswith("e exited with code 1 during start (log: ") and "couldn't bind HTTP server socket" in first
+
+
+CLASH = """\
+import sys
+print("warning: --defrag-thold is deprecated: an invalid option in the next release", file=sys.stderr)
+print("main: loading model", file=sys.stderr)
+print(f"error: couldn't bind HTTP server socket, hostname: 127.0.0.1, port: {sys.argv[1]}", file=sys.stderr)
+sys.exit(1)
+"""
+
+
+def test_a_failed_start_names_the_bind_failure_not_a_deprecation_line(tmp_path: Path) -> None:
+    """Issue 30: a port clash's reason started with the deprecation notice printed before it; the first line of
+    the error names the line that says why (a real process whose log has both, through the real CLI). Nor is
+    it frank's own launch line, though the script's folder has an error word in its name."""
+    (tmp_path / "failed-runs").mkdir()
+    script = tmp_path / "failed-runs" / "clash.py"
+    script.write_text(CLASH)
+    recipe = f'\n[recipes.clash]\nengine = "openai"\ncommand = ["{sys.executable}", "{script}", "{{port}}"]\n'
+    c = make_campaign(tmp_path / "c", TOML + recipe)
+    r = frank("engine", "check", "clash", "-c", str(c.root), "--requests", "1", timeout=120)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    first = r.stderr.splitlines()[0]
+    assert first.startswith("frank: error: ") and " during start (log: " in first, first
+    assert first.endswith("): error: couldn't bind HTTP server socket, hostname: 127.0.0.1, port: " + first[-5:]), first
+    assert "deprecated" not in first and "deprecated" in r.stderr  # the notice stays in the log tail shown

@@ -259,6 +259,7 @@ def reap_leftovers() -> list[int]:
     return killed
 
 
+LAUNCH_PREFIX = "# frank launched: "  # the first line of every engine log (launch_line)
 CAUSE_WORDS = ("error", "couldn't", "could not", "cannot", "can't", "failed", "address already in use", "invalid")
 _LOG_PREFIX = re.compile(r"^\d+(\.\d+)+ [A-Z] +")  # llama.cpp's "0.00.022.701 E " time and level
 
@@ -266,9 +267,14 @@ _LOG_PREFIX = re.compile(r"^\d+(\.\d+)+ [A-Z] +")  # llama.cpp's "0.00.022.701 E
 def log_cause(tail: str) -> str | None:
     """The log line that most likely says why a start failed, for the error's first line: llama.cpp's first
     error-level line, else the first line with an error word; never a warning or a deprecation notice (a port
-    clash read "… deprecated …" first, the bind failure three lines down)."""
+    clash read "… deprecated …" first, the bind failure three lines down), nor frank's own launch line (its
+    command line may hold any word: a path with "failed" in it, ``--log-level error``)."""
     lines = [line.strip() for line in tail.splitlines() if line.strip()]
-    useful = [line for line in lines if "deprecat" not in line.lower() and not _level(line, "W")]
+    useful = [
+        line
+        for line in lines
+        if "deprecat" not in line.lower() and not _level(line, "W") and not line.startswith(LAUNCH_PREFIX)
+    ]
     found = next((line for line in useful if _level(line, "E")), None) or next(
         (line for line in useful if any(w in line.lower() for w in CAUSE_WORDS)), None
     )
@@ -291,7 +297,7 @@ def log_tail(path: Path, lines: int = 15) -> str:
 def launch_line(argv: list[str]) -> bytes:
     """The first line of an engine log: the command line as launched (environment settings are in the start
     record), so the log alone says what ran."""
-    return f"# frank launched: {shlex.join(argv)}\n".encode()
+    return f"{LAUNCH_PREFIX}{shlex.join(argv)}\n".encode()
 
 
 class EngineProcess:
