@@ -10,6 +10,8 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,7 +20,7 @@ from frankenstein.agent.sandbox import CHECKED, TMPFS, Isolation, Sandbox, detec
 from frankenstein.agent.scripted import call
 from frankenstein.agent.tasks import SandboxLimits
 from frankenstein.errors import SandboxError
-from tests.test_sandbox import episode, tool_results
+from tests.test_sandbox import episode, pids_with, tool_results
 
 NS = detect_isolation()
 pytestmark = pytest.mark.skipif(NS.quota != TMPFS, reason=f"no tmpfs workspace here: {NS.quota_note}")
@@ -163,6 +165,45 @@ def test_kill_9_of_the_holder_leaves_no_mount(tmp_path: Path) -> None:
         proc.wait()
     assert Path("/proc/self/mountinfo").read_text() == before
     assert os.listdir(tmp_path) == []  # never copied back: the kill came first, and nothing was left mounted here
+
+
+RUNNER = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from frankenstein.agent.sandbox import Sandbox, detect_isolation
+    from frankenstein.agent.tasks import SandboxLimits
+    box = Sandbox(Path(sys.argv[1]), SandboxLimits(workspace_mb=4), isolation=detect_isolation())
+    print(box.root_fd, flush=True)
+    box.run("head -c 1M /dev/zero > held; sleep 1000; echo " + sys.argv[2], 600)
+    """
+)
+
+
+def test_kill_9_during_a_command_ends_the_command_and_its_tmpfs(tmp_path: Path) -> None:
+    """The launcher dies with frank and PID 1 with the launcher: a command running at ``kill -9`` had
+    kept its processes (and so the tmpfs its namespace binds) alive for good."""
+    marker = f"quota-{os.getpid()}-{time.monotonic_ns()}"
+    proc = subprocess.Popen([sys.executable, "-c", RUNNER, str(tmp_path), marker], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        fd = proc.stdout.readline().strip()
+        jailed = lambda: sorted(set(pids_with(marker)) - {proc.pid})  # noqa: E731  (the launcher and the shell)
+        assert wait_for(lambda: os.path.exists(f"/proc/{proc.pid}/fd/{fd}/held") and len(jailed()) == 2)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert wait_for(lambda: jailed() == []), jailed()
+
+
+def wait_for(done: Callable[[], bool], limit_s: float = 10.0) -> bool:
+    """Poll for an event that comes a moment later (a process starting, a SIGKILL taking effect)."""
+    end = time.monotonic() + limit_s
+    while not done():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 @pytest.mark.parametrize("iso", [Isolation(NS.mode, quota=CHECKED), Isolation("none")], ids=["root-checked", "none"])

@@ -23,6 +23,10 @@ namespace has only loopback, which also cuts off the host's abstract Unix socket
 command's shell is PID 1 of a new PID namespace, the kernel kills every process left in it (daemons
 and ``setsid`` escapees included) when the shell exits or is killed.
 
+The launcher dies with the process that started it (``cfg["parent"]``; a parent-death signal, checked
+against a parent already gone) and PID 1 with the launcher, so a ``kill -9`` of frank ends a running
+command and frees the tmpfs workspace its namespace binds.
+
 Progress goes to ``report_fd``: ``pid N`` (the host pid of the namespace's PID 1, from the launcher
 that stays outside) and ``ready`` just before ``exec``. Without ``ready`` the setup failed; the
 reason is a ``jail:`` line on stderr and the exit status is 125.
@@ -251,6 +255,14 @@ def _die_with_parent():
     _check(_c()[1].prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0), "prctl")
 
 
+def _outlive_no_parent(parent):
+    """The launcher dies with the process that started it (frank, even by ``kill -9``), and PID 1 with the
+    launcher: a running command, and the tmpfs workspace its namespace holds, never outlive frank."""
+    _die_with_parent()
+    if parent is not None and os.getppid() != int(parent):
+        raise OSError(0, "the process that started the sandbox is gone")
+
+
 def _report(fd, text):
     if fd is not None:
         os.write(fd, text.encode())
@@ -266,6 +278,7 @@ def main(argv):
             raise OSError("unknown mode")
         if mode in ("root", "userns"):
             _enter_namespaces(mode)
+            _outlive_no_parent(cfg.get("parent"))
             pid = os.fork()
             if pid:
                 _report(report_fd, f"pid {pid}\n")

@@ -326,6 +326,7 @@ class Sandbox:
             "tmp_mb": lim.tmp_mb,
             "tmp_inodes": inodes_for(lim.tmp_mb),  # empty files take no bytes: uncounted, only memory bounds them
             "report_fd": report_fd,
+            "parent": os.getpid(),
         }
 
     def _result(self, proc: subprocess.Popen[bytes], c: _Collected, seconds: float) -> CommandResult:
