@@ -129,8 +129,13 @@ def test_a_second_call_reuses_the_finished_pilot_and_fresh_runs_a_new_one(
     assert code == 0, err
     assert re.match(r"^pilot x-aa-pilot-2, run now, 2 blocks, took ", out), out
     assert _starts(camp) == starts + 4
-    code, out, err = cli(capsys, "plan", str(camp / "x.toml"), "--run-pilot", "-c", str(camp), *QUICK)
+    code, out, err = cli(
+        capsys, "plan", str(camp / "x.toml"), "--run-pilot", "--pilot-blocks", "2", "-c", str(camp), *QUICK
+    )
     assert out.startswith("pilot x-aa-pilot-2, reused")  # the newest finished pilot
+    code, out, err = cli(capsys, "plan", str(camp / "x.toml"), "--run-pilot", "-c", str(camp), *QUICK)
+    assert out.startswith("pilot x-aa-pilot-1, reused")  # 3 blocks asked (the default): the 2-block one is too small
+    assert _starts(camp) == starts + 4
 
 
 def test_an_unfinished_pilot_is_resumed_and_the_slice_is_the_designs(

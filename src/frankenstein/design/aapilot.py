@@ -128,11 +128,12 @@ def check_base_arm(campaign: Campaign, design: DesignFile, path: Path) -> None:
 
 def same_pilot(reg: Registered, frozen: FrozenDesign) -> bool:
     """An A/A design that measured what this pilot would: the same frozen recipes and pinned files, workload,
-    replay settings, metric and cache policy, and at least 2 blocks (a spread)."""
+    replay settings, metric and cache policy, and at least the blocks asked for (a 3-block pilot is not reused
+    where 8 are asked, the spread's bound being what more blocks buy)."""
     a, b = reg.frozen, frozen
     return (
         reg.design.kind == "aa"
-        and reg.design.blocks >= 2
+        and reg.design.blocks >= b.design.blocks
         and (a.recipes, a.files, a.workload_hash) == (b.recipes, b.files, b.workload_hash)
         and (a.design.arms, a.design.replay, a.design.cache) == (b.design.arms, b.design.replay, b.design.cache)
         and (a.design.primary_metric, a.direction) == (b.design.primary_metric, b.direction)
