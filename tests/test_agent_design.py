@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from frankenstein.agent.sandbox import detect_isolation
 from frankenstein.design.analysis import analyze
 from frankenstein.design.registry import register
 from frankenstein.design.runner import run_design
@@ -55,6 +56,7 @@ def test_agent_design_runs_and_never_loses_episodes(tmp_path: Path) -> None:
     assert a.verdict is not None and a.verdict.data == "difference"
     assert a.word in ("not confirmed", "harm shown")
     assert "pass matrix" in "\n".join(a.lines)
+    assert a.lines[-1] == f"workspace quota: {detect_isolation().quota_words(256)} (10 episodes)"
     traces = sorted((c.root / "workloads").glob("agent-agent-harm-1-*.jsonl"))
     assert len(traces) == 10
     assert all(load_trace(t).turns for t in traces)  # every agent start is a workload frank replay accepts

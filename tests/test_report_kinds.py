@@ -183,8 +183,10 @@ def test_agent_design_pass_matrix_table_and_png(camp, tmp_path: Path) -> None:
     for b, order in enumerate(reg.schedule):
         for pos, arm in enumerate(order):
             passed = {"fix-ledger-month": True, "log-incident": arm == "served" or b % 2 == 0}
+            recorded = {"detail": {"sandbox": {"workspace_quota": "tmpfs 256 MB"}}} if b % 2 == 0 else {}
             eps = [
                 {"task_id": t, "draw": 0, "task_hash": "h" * 8, "status": "submitted", "passed": passed[t], "turns": 3}
+                | recorded
                 for t in tasks
             ]
             camp.store.insert_start(
@@ -204,6 +206,8 @@ def test_agent_design_pass_matrix_table_and_png(camp, tmp_path: Path) -> None:
     assert "| fix-ledger-month #1 | ✓ | ✓ | ✓ | ✓ | ✓ | ✓ | ✓ | ✓ | ✓ | ✓ |" in text
     assert "| log-incident #1 | ✓ | ✓ | ✓ | ✗ | ✓ | ✓ | ✓ | ✗ | ✓ | ✓ |" in text
     assert "- Tested one agent, one request at a time: it says nothing about concurrent serving." in text
+    # what the passes rest on: the quota each episode recorded (older episodes recorded none)
+    assert "workspace quota: not recorded (8 episodes); tmpfs 256 MB (12 episodes)\n" in text
     assert is_png(tmp_path / "out" / "agent-harm-1-passes.png")
     doc = valid_note_json(tmp_path / "out")
     # one verdict word for the design everywhere: summary, section, what didn't work, note.json

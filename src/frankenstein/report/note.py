@@ -26,6 +26,7 @@ from typing import Any
 from frankenstein.campaign import Campaign
 from frankenstein.config import Provenance
 from frankenstein.design.kinds import kind_of
+from frankenstein.design.kinds.agent import quota_line
 from frankenstein.design.kinds.base import speculation_lines
 from frankenstein.design.model import FidelityRule
 from frankenstein.design.rules import Verdict, loss_words
@@ -232,7 +233,7 @@ def format_design(d: DesignReport, base: str, plots: dict[str, str]) -> list[str
     lines += format_secondary(d)
     lines += format_percentiles(d)
     if d.episodes:
-        lines += ["", *format_pass_matrix(d)]
+        lines += ["", *format_pass_matrix(d), "", quota_line(d.episodes)]
     for key, label in (
         ("blocks", f"{design.primary_metric} per block, paired"),
         ("kl", "KL per position against the noise floor"),

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,7 @@ from frankenstein.measure.metrics import BUILTIN, Metric
 from frankenstein.measure.resources import ResourceSampler
 from frankenstein.errors import ConfigError, DesignError, EngineError, SandboxError, TaskError
 from frankenstein.shipped import expand
-from frankenstein.store import StartRow, now_iso
+from frankenstein.store import EpisodeRow, StartRow, now_iso
 from frankenstein.workload.trace import Turn, Workload
 
 Matrix = dict[str, dict[str, dict[str, int]]]
@@ -106,11 +107,22 @@ def agent_start(campaign: Campaign, reg: Registered, slot: Slot, recipe: Resolve
 
 
 def pass_matrix(campaign: Campaign, design_id: str) -> Matrix:
+    return matrix_of(campaign.store.episodes_of(design_id))
+
+
+def matrix_of(episodes: Sequence[EpisodeRow]) -> Matrix:
     """{arm: {task: {"b<block>d<draw>": passed}}}"""
     m: Matrix = {}
-    for e in sorted(campaign.store.episodes_of(design_id), key=lambda e: (e.block, e.task_id, e.draw)):
+    for e in sorted(episodes, key=lambda e: (e.block, e.task_id, e.draw)):
         m.setdefault(e.arm, {}).setdefault(e.task_id, {})[f"b{e.block + 1}d{e.draw}"] = int(e.passed)
     return m
+
+
+def quota_line(episodes: Sequence[EpisodeRow]) -> str:
+    """Which workspace quota the episodes ran under, as each recorded it (a tmpfs, or a total checked after
+    each tool call, which one command can pass): what their passes and fails rest on."""
+    said = Counter(str((e.detail.get("sandbox") or {}).get("workspace_quota") or "not recorded") for e in episodes)
+    return "workspace quota: " + "; ".join(f"{w} ({n} episode{'' if n == 1 else 's'})" for w, n in sorted(said.items()))
 
 
 def counts_as_failed(row: StartRow) -> bool:
@@ -159,7 +171,8 @@ def analyze_agent(campaign: Campaign, ev: Evidence) -> Analysis:
     blocks = sorted(b for b, arms in values.items() if all(a in arms for a in ARMS) and b not in bad)
     diffs = [values[b]["candidate"] - values[b]["served"] for b in blocks]
     verdict = rules.evaluate_differences(reg.design.rule, diffs, "higher", blocks=[b + 1 for b in blocks])  # type: ignore[arg-type]
-    matrix = pass_matrix(campaign, reg.design_id)
+    episodes = campaign.store.episodes_of(reg.design_id)
+    matrix = matrix_of(episodes)
     harm = harm_text(verdict, "pass/passes per start")
     left = reg.design.blocks - len(blocks) - len(bad)
     incomplete = f"{len(blocks)} of {reg.design.blocks} blocks" if left > 0 else None
@@ -170,6 +183,8 @@ def analyze_agent(campaign: Campaign, ev: Evidence) -> Analysis:
     for arm in ARMS:
         for task, cells in sorted(matrix.get(arm, {}).items()):
             lines.append(f"  {arm:<9} {task:<22} " + " ".join(f"{k}:{v}" for k, v in cells.items()))
+    if episodes:
+        lines.append(quota_line(episodes))
     return Analysis(
         reg=reg,
         verdict=verdict,
