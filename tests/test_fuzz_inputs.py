@@ -356,3 +356,41 @@ def test_item7_cli_inputs_are_clear(tmp_path: Path, capsys: pytest.CaptureFixtur
     ):
         code, _, err = cli(capsys, *args)
         assert code == code_wanted and named in err and "unexpected" not in err and "Traceback" not in err, (args, err)
+
+
+# booleans are not numbers in any user file (issue 30 item 7: pydantic read `true` as 1)
+
+BOOLEAN_NUMBERS = [
+    ("blocks = 6", "blocks = true", "blocks", "true"),
+    ("alpha = 0.1", "alpha = true", "rule.alpha", "true"),
+    ("[rule]", "[replay]\nwarmup_turns = false\n\n[rule]", "replay.warmup_turns", "false"),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "field", "word"), BOOLEAN_NUMBERS)
+def test_a_boolean_where_a_design_takes_a_number_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], old: str, new: str, field: str, word: str
+) -> None:
+    root = tmp_path / "c"
+    init_campaign(root).close()
+    design = root / "d.toml"
+    text = (
+        'name = "b"\nblocks = 6\nprimary_metric = "verify_step_ms"\n'
+        f'[arms.served]\ncommand = ["{sys.executable}", "-c", "print(1)"]\n'
+        f'[arms.candidate]\ncommand = ["{sys.executable}", "-c", "print(2)"]\n'
+        '[rule]\nkind = "sign"\nalpha = 0.1\n'
+    )
+    assert old in text
+    design.write_text(text.replace(old, new, 1))
+    code, _, err = cli(capsys, "register", str(design), "-c", str(root))
+    assert err == f"frank: error: {design}: {field}: {word} is a boolean, not a number\n", err
+    assert code == 1
+
+
+def test_a_boolean_where_frank_toml_takes_a_number_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "c"
+    init_campaign(root).close()
+    toml = root / "frank.toml"
+    toml.write_text(toml.read_text().replace('engine = "llamacpp"', 'engine = "llamacpp"\nstart_timeout_s = true', 1))
+    code, _, err = cli(capsys, "served", "-c", str(root))
+    assert code == 1 and err == f"frank: error: {toml}: recipes.base.start_timeout_s: true is a boolean, not a number\n"

@@ -1,6 +1,7 @@
 """One validation base for every file a user writes (``frank.toml``, designs, traces, tasks).
 
-    UserFile          pydantic base with ``extra="forbid"``: an unknown field is an error, never ignored
+    UserFile          pydantic base with ``extra="forbid"``: an unknown field is an error, never ignored;
+                      a boolean where a number belongs is an error, never 1 or 0
     FrozenUserFile    the same, immutable (recipes and parts are hashed into designs)
     field_error(path, exc, error_cls)   the one formatter: the file, the first bad field, what is wrong
     read_toml(path, error_cls)          a TOML file as a dict, or one error naming the file
@@ -14,22 +15,52 @@ Every loader validates with these, so bad input reads the same everywhere:
 from __future__ import annotations
 
 import tomllib
+from functools import cache
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Any, Union, get_args, get_origin
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
 
 from frankenstein.errors import ConfigError
 
 
-class UserFile(BaseModel):
+def takes_number(annotation: object) -> bool:
+    """Whether a field of this type takes a number and no boolean: ``int`` or ``float``, alone or in a union
+    without ``bool`` (pydantic reads ``true`` as 1 for them)."""
+    args = get_args(annotation) if get_origin(annotation) in (Union, UnionType) else (annotation,)
+    return bool not in args and any(a in (int, float) for a in args)
+
+
+@cache
+def number_fields(model: type[BaseModel]) -> frozenset[str]:
+    """The names (and aliases) of ``model``'s fields that take a number and no boolean."""
+    fields = model.model_fields.items()
+    return frozenset(n for name, f in fields if takes_number(f.annotation) for n in (name, f.alias) if n)
+
+
+class _UserModel(BaseModel):
+    @model_validator(mode="before")
+    @classmethod
+    def _no_boolean_numbers(cls, data: Any) -> Any:
+        """A boolean where a number belongs is refused, naming the field (``blocks = true`` was read as 1)."""
+        if isinstance(data, dict):
+            for name in number_fields(cls) & data.keys():
+                if isinstance(data[name], bool):
+                    why = f"{str(data[name]).lower()} is a boolean, not a number"
+                    raise PydanticCustomError("bool_number", "{field}: {why}", {"field": name, "why": why})
+        return data
+
+
+class UserFile(_UserModel):
     """Base of every model of a user-written file."""
 
     model_config = ConfigDict(extra="forbid")
 
 
-class FrozenUserFile(BaseModel):
+class FrozenUserFile(_UserModel):
     """A user-file model that cannot change after validation."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -41,10 +72,11 @@ def field_error(
     """One message naming the file and the first bad field (``prefix`` is prepended to the field, e.g. a line)."""
     err = exc.errors()[0]
     ctx = err.get("ctx") or {}
-    field = ".".join(str(p) for p in err["loc"]) or str(ctx.get("field", "")) or "(top level)"
+    loc = [str(p) for p in err["loc"]]
     msg = "unknown field" if err["type"] == "extra_forbidden" else str(err["msg"]).removeprefix("Value error, ")
-    if "why" in ctx:  # a whole-file check names its own field: PydanticCustomError(..., {"field", "why"})
-        msg = str(ctx["why"])
+    if "why" in ctx:  # a whole-model check names its own field: PydanticCustomError(..., {"field", "why"})
+        loc, msg = [*loc, str(ctx["field"])] if ctx.get("field") else loc, str(ctx["why"])
+    field = ".".join(loc) or "(top level)"
     return error_cls(msg, path=path, field=prefix + field)
 
 
