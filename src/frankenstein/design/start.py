@@ -181,7 +181,7 @@ def watched(run: Callable[[], StartOutcome]) -> StartOutcome:
 
 def engine_binary(out: StartOutcome) -> dict[str, str] | None:
     """The program the start ran and its sha256 (a version string cannot tell a CUDA build from a CPU
-    build); None where it cannot be found (a Python engine, a missing binary)."""
+    build; for a Python engine, the interpreter's real file); None where it cannot be found."""
     try:
         path = traits_of(out.recipe.engine).program(out.recipe)
         return {"path": path, "sha256": binary_sha256(path)} if path else None
