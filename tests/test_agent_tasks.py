@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from frankenstein.agent.sandbox import detect_isolation
 from frankenstein.agent.scripted import write_task
 from frankenstein.agent.tasks import (
     MAX_TASK_BYTES,
@@ -149,6 +150,21 @@ def test_validate_catches_bad_tasks(tmp_path: Path, grader: str, problem: str) -
     check = check_task(load_task(write_task(tmp_path, "bad", grader=grader)), k=1)
     assert not check.ok
     assert any(p.startswith(problem) for p in check.problems), check.problems
+
+
+SEED_2MB = "import sys\nfrom pathlib import Path\nPath(sys.argv[1], 'data.bin').write_bytes(bytes(2 << 20))\n"
+
+
+def test_validate_names_a_seed_over_its_quota(tmp_path: Path) -> None:
+    """A setup script that writes 2 MB into a 1 MB workspace: no episode could ever be worked there (a tmpfs
+    refuses the seed; a checked quota ends the first tool call). Validation names it, whatever the quota."""
+    root = write_task(tmp_path, "fat", toml_extra='setup = "setup.py"\n[sandbox]\nworkspace_mb = 1\n')
+    (root / "setup.py").write_text(SEED_2MB)
+    check = check_task(load_task(root), k=1)
+    size = (2 << 20) + len("a test task\n")  # data.bin and write_task's README.md
+    assert check.problems[0] == f"the seeded workspace holds {size} bytes, over its quota of 1 MB"
+    if detect_isolation().quota == "tmpfs":
+        assert check.problems[1:] == ["sandbox: the task's workspace does not fit its quota of 1 MB"]
 
 
 def test_validate_table() -> None:
