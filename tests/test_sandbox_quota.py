@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from frankenstein.agent.sandbox import CHECKED, TMPFS, Isolation, Sandbox, detect_isolation
+from frankenstein.agent.sandbox import CHECKED, TMPFS, Isolation, Sandbox, ToolRefused, detect_isolation
 from frankenstein.agent.scripted import call
 from frankenstein.agent.tasks import SandboxLimits
 from frankenstein.errors import SandboxError
@@ -79,6 +79,27 @@ def test_the_command_holds_no_descriptor_of_the_tmpfs(tmp_path: Path) -> None:
     with Sandbox(tmp_path, SandboxLimits(workspace_mb=4), isolation=NS) as box:
         res = box.run("ls /proc/self/fd", 20)
     assert res.output.split() == ["0", "1", "2", "3"]  # stdin, stdout, stderr, and ls's own listing
+
+
+def test_file_tools_follow_links_as_the_command_sees_them_and_never_out(tmp_path: Path) -> None:
+    """The tmpfs is reached through /proc/self/fd, so paths are resolved by hand: an absolute link into
+    /tmp/workspace stays inside; a link to /etc, to the host's /proc/self/fd or up past the root is refused."""
+    links = "mkdir sub && echo inside > sub/x.txt && ln -s /tmp/workspace/sub in && ln -s /etc etc"
+    links += " && ln -s /proc/self/fd fds && ln -s ../../../.. up && ln -s sub/../../x out"
+    with Sandbox(tmp_path, SandboxLimits(workspace_mb=4), isolation=NS) as box:
+        assert box.run(links, 20).rc == 0
+        assert box.read_file("in/x.txt") == "inside\n"
+        assert box.write_file("in/y.txt", "new") == 3 and box.read_file("sub/y.txt") == "new"
+        for bad in ("etc/passwd", "fds/0", "up/etc/passwd", "out", "/tmp/workspace/etc/hostname"):
+            with pytest.raises(ToolRefused, match="resolves outside the workspace"):
+                box.resolve(bad)
+        with pytest.raises(ToolRefused, match=r"^/etc/passwd: outside the workspace \(/tmp/workspace\)$"):
+            box.read_file("/etc/passwd")
+
+
+def test_a_tmpfs_without_namespaces_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(SandboxError, match="a tmpfs workspace needs namespaces"):
+        Sandbox(tmp_path, SandboxLimits(), isolation=Isolation("none", quota=TMPFS))
 
 
 def test_a_seed_larger_than_the_quota_is_refused(tmp_path: Path) -> None:

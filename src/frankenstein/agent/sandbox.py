@@ -213,6 +213,8 @@ class Sandbox:
         self.root_fd: int | None = None
         self.left_behind = 0  # entries of the tmpfs not copied back (see tmpfs.copy_tree)
         if self.isolation.quota == TMPFS:
+            if not self.isolation.namespaces:
+                raise SandboxError("a tmpfs workspace needs namespaces: without them commands would not see it")
             self._enter_tmpfs()
         self.give_to_sandbox(self.workspace)
 
