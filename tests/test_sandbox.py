@@ -335,9 +335,9 @@ def test_every_model_controlled_input_is_a_tool_error(tmp_path: Path, iso: Isola
 
 
 def test_the_workspace_quota_ends_the_episode(tmp_path: Path) -> None:
-    """Files under the per-file limit wrote 229 MB with no quota (issue 30): a write_file that would pass the
-    workspace quota is refused before a byte is written, and a command that fills the workspace past it ends
-    the episode (``workspace_limit``)."""
+    """Files under the per-file limit wrote 229 MB with no quota (issue 30). Without a tmpfs (mode none here)
+    the quota is checked: a write_file that would pass it is refused before a byte is written, and a command
+    that fills the workspace past it ends the episode (``workspace_limit``)."""
     steps = [
         call("bash", command="head -c 1000000 /dev/zero > a"),  # 0.95 MiB of a 1 MiB quota
         call("write_file", path="b.txt", content="x" * 102400),
@@ -349,6 +349,9 @@ def test_the_workspace_quota_ends_the_episode(tmp_path: Path) -> None:
     assert told[1] == "error: writing 102400 bytes would pass the workspace quota of 1 MB"
     assert (res.status, res.turns) == ("workspace_limit", 3)
     assert res.detail["stop_reason"] == "the workspace holds more than its quota of 1 MB"
+    # what the record says the numbers rest on (as root the quota is a tmpfs: tests/test_sandbox_quota.py)
+    assert res.detail["sandbox"]["workspace_quota"] == "1 MB checked after each tool call"
+    assert res.detail["sandbox"]["quota_note"] == ""  # a forced mode: no probe said why
 
 
 @needs_ns
