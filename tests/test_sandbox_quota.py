@@ -1,13 +1,16 @@
-"""The workspace quota as a file-system limit (issue 30): where frank runs as root the workspace is a
-detached tmpfs of ``workspace_mb``, so one shell command can no longer write past it (the red team wrote
+"""The workspace quota as a file-system limit (issue 30): wherever the sandbox has namespaces the workspace
+is a detached tmpfs of ``workspace_mb`` (made by frank as root, by a child in a user namespace otherwise), so one shell command can no longer write past it (the red team wrote
 229 MB under an 8 MB per-file limit). Real jail, real commands, a real kill -9; episodes are driven by the
 scripted model server (a TEST DOUBLE for the model) through the real loop, sandbox and grader."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import socket
 import subprocess
+import tempfile
 import sys
 import textwrap
 import time
@@ -17,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from frankenstein.agent.sandbox import CHECKED, TMPFS, Isolation, Sandbox, ToolRefused, detect_isolation
+from frankenstein.agent import tmpfs as tmpfs_module
 from frankenstein.agent.scripted import call
 from frankenstein.agent.tasks import SandboxLimits
 from frankenstein.errors import SandboxError
@@ -25,6 +29,10 @@ from tests.test_sandbox import episode, pids_with, tool_results
 NS = detect_isolation()
 pytestmark = pytest.mark.skipif(NS.quota != TMPFS, reason=f"no tmpfs workspace here: {NS.quota_note}")
 MiB = 1 << 20
+# Both ways of making the tmpfs: frank's own (root) and a child's in a user namespace (userns, also run here)
+TMPFS_MODES = [pytest.param(NS, id=NS.mode)] + (
+    [pytest.param(Isolation("userns", quota=TMPFS), id="userns")] if NS.mode == "root" else []
+)
 
 
 def test_this_machine_gives_a_tmpfs_workspace() -> None:
@@ -34,10 +42,11 @@ def test_this_machine_gives_a_tmpfs_workspace() -> None:
     assert Isolation("none").quota_words(4) == "4 MB checked after each tool call"
 
 
-def test_a_command_writing_3x_the_quota_gets_no_space(tmp_path: Path) -> None:
+@pytest.mark.parametrize("iso", TMPFS_MODES)
+def test_a_command_writing_3x_the_quota_gets_no_space(tmp_path: Path, iso: Isolation) -> None:
     """``head -c 12M`` into a 4 MB workspace fails inside the command, and the workspace never holds more
     than 4 MiB (statvfs of the tmpfs and the bytes on it)."""
-    with Sandbox(tmp_path, SandboxLimits(workspace_mb=4), isolation=NS) as box:
+    with Sandbox(tmp_path, SandboxLimits(workspace_mb=4), isolation=iso) as box:
         res = box.run("head -c 12M /dev/zero > big; echo rc=$?; head -c 12M /dev/zero > more; echo rc=$?", 20)
         vfs = os.statvfs(box.workspace)
         used = (vfs.f_blocks - vfs.f_bfree) * vfs.f_frsize
@@ -74,9 +83,10 @@ def test_the_per_file_limit_still_applies(tmp_path: Path) -> None:
     assert (tmp_path / "f").stat().st_size <= MiB
 
 
-def test_the_command_holds_no_descriptor_of_the_tmpfs(tmp_path: Path) -> None:
+@pytest.mark.parametrize("iso", TMPFS_MODES)
+def test_the_command_holds_no_descriptor_of_the_tmpfs(tmp_path: Path, iso: Isolation) -> None:
     """The descriptor the jail binds the workspace from is closed before the command starts."""
-    with Sandbox(tmp_path, SandboxLimits(workspace_mb=4), isolation=NS) as box:
+    with Sandbox(tmp_path, SandboxLimits(workspace_mb=4), isolation=iso) as box:
         res = box.run("ls /proc/self/fd", 20)
     assert res.output.split() == ["0", "1", "2", "3"]  # stdin, stdout, stderr, and ls's own listing
 
@@ -109,14 +119,15 @@ def test_a_seed_larger_than_the_quota_is_refused(tmp_path: Path) -> None:
     assert (tmp_path / "data.bin").stat().st_size == 2 * MiB  # the episode's folder is untouched
 
 
-def test_write_file_past_the_quota_is_a_tool_error_and_the_episode_goes_on(tmp_path: Path) -> None:
+@pytest.mark.parametrize("iso", TMPFS_MODES)
+def test_write_file_past_the_quota_is_a_tool_error_and_the_episode_goes_on(tmp_path: Path, iso: Isolation) -> None:
     steps = [
         call("bash", command="head -c 12M /dev/zero > big; echo rc=$?"),
         call("write_file", path="b.txt", content="x" * 102400),
         call("bash", command="rm big"),
         call("write_file", path="answer.txt", content="42"),
     ]
-    res, requests = episode(tmp_path, steps, NS, "[sandbox]\nworkspace_mb = 4\n")
+    res, requests = episode(tmp_path, steps, iso, "[sandbox]\nworkspace_mb = 4\n")
     told = tool_results(requests)
     assert "No space left on device" in told[0] and told[0].endswith("rc=1\n")
     assert (
@@ -160,20 +171,22 @@ HOLDER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from frankenstein.agent.sandbox import Sandbox, detect_isolation
+    from frankenstein.agent.sandbox import Isolation, Sandbox
     from frankenstein.agent.tasks import SandboxLimits
-    box = Sandbox(Path(sys.argv[1]), SandboxLimits(workspace_mb=4), isolation=detect_isolation())
+    box = Sandbox(Path(sys.argv[1]), SandboxLimits(workspace_mb=4), isolation=Isolation(sys.argv[2], quota="tmpfs"))
     print(box.run("head -c 1M /dev/zero > held; echo $?", 20).output.strip(), box.root_fd, flush=True)
     time.sleep(600)
     """
 )
 
 
-def test_kill_9_of_the_holder_leaves_no_mount(tmp_path: Path) -> None:
+@pytest.mark.parametrize("iso", TMPFS_MODES)
+def test_kill_9_of_the_holder_leaves_no_mount(tmp_path: Path, iso: Isolation) -> None:
     """The tmpfs is never in a mount table: while a process holds it, it is a 4 MiB tmpfs behind that
     process's descriptor; after ``kill -9`` of the process there is nothing to unmount or sweep."""
     before = Path("/proc/self/mountinfo").read_text()
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    argv = [sys.executable, "-c", HOLDER, str(tmp_path), iso.mode]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
         rc, fd = proc.stdout.readline().split()
@@ -237,3 +250,34 @@ def test_without_a_tmpfs_the_quota_is_checked_and_says_so(tmp_path: Path, iso: I
         "the workspace holds more than its quota of 1 MB",
     )
     assert res.detail["sandbox"]["workspace_quota"] == "1 MB checked after each tool call"
+
+
+SYSTEM_PYTHON = "/usr/bin/python3"  # readable by any user, unlike our venv's interpreter under /root
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("setpriv") or not Path(SYSTEM_PYTHON).exists(),
+    reason="needs root to drop to nobody with setpriv, and a system python3 nobody can run",
+)
+def test_the_tmpfs_maker_needs_no_root() -> None:
+    """``tmpfs.py`` run as a script by ``nobody`` (uid 65534, no capabilities) hands back a 4 MiB tmpfs that
+    nobody owns: the userns path works for a frank that is not root."""
+    folder = Path(tempfile.mkdtemp(prefix="frank-maker-"))
+    try:
+        folder.chmod(0o755)
+        script = Path(shutil.copy(tmpfs_module.__file__, folder / "tmpfs.py"))
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        with ours, theirs:
+            drop = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
+            argv = [*drop, SYSTEM_PYTHON, "-I", "-S", str(script), "4", str(theirs.fileno())]
+            done = subprocess.run(argv, pass_fds=(theirs.fileno(),), capture_output=True, text=True, timeout=30)
+            assert done.returncode == 0, done.stderr
+            _, [fd], _, _ = socket.recv_fds(ours, 1, 1)
+        try:
+            root, vfs = os.fstat(fd), os.fstatvfs(fd)
+        finally:
+            os.close(fd)
+        assert (root.st_uid, root.st_gid) == (65534, 65534)
+        assert vfs.f_blocks * vfs.f_frsize == 4 * MiB and vfs.f_files == 1024
+    finally:
+        shutil.rmtree(folder)

@@ -11,8 +11,8 @@ killed) past ``max_output_bytes``; on timeout the whole tree is killed.
 The file tools (:meth:`Sandbox.read_file`, :meth:`Sandbox.write_file`) run in our process but only
 on paths that resolve inside the workspace.
 
-The workspace quota (``workspace_mb``) is a file-system limit where frank runs as root: the workspace is
-a detached tmpfs of that size (:mod:`frankenstein.agent.tmpfs`), seeded from the episode's folder and
+The workspace quota (``workspace_mb``) is a file-system limit wherever the sandbox has namespaces (modes
+root and userns): the workspace is a detached tmpfs of that size (:mod:`frankenstein.agent.tmpfs`), seeded from the episode's folder and
 copied back into it on :meth:`Sandbox.close`, so a write past it fails with ENOSPC inside the command
 and in the file tools. Elsewhere it is a total checked after each tool call (:meth:`Sandbox.quota_problem`),
 which one command can pass until the check; every episode records which quota was in force.
@@ -43,7 +43,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from frankenstein.agent.tasks import SandboxLimits
-from frankenstein.agent.tmpfs import copy_tree, detached_tmpfs, fd_path, inodes_for, write_all
+from frankenstein.agent.tmpfs import copy_tree, detached_tmpfs, fd_path, inodes_for, tmpfs_in_userns, write_all
 from frankenstein.errors import SandboxError
 
 JAIL = Path(__file__).with_name("jail.py")
@@ -177,8 +177,6 @@ def detect_isolation() -> Isolation:
 
 def _with_quota(mode: str) -> Isolation:
     """A tmpfs workspace where a probe command writes into one; else the checked total, saying why."""
-    if mode != "root":
-        return Isolation(mode, quota_note="a tmpfs workspace needs frank to run as root")
     tmpfs = Isolation(mode, quota=TMPFS)
     reason = _probe(tmpfs, "echo ok > probe")
     return tmpfs if reason is None else Isolation(mode, quota_note=f"no tmpfs workspace: {reason}")
@@ -223,7 +221,7 @@ class Sandbox:
         """Make the tmpfs, copy the seeded folder into it, and work there from now on."""
         mb = self.limits.workspace_mb
         try:
-            fd = detached_tmpfs(mb, self.uid)
+            fd = detached_tmpfs(mb, self.uid, self.uid) if self.mode == "root" else tmpfs_in_userns(mb)
         except OSError as exc:
             raise SandboxError(f"cannot make the workspace tmpfs: {exc.strerror or exc}") from exc
         self._release = weakref.finalize(self, os.close, fd)

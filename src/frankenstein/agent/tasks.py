@@ -53,8 +53,8 @@ class SandboxLimits(_Strict):
     workspace_mb: int = Field(
         default=256,
         ge=1,
-        description="MB the workspace may hold: a tmpfs of this size where frank runs as root (a write past it "
-        "fails: no space left), else a total checked after each tool call (past it the episode ends: workspace_limit)",
+        description="MB the workspace may hold: a tmpfs of this size where the sandbox has namespaces (a write past "
+        "it fails: no space left), else a total checked after each tool call (past it the episode ends: workspace_limit)",
     )
     output_chars: int = Field(default=12000, ge=200)
     max_output_bytes: int = Field(default=8_000_000, ge=1000)

@@ -6,6 +6,12 @@ it: the sandbox's, and the jail's while a command runs (the jail binds it from `
 frank is killed (``kill -9`` included) the kernel closes the descriptor and frees the tmpfs: there is no
 mount left to leak and nothing to sweep at the next start.
 
+As root frank makes the tmpfs itself (:func:`detached_tmpfs`). Without root (mode ``userns``) this file
+runs as a stdlib-only script, ``python -I -S tmpfs.py SIZE_MB SOCKET_FD`` (:func:`tmpfs_in_userns`): a
+child process in a new user namespace of its own, where it may mount a tmpfs, makes the detached tmpfs and
+hands the descriptor back over a Unix socket, then exits; frank, unprivileged, reaches the tmpfs through
+the descriptor, and the jail's own user namespace binds it like any folder.
+
 A write past the size, or a file past ``nr_inodes``, fails with ENOSPC, inside a command and in frank's own
 file tools alike. Only regular files, folders and symlinks are copied in (the task's seed) and back out (what
 the agent left, into the episode's folder); a FIFO, socket or device is never opened. The copy back is
@@ -19,7 +25,10 @@ import ctypes
 import errno
 import functools
 import os
+import socket
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 SYS_FSOPEN, SYS_FSCONFIG, SYS_FSMOUNT = 430, 431, 432  # one number on every architecture (the shared table)
@@ -30,6 +39,8 @@ BYTES_PER_INODE = 4096  # nr_inodes: one file per 4 KiB of quota, at least MIN_I
 MIN_INODES = 1024
 COPY_CHUNK = 1 << 20
 MAX_DEPTH = 64  # folder levels copied; deeper ones are left behind (and counted)
+CLONE_NEWUSER, CLONE_NEWNS = 0x10000000, 0x00020000
+MAKER_TIMEOUT_S = 30
 
 
 @functools.cache
@@ -50,18 +61,50 @@ def inodes_for(size_mb: int) -> int:
     return max(MIN_INODES, (size_mb << 20) // BYTES_PER_INODE)
 
 
-def detached_tmpfs(size_mb: int, uid: int) -> int:
+def detached_tmpfs(size_mb: int, uid: int, gid: int) -> int:
     """A descriptor of the root of a new detached tmpfs owned by ``uid`` (close it to free the tmpfs)."""
     fs = _call("fsopen", SYS_FSOPEN, b"tmpfs", FSOPEN_CLOEXEC)
     try:
         options = {"size": f"{size_mb}m", "nr_inodes": str(inodes_for(size_mb)), "mode": "755"}
-        options |= {"uid": str(uid), "gid": str(uid)}
+        options |= {"uid": str(uid), "gid": str(gid)}
         for key, value in options.items():
             _call(f"fsconfig {key}", SYS_FSCONFIG, fs, FSCONFIG_SET_STRING, key.encode(), value.encode(), 0)
         _call("fsconfig create", SYS_FSCONFIG, fs, FSCONFIG_CMD_CREATE, None, None, 0)
         return _call("fsmount", SYS_FSMOUNT, fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
     finally:
         os.close(fs)
+
+
+def tmpfs_in_userns(size_mb: int) -> int:
+    """As :func:`detached_tmpfs` (owned by our uid and gid), made by a child process in a user namespace of
+    its own, so frank need not be root. Raises OSError with the child's reason."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    with ours:
+        with theirs:
+            argv = [sys.executable, "-I", "-S", __file__, str(size_mb), str(theirs.fileno())]
+            done = subprocess.run(
+                argv, pass_fds=(theirs.fileno(),), capture_output=True, text=True, timeout=MAKER_TIMEOUT_S
+            )
+        if done.returncode != 0:
+            said = done.stderr.strip().splitlines()
+            raise OSError(0, said[-1] if said else f"the tmpfs maker exited {done.returncode}")
+        _, fds, _, _ = socket.recv_fds(ours, 1, 1, socket.MSG_CMSG_CLOEXEC)
+    if not fds:
+        raise OSError(0, "the tmpfs maker handed back no descriptor")
+    return fds[0]
+
+
+def _make_in_userns(size_mb: int, sock_fd: int) -> None:
+    """The child's side: new user and mount namespaces (fsopen asks for CAP_SYS_ADMIN over the mount
+    namespace's owner) mapping only our own uid and gid, the tmpfs, the hand-over."""
+    uid, gid = os.getuid(), os.getgid()
+    if _libc().unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0:
+        raise OSError(ctypes.get_errno(), f"unshare: {os.strerror(ctypes.get_errno())}")
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+        Path(f"/proc/self/{name}").write_text(text)
+    fd = detached_tmpfs(size_mb, uid, gid)
+    with socket.socket(fileno=sock_fd) as sock:
+        socket.send_fds(sock, [b"t"], [fd])
 
 
 def fd_path(fd: int) -> Path:
@@ -162,3 +205,10 @@ def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
+
+
+if __name__ == "__main__":
+    try:
+        _make_in_userns(int(sys.argv[1]), int(sys.argv[2]))
+    except OSError as exc:
+        sys.exit(f"tmpfs in a user namespace: {exc.strerror or exc}")
