@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from frankenstein.agent.sandbox import Isolation, Sandbox, detect_isolation
+from frankenstein.agent.sandbox import TMPFS, Isolation, Sandbox, detect_isolation
 from frankenstein.agent.tasks import SandboxLimits
 
 
@@ -38,15 +38,21 @@ def main(n: int) -> None:
     iso = detect_isolation()
     with tempfile.TemporaryDirectory() as d:
         print(line("plain subprocess bash", timed(lambda: subprocess.run(["/bin/bash", "-c", "true"]), n)))
-        extra = [Isolation("root"), Isolation("userns")] if iso.mode == "root" else []
+        extra = [Isolation("root"), Isolation("userns", quota=TMPFS), Isolation("userns")] if iso.mode == "root" else []
         for mode in dict.fromkeys([iso, *extra, Isolation("none")]):
             ws = Path(d) / f"{mode.mode}-{mode.quota}"  # one per mode: as root the workspace goes to another uid
             ws.mkdir()
             with Sandbox(ws, SandboxLimits(), isolation=mode) as box:
                 ms = timed(lambda box=box: box.run("true", timeout_s=30), n)
             print(line(f"sandbox ({mode.mode}, {mode.quota})", ms))
-        for mode in dict.fromkeys([iso, Isolation(iso.mode)]):
-            print(line(f"episode workspace ({mode.quota})", timed(lambda mode=mode: _episode(Path(d), mode), n)))
+        userns = [Isolation("userns", quota=TMPFS)] if iso.mode == "root" else []
+        for mode in dict.fromkeys([iso, *userns, Isolation(iso.mode)]):
+            print(
+                line(
+                    f"episode workspace ({mode.mode}, {mode.quota})",
+                    timed(lambda mode=mode: _episode(Path(d), mode), n),
+                )
+            )
 
 
 def _episode(d: Path, iso: Isolation) -> None:
