@@ -235,3 +235,14 @@ def test_a_served_arm_that_cannot_start_is_refused_and_its_pilot_never_reused(
     assert code == 1 and "--pilot: none of design broken-aa-pilot-1's 6 starts ran, so it times nothing" in err
     code, out, err = cli(capsys, "plan", str(design), "--run-pilot", "-c", str(camp), *QUICK)
     assert code == 1 and "pilot: registered broken-aa-pilot-2" in err
+
+
+def test_the_note_shows_the_pilot_as_a_pilot(
+    camp: Path, first: tuple[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = cli(capsys, "report", "-c", str(camp), "-o", str(tmp_path / "note"))
+    assert code == 0, err
+    note = (tmp_path / "note" / "note.md").read_text()
+    section = note.split("## Design `x-aa-pilot-1`", 1)[1].split("\n## ", 1)[0]
+    assert f"- Hypothesis: A/A pilot of {camp / 'x.toml'}'s served arm, run by frank plan --run-pilot" in section
+    assert "It is an A/A design: it measures how often the rule fires on no change" in section
