@@ -176,7 +176,7 @@ def analyze(
 @app.command()
 def plan(
     design: Path | None = typer.Argument(
-        None, help="A design file to plan before registration (with --pilot DESIGN_ID and -c CAMPAIGN)."
+        None, help="A design file to plan before registration (with --pilot DESIGN_ID or --run-pilot, and -c CAMPAIGN)."
     ),
     budget: str | None = typer.Option(None, "--budget", help="With a design file: the wall time to spend (2h, 30m)."),
     effect: float | None = typer.Option(None, "--effect", help="Effect to detect: 0.05 = 5% better for the candidate."),
