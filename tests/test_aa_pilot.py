@@ -6,9 +6,16 @@ registered."""
 
 from __future__ import annotations
 
+import queue
 import re
+import signal
+import subprocess
+import sys
+import threading
+import time
 import tomllib
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -246,3 +253,43 @@ def test_the_note_shows_the_pilot_as_a_pilot(
     section = note.split("## Design `x-aa-pilot-1`", 1)[1].split("\n## ", 1)[0]
     assert f"- Hypothesis: A/A pilot of {camp / 'x.toml'}'s served arm, run by frank plan --run-pilot" in section
     assert "It is an A/A design: it measures how often the rule fires on no change" in section
+
+
+def _read(stream: IO[str], into: queue.Queue[str]) -> None:
+    for line in stream:
+        into.put(line.rstrip("\n"))
+
+
+def test_a_pilot_cut_by_ctrl_c_is_resumed_counting_no_start_twice(
+    camp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A real SIGINT while the pilot's third start runs: frank plan exits 130 with its recorded starts kept; the
+    next --run-pilot resumes that pilot (not a new one) and runs only the starts it lacks."""
+    design = write_design(camp / "cut.toml", name="cut", blocks=3, workload="workloads/w12.jsonl")
+    design.write_text(design.read_text().replace("warmup_turns = 1", "warmup_turns = 1\nmax_turns = 8"))
+    cmd = [sys.executable, "-m", "frankenstein", "plan", str(design), "--run-pilot", "-c", str(camp), *QUICK]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.stderr is not None
+    err: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=_read, args=(p.stderr, err), daemon=True).start()
+    seen: list[str] = []
+    try:
+        deadline = time.monotonic() + 120
+        while not any("start 3/6 begins" in line for line in seen):  # two starts are recorded by now
+            seen.append(err.get(timeout=max(deadline - time.monotonic(), 0.1)))
+        p.send_signal(signal.SIGINT)
+        assert p.wait(timeout=60) == 130
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    with open_campaign(camp) as c:
+        kept = len(c.store.starts_of("cut-aa-pilot-1"))
+    assert 2 <= kept < 6
+    code, out, err_text = cli(capsys, "plan", str(design), "--run-pilot", "-c", str(camp), *QUICK)
+    assert code == 0, err_text
+    assert re.match(r"^pilot cut-aa-pilot-1, resumed, 3 blocks, took ", out), out
+    assert f"cut-aa-pilot-1: {6 - kept} starts run, {kept} already recorded" in err_text
+    with open_campaign(camp) as c:
+        assert len(c.store.starts_of("cut-aa-pilot-1")) == 6
+        assert [r.design_id for r in c.store.registry_rows() if r.name == "cut-aa-pilot"] == ["cut-aa-pilot-1"]
