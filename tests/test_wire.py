@@ -261,3 +261,14 @@ def test_headers_ignore_case_keep_repeats_and_return_the_first() -> None:
     assert h.items() == [("Set-Cookie", "a=1"), ("set-cookie", "b=2"), ("Content-Type", "text/plain")]
     assert list(h) == ["Set-Cookie", "set-cookie", "Content-Type"] and "content-type" in h and "x" not in h
     assert h.get("missing") is None and h.get("missing", "") == ""
+
+
+def test_bare_lf_line_ends_are_read_line_by_line(front: Front) -> None:
+    body = b'{"content": "%s"}' % TEXT.encode()
+    request = b"POST /count HTTP/1.1\nHost: x\nConnection: close\r\nContent-Length: %d\n\n%s" % (len(body), body)
+    assert b'{"count": %d}' % expected_count() in raw(front.url, request)
+
+
+def test_a_request_with_no_header_lines_is_parsed(front: Front) -> None:
+    answer = raw(front.url, b"POST /count HTTP/1.0\r\n\r\n")  # no body: not a JSON object, said so
+    assert answer.startswith(b"HTTP/1.1 400 ") and b"body must be a JSON object" in answer

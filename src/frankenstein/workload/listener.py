@@ -19,13 +19,14 @@ cost a connect and a close on every request's path (``benchmarks/proxy_overhead.
 
 from __future__ import annotations
 
+import io
 import json
 import socket
 import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 from frankenstein.workload.wire import (
@@ -192,10 +193,10 @@ class LeanHandler(BaseHTTPRequestHandler):
             return False
 
     def _parse_head(self) -> bool:
-        lines = read_head(self.rfile, self.raw_requestline)
+        lines = read_head(cast(io.BufferedReader, self.rfile), self.raw_requestline)  # rbufsize -1: buffered
         if not lines:
             return False  # an empty line where a request line belongs: closed, as the standard library does
-        self.requestline = lines[0].decode("latin-1")
+        self.requestline = lines[0]
         words = self.requestline.split()
         if len(words) != 3 or words[2] not in ("HTTP/1.0", "HTTP/1.1"):
             raise BadHead(f"bad request line {self.requestline[:80]!r}")

@@ -6,7 +6,7 @@ Why not the standard library here: ``http.server`` and ``http.client`` parse eve
 requests spent more time there than in frank (``benchmarks/proxy_overhead.py``, docs/benchmarks.md).
 Everything else a proxy needs of HTTP is small::
 
-    head = read_head(rfile)              # [b"POST /v1/chat/completions HTTP/1.1", b"Host: ...", ...]
+    head = read_head(rfile)              # ["POST /v1/chat/completions HTTP/1.1", "Host: ...", ...]
     headers = parse_headers(head[1:])    # Headers: case-insensitive get(), items() with repeats
     conn = UpstreamConnection.open("127.0.0.1", 8080, timeout_s=600)
     answer = conn.exchange("POST", "/tokenize", {"Content-Type": "application/json"}, b"{...}")
@@ -35,10 +35,14 @@ MAX_HEAD_BYTES = 64 * 1024
 READ_BUFFER = 64 * 1024
 
 
-class LineReader(Protocol):
-    """What a head is read from: a buffered socket file."""
+class HeadReader(Protocol):
+    """What a head is read from: a buffered socket file (``io.BufferedReader``)."""
 
     def readline(self, size: int | None = -1, /) -> bytes: ...
+
+    def peek(self, size: int = 0, /) -> bytes: ...
+
+    def read(self, size: int | None = -1, /) -> bytes: ...
 
 
 class BadHead(ValueError):
@@ -112,48 +116,74 @@ class Headers:
 # ---------------------------------------------------------------- reading a head
 
 
-def read_head(rfile: LineReader, first: bytes | None = None) -> list[bytes]:
-    """The lines of one message head (without their line ends) up to the empty line; ``first``: its first
-    line when already read. An empty list: the peer closed before sending anything."""
-    lines: list[bytes] = []
-    total = 0
-    line = first if first is not None else rfile.readline(MAX_LINE + 1)
-    while line not in (b"\r\n", b"\n"):
+def read_head(rfile: HeadReader, first: bytes | None = None) -> list[str]:
+    """The lines of one message head (without their line ends, decoded as latin-1) up to the empty line;
+    ``first``: its first line when already read. An empty list: the peer closed before sending anything.
+
+    A head already in the read buffer (nearly every one) is taken with one ``find`` and one ``split``;
+    otherwise line by line."""
+    lines = [first.rstrip(b"\r\n").decode("latin-1")] if first is not None else []
+    if first in (b"\r\n", b"\n"):
+        return []
+    buffered = rfile.peek(MAX_HEAD_BYTES)
+    if buffered.startswith(b"\r\n") and lines:
+        rfile.read(2)
+        return lines
+    end = buffered.find(b"\r\n\r\n")
+    if end < 0 or b"\n" in buffered[:end].replace(b"\r\n", b"") or b"\r" in buffered[:end].replace(b"\r\n", b""):
+        return _read_lines(rfile, lines)
+    block = rfile.read(end + 4)[:end].decode("latin-1").split("\r\n")
+    _check_size(sum(map(len, lines)) + end, len(lines) + len(block))
+    return lines + block
+
+
+def _read_lines(rfile: HeadReader, lines: list[str]) -> list[str]:
+    """The head line by line (split over segments, bare ``\\n`` line ends, or larger than the buffer)."""
+    total = sum(map(len, lines))
+    while True:
+        line = rfile.readline(MAX_LINE + 1)
+        if line in (b"\r\n", b"\n"):
+            return lines
         if not line:
             if lines:
                 raise BadHead("the message head ended before its empty line")
             return lines
         total += len(line)
-        if len(line) > MAX_LINE or total > MAX_HEAD_BYTES or len(lines) > MAX_HEADERS:
-            raise HeadTooLarge(f"message head above {MAX_HEAD_BYTES} bytes or {MAX_HEADERS} header lines")
-        lines.append(line.rstrip(b"\r\n"))
-        line = rfile.readline(MAX_LINE + 1)
-    return lines
+        _check_size(total if len(line) <= MAX_LINE else MAX_HEAD_BYTES + 1, len(lines) + 1)
+        lines.append(line.rstrip(b"\r\n").decode("latin-1"))
 
 
-def parse_headers(lines: list[bytes], unfold: bool = False) -> Headers:
+def _check_size(total: int, count: int) -> None:
+    if total > MAX_HEAD_BYTES or count > MAX_HEADERS + 1:
+        raise HeadTooLarge(f"message head above {MAX_HEAD_BYTES} bytes or {MAX_HEADERS} header lines")
+
+
+def parse_headers(lines: list[str], unfold: bool = False) -> Headers:
     """Header lines → :class:`Headers`; a folded line (leading space or tab) is joined to the one before
     when ``unfold`` (an upstream's answer), a :class:`BadHead` otherwise (a client's request)."""
     headers = Headers()
-    pairs: list[tuple[str, str]] = []
-    for line in lines:
-        if line[:1] in (b" ", b"\t"):
-            if not unfold or not pairs:
-                raise BadHead("a folded header line (obs-fold) is not accepted")
-            name, value = pairs.pop()
-            pairs.append((name, f"{value} {line.strip().decode('latin-1')}"))
-            continue
-        pairs.append(_split_field(line))
-    for name, value in pairs:
-        headers.add(name, value)
+    for line in _unfolded(lines) if unfold else lines:
+        name, colon, value = line.partition(":")
+        if not colon or not name or name[-1] in " \t" or name[0] in " \t":
+            raise BadHead(_field_error(line))
+        headers.add(name, value.strip(" \t"))
     return headers
 
 
-def _split_field(line: bytes) -> tuple[str, str]:
-    colon = line.find(b":")
-    if colon <= 0 or line[colon - 1 : colon] in (b" ", b"\t"):
-        raise BadHead(f"header line without a 'name:' ({line[:40]!r})")
-    return line[:colon].decode("latin-1"), line[colon + 1 :].strip(b" \t").decode("latin-1")
+def _field_error(line: str) -> str:
+    if line[:1] in (" ", "\t"):
+        return "a folded header line (obs-fold) is not accepted"
+    return f"header line without a 'name:' ({line[:40]!r})"
+
+
+def _unfolded(lines: list[str]) -> list[str]:
+    out: list[str] = []
+    for line in lines:
+        if line[:1] in (" ", "\t") and out:
+            out[-1] = f"{out[-1]} {line.strip()}"
+        else:
+            out.append(line)
+    return out
 
 
 # ---------------------------------------------------------------- writing a head
@@ -220,14 +250,14 @@ class UpstreamConnection:
         self.exchanges += 1
         return UpstreamAnswer(self, method, lines)
 
-    def _answer_head(self) -> list[bytes]:
+    def _answer_head(self) -> list[str]:
         """The head of the final answer (interim 1xx answers skipped)."""
         while True:
             lines = read_head_from_upstream(self.rfile)
             if not lines:
                 raise Closed(f"upstream {self.host} closed the connection without an answer")
             code = lines[0][9:12]
-            if not code.startswith(b"1") or code == b"101":  # 100 Continue, 103 Early Hints: skipped
+            if not code.startswith("1") or code == "101":  # 100 Continue, 103 Early Hints: skipped
                 return lines
 
     def close(self) -> None:
@@ -238,7 +268,7 @@ class UpstreamConnection:
             self.sock.close()
 
 
-def read_head_from_upstream(rfile: LineReader) -> list[bytes]:
+def read_head_from_upstream(rfile: HeadReader) -> list[str]:
     try:
         return read_head(rfile)
     except BadHead as exc:
@@ -250,7 +280,7 @@ class UpstreamAnswer:
     (the body decoded: chunks without their framing), ``read``, and ``finished`` once the body was read
     to its end (the connection may then carry another request)."""
 
-    def __init__(self, conn: UpstreamConnection, method: str, lines: list[bytes]) -> None:
+    def __init__(self, conn: UpstreamConnection, method: str, lines: list[str]) -> None:
         self.conn = conn
         self.version, self.status_code = _status(lines[0])
         self.headers = parse_headers(lines[1:], unfold=True)
@@ -322,11 +352,11 @@ class UpstreamAnswer:
         return self.finished and not self.will_close and self.conn.reusable
 
 
-def _status(line: bytes) -> tuple[str, int]:
+def _status(line: str) -> tuple[str, int]:
     parts = line.split(None, 2)
-    if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
+    if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
         raise ProtocolError(f"upstream answered a bad status line {line[:60]!r}")
-    return parts[0].decode("latin-1"), int(parts[1])
+    return parts[0], int(parts[1])
 
 
 def _will_close(version: str, headers: Headers) -> bool:
