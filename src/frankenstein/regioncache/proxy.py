@@ -15,12 +15,12 @@ keeps for the campaign) every answered request adds its route, status, milliseco
 request line to the last byte sent, and whether the engine failed it (a 5xx or no answer).
 
 Everything else — generation, streaming included, ``/health``, ``/metrics``, ... — is relayed to the
-upstream engine byte for byte; response bodies are relayed chunk by chunk as they arrive, so SSE
-events reach the client when the engine sends them. Only the stdlib ``http.server``
-(``ThreadingHTTPServer``, one thread per connection, a deep backlog: see
-:mod:`frankenstein.workload.listener` for the concurrency it is built for) and the engines' stdlib
-client (:mod:`frankenstein.engines.http`) are used.
-Malformed ``Content-Length`` and too deeply nested JSON get a 400.
+upstream engine over kept-alive connections; an answer with a length is relayed with it (head and body in
+one send), any other body chunk by chunk as it arrives, so SSE events reach the client when the engine
+sends them. The server is the stdlib ``ThreadingHTTPServer`` (one thread per connection, a deep backlog:
+see :mod:`frankenstein.workload.listener` for the concurrency it is built for); heads are read and
+written, and the engine is asked, by the lean HTTP/1.1 of :mod:`frankenstein.workload.wire`.
+Malformed ``Content-Length`` and too deeply nested JSON get a 400; a malformed head 400, a huge one 431.
 """
 
 from __future__ import annotations

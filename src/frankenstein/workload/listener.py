@@ -1,6 +1,8 @@
 """The HTTP server both proxies are built on (``frank record``'s recording proxy and ``frank serve``'s
-region-cache front): the standard library's ``ThreadingHTTPServer`` with a deep accept backlog, and
-request-body reading that answers 400 to bad input instead of dropping the connection.
+region-cache front): the standard library's ``ThreadingHTTPServer`` with a deep accept backlog, its
+handlers on :class:`LeanHandler` (heads parsed and written by :mod:`~frankenstein.workload.wire`, not
+``email.parser``), and request-body reading that answers 400 to bad input instead of dropping the
+connection.
 
 Concurrency they are built for: one thread per client connection, a listen backlog of
 :data:`BACKLOG` (the kernel caps it at ``net.core.somaxconn``, 4096 on current Linux), so bursts of
@@ -13,8 +15,10 @@ Request bodies are limited to ``max_body_bytes`` of the server (:data:`MAX_BODY_
 ``--max-body-mb`` of ``frank serve`` and ``frank record``): a larger ``Content-Length`` is answered 413 before
 a byte of the body is read, so a 100 MB ``/count`` body costs nothing (it took 51 s of CPU unlimited).
 
-Upstream connections are kept alive and reused (:class:`UpstreamPool`): a fresh connection per request
-cost a connect and a close on every request's path (``benchmarks/proxy_overhead.py``).
+Upstream connections are kept alive and reused (:class:`UpstreamPool` of ``wire`` connections): a fresh
+connection per request cost a connect and a close on every request's path (``benchmarks/proxy_overhead.py``).
+A request body sent chunked (``Transfer-Encoding``) is refused with 411: it is never read, so its bytes
+could not be told from the next request's.
 """
 
 from __future__ import annotations
