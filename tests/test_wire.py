@@ -9,6 +9,7 @@ test_serve.py and test_record.py."""
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 import threading
@@ -272,3 +273,40 @@ def test_bare_lf_line_ends_are_read_line_by_line(front: Front) -> None:
 def test_a_request_with_no_header_lines_is_parsed(front: Front) -> None:
     answer = raw(front.url, b"POST /count HTTP/1.0\r\n\r\n")  # no body: not a JSON object, said so
     assert answer.startswith(b"HTTP/1.1 400 ") and b"body must be a JSON object" in answer
+
+
+def test_record_sends_the_answer_but_its_last_byte_until_the_turn_is_in_the_trace(tmp_path: Path) -> None:
+    """The client gets the head and all but the last byte of a JSON answer at once; the last byte leaves only
+    after the turn is in the trace (held here by an ``on_turn`` that waits), so a client with its answer can
+    read its turn."""
+    answer = json.dumps({"choices": [{"index": 0, "finish_reason": "stop", "message": {"content": "hi"}}]}).encode()
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(answer)
+    upstream = ScriptedUpstreamTestDouble([head + answer])
+    gate, turns = threading.Event(), []
+    chat = b'{"model": "m", "messages": [{"role": "user", "content": "hello"}]}'
+    request = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %d\r\n\r\n" % len(
+        chat
+    )
+    with serve_recorder(
+        upstream.url, out=tmp_path / "t.jsonl", on_turn=lambda t: (turns.append(t), gate.wait(10))
+    ) as rec:
+        with socket.create_connection(("127.0.0.1", port_of(rec.url)), timeout=10) as s:
+            s.sendall(request + chat)
+            got = b""
+            while not got.endswith(answer[:-1]):
+                chunk = s.recv(65536)
+                assert chunk, got  # the whole answer, or a close, before the turn was recorded: the order is wrong
+                got += chunk
+            while not turns:  # the proxy records the turn after the client already has all but one byte
+                s.settimeout(0.01)
+                with pytest.raises(TimeoutError):
+                    s.recv(1)  # ... and nothing more arrives meanwhile
+            s.settimeout(0.05)
+            with pytest.raises(TimeoutError):
+                s.recv(1)  # the turn is being recorded: the last byte is still held
+            assert json.loads((tmp_path / "t.jsonl").read_text())["output"]["text"] == "hi"
+            gate.set()
+            s.settimeout(10)
+            rest = s.recv(65536)
+    upstream.close()
+    assert got + rest == got[: got.index(b"\r\n\r\n") + 4] + answer

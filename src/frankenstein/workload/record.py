@@ -265,12 +265,13 @@ class _Handler(LeanHandler):
         headers["Accept-Encoding"] = "identity"
         return headers
 
-    def _reply(self, status: int, headers: Mapping[str, str] | Headers, data: bytes) -> None:
+    def _reply(self, status: int, headers: Mapping[str, str] | Headers, data: bytes, length: int | None = None) -> None:
+        """The head and ``data``; ``length``: the whole body's, when only its start is ``data``."""
         self.send_response(status)
         for k, v in headers.items():
             if k.lower() not in HOP_HEADERS:
                 self.send_header(k, v)
-        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Content-Length", str(len(data) if length is None else length))
         self.end_headers()
         self._write(data if self.command != "HEAD" else b"")
 
@@ -322,14 +323,17 @@ class _Handler(LeanHandler):
         self.server.record(endpoint, body, self.headers.get(SESSION_HEADER), output, timings, self._peer_closed())
 
     def _relay_json(self, endpoint: str, body: dict[str, Any], resp: PooledAnswer, t0: float) -> None:
+        """All of the answer but its last byte goes to the client at once (it reads the head meanwhile); the last
+        byte only after the turn is in the trace: a client that has its answer can read the turn."""
         data = resp.read()
+        self._reply(200, resp.headers, data[:-1], length=len(data))
         try:
             answer = _json_object(data)
         except BadRequest:
             answer = None
         if answer is not None:
             self._record(endpoint, body, output_from_response(endpoint, answer), server_timings(answer), t0, None)
-        self._reply(200, resp.headers, data)
+        self._write(data[-1:])
         if answer is None:
             raise _UpstreamFailed(f"upstream answered non-JSON on {endpoint}")
 
