@@ -796,7 +796,10 @@ def test_kept_alive_upstream_connections_closed_by_the_engine_are_retried(tmp_pa
                 ]
             assert codes == [200] * 20
             assert proxy.errors == []
-            assert proxy.pool.opened == 20  # every reuse found the connection closed and went again
+            # every answer's connection was found closed: dropped (at give-back or before reuse) or, in the race,
+            # its next request sent again; each of those opened one fresh connection, after the first
+            pool = proxy.pool
+            assert 19 <= pool.dropped + pool.resent <= 20 and pool.opened == 1 + pool.dropped + pool.resent
     finally:
         srv.shutdown()
         srv.server_close()

@@ -48,6 +48,7 @@ class ScriptedUpstreamTestDouble:
     def __init__(self, answers: list[bytes], close_after: bool = False) -> None:
         self.answers, self.close_after = list(answers), close_after
         self.connections = 0
+        self.closed = 0  # connections this double has closed
         self.requests: list[bytes] = []
         self._sock = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
@@ -65,11 +66,12 @@ class ScriptedUpstreamTestDouble:
     def _serve(self, conn: socket.socket) -> None:
         rfile = conn.makefile("rb")
         with conn, rfile:
-            while self.answers and (head := self._read_request(rfile)):
+            while (head := self._read_request(rfile)) and self.answers:  # out of answers: open until the peer closes
                 self.requests.append(head)
                 conn.sendall(self.answers.pop(0))
                 if self.close_after:
-                    return
+                    break
+        self.closed += 1
 
     @staticmethod
     def _read_request(rfile) -> bytes:  # type: ignore[no-untyped-def]
@@ -310,3 +312,20 @@ def test_record_sends_the_answer_but_its_last_byte_until_the_turn_is_in_the_trac
             rest = s.recv(65536)
     upstream.close()
     assert got + rest == got[: got.index(b"\r\n\r\n") + 4] + answer
+
+
+def test_a_connection_the_upstream_closed_after_its_answer_is_replaced_not_reused() -> None:
+    """An upstream that closes after each answer (with a length: the answer itself says nothing of it): the
+    pool finds the connection closed before it sends on it, drops it, and the next request goes out once."""
+    answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+    upstream = ScriptedUpstreamTestDouble([answer, answer], close_after=True)
+    with start_front(upstream.url, RegionCache(tok())) as f, httpx.Client(trust_env=False) as client:
+        first = client.get(f.url + "/a").text
+        deadline = time.monotonic() + 10
+        while upstream.closed < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)  # until the double closed its side (the case under test), not to make it pass
+        second = client.get(f.url + "/b").text
+        pool = f.server.pool
+    upstream.close()
+    assert [first, second] == ["ok", "ok"] and upstream.requests[1].startswith(b"GET /b ")
+    assert pool.resent == 0 and pool.dropped >= 1 and len(upstream.requests) == 2  # each request went out once

@@ -243,7 +243,10 @@ class UpstreamPool:
         self._timeout_s, self._retries = timeout_s, connect_retries
         self._idle: list[UpstreamConnection] = []
         self._lock = threading.Lock()
+        self._closed = False
         self.opened = 0  # fresh connections made (fewer than requests: reuse)
+        self.dropped = 0  # idle connections found closed by the upstream, dropped before use
+        self.resent = 0  # requests sent again because the upstream closed the connection as it was reused
 
     def open(
         self, method: str, path: str, body: bytes | None, headers: dict[str, str], slots: threading.BoundedSemaphore
@@ -258,14 +261,24 @@ class UpstreamPool:
         return PooledAnswer(answer, self, slots)
 
     def _send(self, method: str, path: str, body: bytes | None, headers: dict[str, str]) -> UpstreamAnswer:
-        with self._lock:
-            conn = self._idle.pop() if self._idle else None
+        conn = self._live_idle()
         if conn is not None:
             try:
                 return self._exchange(conn, method, path, body, headers)
             except Closed:
-                pass  # closed by the upstream while idle: sent again on a fresh connection
+                self.resent += 1  # closed by the upstream just as it was reused: sent again on a fresh connection
         return self._exchange(self._connect(), method, path, body, headers)
+
+    def _live_idle(self) -> UpstreamConnection | None:
+        """An idle connection the upstream has not closed meanwhile (llama-server closes one after every
+        stream): a closed one is dropped here, before a request is sent on it for nothing."""
+        while True:
+            with self._lock:
+                conn = self._idle.pop() if self._idle else None
+            if conn is None or not conn.closed_by_peer():
+                return conn
+            conn.close()
+            self.dropped += 1
 
     @staticmethod
     def _exchange(
@@ -289,11 +302,32 @@ class UpstreamPool:
         raise AssertionError("unreachable")
 
     def give_back(self, conn: UpstreamConnection) -> None:
+        """A finished connection back to the pool; one the upstream closed already (llama-server closes one
+        after every stream) is replaced by a fresh one now, after the client has its answer, so that the
+        next request does not connect on its path."""
+        if conn.closed_by_peer():
+            conn.close()
+            self.dropped += 1
+            self._spare()
+            return
         with self._lock:
+            self._idle.append(conn)
+
+    def _spare(self) -> None:
+        try:
+            conn = UpstreamConnection.open(self._host, self._port, self._timeout_s, self._tls)
+        except OSError:
+            return  # the next request connects (and retries) itself
+        with self._lock:
+            if self._closed:
+                conn.close()
+                return
+            self.opened += 1
             self._idle.append(conn)
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             idle, self._idle = self._idle, []
         for conn in idle:
             conn.close()

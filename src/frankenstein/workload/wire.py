@@ -22,6 +22,7 @@ joined to the one before with a space (RFC 9112 5.2). A chunked answer is decode
 from __future__ import annotations
 
 import io
+import select
 import socket
 import ssl
 import time
@@ -259,6 +260,12 @@ class UpstreamConnection:
             code = lines[0][9:12]
             if not code.startswith("1") or code == "101":  # 100 Continue, 103 Early Hints: skipped
                 return lines
+
+    def closed_by_peer(self) -> bool:
+        """Whether an idle connection has something to read: the upstream's close (or bytes nobody asked
+        for); either way it cannot carry a request. One ``poll`` that does not wait."""
+        readable, _, _ = select.select([self.sock], [], [], 0)
+        return bool(readable)
 
     def close(self) -> None:
         self.reusable = False
