@@ -131,13 +131,20 @@ def _q(values: list[float], p: int) -> float:
 
 
 def _pump(src: socket.socket, dst: socket.socket) -> None:
+    """Bytes from ``src`` to ``dst`` until either side ends; then both sockets are shut down, which wakes the
+    other direction's ``recv`` (a ``close`` alone would leave it blocked and the client waiting)."""
     try:
         while data := src.recv(65536):
             dst.sendall(data)
     except OSError:
         pass
     finally:
-        dst.close()
+        for sock in (src, dst):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
 
 
 def _relay(listen_port: int, upstream_port: int) -> None:
