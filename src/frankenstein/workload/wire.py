@@ -263,7 +263,10 @@ class UpstreamConnection:
 
     def closed_by_peer(self) -> bool:
         """Whether an idle connection has something to read: the upstream's close (or bytes nobody asked
-        for); either way it cannot carry a request. One ``poll`` that does not wait."""
+        for); either way it cannot carry a request. One ``poll`` that does not wait. Not asked of a TLS
+        connection (a server's session tickets arrive unasked): its close is found by sending, and resent."""
+        if isinstance(self.sock, ssl.SSLSocket):
+            return False
         readable, _, _ = select.select([self.sock], [], [], 0)
         return bool(readable)
 
