@@ -22,11 +22,13 @@ import httpx
 import pytest
 from tokenizers import Tokenizer
 
+from frankenstein.campaign import init_campaign
 from frankenstein.regioncache import RegionCache
+from frankenstein.regioncache.observe import ServedLog
 from frankenstein.regioncache.proxy import Front, start_front
 from frankenstein.shipped import data_path
 from frankenstein.workload.record import serve_recorder
-from frankenstein.workload.wire import MAX_HEAD_BYTES, Headers
+from frankenstein.workload.wire import MAX_HEAD_BYTES, ChunkFraming, Headers
 
 TEXT = "The quick brown fox jumps over the lazy dog."
 
@@ -253,6 +255,108 @@ def test_a_malformed_status_line_is_502() -> None:
         r = httpx.get(f.url + "/x", trust_env=False)
     upstream.close()
     assert r.status_code == 502 and "bad status line" in r.text
+
+
+# ------------------------------------------------------------------ a chunked body's framing, followed raw
+
+PLAIN = b"5\r\nhello\r\n7\r\n, world\r\n0\r\n\r\n"
+
+
+def feed_in(pieces: list[bytes]) -> tuple[list[bytes], ChunkFraming]:
+    framing = ChunkFraming()
+    return [framing.feed(p) for p in pieces], framing
+
+
+def split_at(data: bytes, *cuts: int) -> list[bytes]:
+    edges = [0, *cuts, len(data)]
+    return [data[a:b] for a, b in zip(edges, edges[1:], strict=False)]
+
+
+@pytest.mark.parametrize("cut", range(1, len(PLAIN)))
+def test_plain_framing_split_anywhere_is_passed_on_byte_for_byte_and_ends_at_the_last_byte(cut: int) -> None:
+    out, framing = feed_in(split_at(PLAIN, cut))
+    assert b"".join(out) == PLAIN and framing.done and framing.surplus == 0 and framing.broken is None
+
+
+def test_a_framing_line_split_across_reads_is_held_until_whole_chunk_data_is_not() -> None:
+    out, framing = feed_in([b"5\r", b"\nhel", b"lo\r\n0", b"\r\n", b"\r\n"])
+    assert out == [b"", b"5\r\nhel", b"lo\r\n", b"0\r\n", b"\r\n"] and framing.done
+
+
+def test_the_final_zero_chunk_split_over_two_reads_ends_only_with_the_second() -> None:
+    framing = ChunkFraming()
+    assert framing.feed(b"5\r\nhello\r\n0\r\n") == b"5\r\nhello\r\n0\r\n" and not framing.done
+    assert framing.feed(b"\r\n") == b"\r\n" and framing.done
+
+
+def test_one_byte_at_a_time_with_extensions_and_trailers_gives_the_plain_framing() -> None:
+    body = b"5;name=value\r\nhello\r\n7 ; ext\r\n, world\n0\r\nX-Trailer: a\r\nX-Other: b\r\n\r\n"
+    out, framing = feed_in([body[i : i + 1] for i in range(len(body))])
+    assert b"".join(out) == PLAIN and framing.done  # extensions and trailers dropped, the bare LF made CRLF
+
+
+def test_bytes_after_the_end_are_surplus_not_body() -> None:
+    out, framing = feed_in([PLAIN + b"HTTP/1.1 200 OK\r\n"])
+    assert out == [PLAIN] and framing.done and framing.surplus == len(b"HTTP/1.1 200 OK\r\n")
+
+
+@pytest.mark.parametrize("size", [b"-5", b"+5", b"0x5", b"5_0", b"", b"g", b"5 5", b"1" * 17])
+def test_a_size_that_is_not_hex_digits_breaks_the_framing(size: bytes) -> None:
+    out, framing = feed_in([b"2\r\nok\r\n" + size + b"\r\nhello\r\n0\r\n\r\n"])
+    assert out == [b"2\r\nok\r\n"] and framing.broken is not None and not framing.done
+
+
+def test_a_lying_size_breaks_the_framing_before_its_zero_chunk() -> None:
+    """A size shorter than its data: the rest of the data is read as framing and refused; what looked like a
+    final chunk inside it is never given back."""
+    out, framing = feed_in([b"3\r\nhello\r\n0\r\n\r\n"])
+    assert out == [b"3\r\nhel"] and "CRLF" in (framing.broken or "") and not framing.done
+
+
+def test_a_framing_line_without_an_end_is_refused_above_64_kib() -> None:
+    framing = ChunkFraming()
+    out = [framing.feed(b"5;" + b"x" * 40000) for _ in range(2)]
+    assert out == [b"", b""] and "64 KiB" in (framing.broken or "")
+
+
+def test_too_many_trailer_lines_break_the_framing_after_the_zero_chunk() -> None:
+    out, framing = feed_in([b"0\r\n" + b"X: y\r\n" * 101 + b"\r\n"])
+    assert out == [b"0\r\n"] and framing.broken == "too many trailer lines" and not framing.done
+
+
+def test_a_lying_size_through_the_front_ends_without_the_final_chunk_and_drops_the_connection() -> None:
+    lying = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nhello\r\n0\r\n\r\n"
+    ok = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + PLAIN
+    upstream = ScriptedUpstreamTestDouble([lying, ok])
+    with start_front(upstream.url, RegionCache(tok())) as f:
+        answer = raw(f.url, b"GET /x HTTP/1.1\r\nHost: x\r\n\r\n")
+        second = httpx.get(f.url + "/y", trust_env=False).text
+    upstream.close()
+    assert answer.endswith(b"\r\n\r\n3\r\nhel") and second == "hello, world"
+    assert upstream.connections == 2  # the broken answer's connection was not reused
+
+
+def test_surplus_bytes_after_a_chunked_answer_keep_its_connection_out_of_the_pool() -> None:
+    answer = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + PLAIN
+    upstream = ScriptedUpstreamTestDouble([answer + b"junk nobody asked for", answer])
+    with start_front(upstream.url, RegionCache(tok())) as f, httpx.Client(trust_env=False) as client:
+        bodies = [client.get(f.url + "/s").text for _ in range(2)]
+    upstream.close()
+    assert bodies == ["hello, world"] * 2 and upstream.connections == 2
+
+
+def test_an_upstream_dying_mid_stream_ends_the_stream_short_and_is_an_engine_error(tmp_path: Path) -> None:
+    cut = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n7\r\n, wo"
+    upstream = ScriptedUpstreamTestDouble([cut], close_after=True)
+    camp = init_campaign(tmp_path / "c")
+    log = ServedLog(camp.store, step=None, flush_s=60)
+    with start_front(upstream.url, RegionCache(tok()), observe=log) as f:
+        answer = raw(f.url, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+    log.close()
+    upstream.close()
+    got = [(r.route, r.status, r.engine_error) for r in camp.store.served_requests()]
+    camp.close()
+    assert answer.endswith(b"5\r\nhello\r\n7\r\n, wo") and got == [("chat", 200, True)]
 
 
 # ------------------------------------------------------------------ the headers object

@@ -16,8 +16,9 @@ request line to the last byte sent, and whether the engine failed it (a 5xx or n
 
 Everything else — generation, streaming included, ``/health``, ``/metrics``, ... — is relayed to the
 upstream engine over kept-alive connections; an answer with a length is relayed with it (head and body in
-one send), any other body chunk by chunk as it arrives, so SSE events reach the client when the engine
-sends them. The server is the stdlib ``ThreadingHTTPServer`` (one thread per connection, a deep backlog:
+one send), a chunked one as the bytes the engine sent (each read sent on at once, its framing followed by
+``wire.ChunkFraming`` to find the end), one ended by a close chunk by chunk: SSE events reach the client
+when the engine sends them. The server is the stdlib ``ThreadingHTTPServer`` (one thread per connection, a deep backlog:
 see :mod:`frankenstein.workload.listener` for the concurrency it is built for); heads are read and
 written, and the engine is asked, by the lean HTTP/1.1 of :mod:`frankenstein.workload.wire`.
 Malformed ``Content-Length`` and too deeply nested JSON get a 400; a malformed head 400, a huge one 431.
@@ -307,12 +308,23 @@ class _Handler(LeanHandler):
             return
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
-        for chunk in resp.iter_raw():
+        if resp.chunked:
+            self._relay_framed(resp)
+            return
+        for chunk in resp.iter_raw():  # a body ended by the engine's close: chunked here
             if chunk:
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                 self.wfile.flush()
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
+
+    def _relay_framed(self, resp: PooledAnswer) -> None:
+        """The engine's chunks as the bytes it sent, each read sent on at once: no decoding and re-chunking.
+        The final 0-chunk reaches the client only if the framing before it was whole (a broken or cut
+        stream ends without it)."""
+        for piece in resp.iter_framed():
+            self.wfile.write(piece)
+            self.wfile.flush()
 
     # ------------------------------------------------------------------ plumbing
     def _read_body(self) -> bytes:

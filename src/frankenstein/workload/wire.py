@@ -313,6 +313,28 @@ class UpstreamAnswer:
     def read(self) -> bytes:
         return b"".join(self.iter_raw())
 
+    def iter_framed(self, size: int = READ_BUFFER) -> Iterator[bytes]:
+        """A chunked body's bytes as they arrive, framing included (sizes, the final 0-chunk): one read, one
+        piece, unchanged when the framing is plain (:class:`ChunkFraming`, which also finds the end, so the
+        connection can carry the next request). A broken frame: the good bytes before it, then
+        :class:`ProtocolError`; the upstream's close before the end: :class:`ProtocolError`."""
+        framing = ChunkFraming()
+        while not framing.done:
+            data = self.conn.rfile.read1(size)
+            if not data:
+                raise ProtocolError("upstream closed the connection inside a chunked body")
+            if out := framing.feed(data):
+                yield out
+            if framing.broken is not None:
+                raise ProtocolError(f"upstream sent {framing.broken}")
+        if framing.surplus:
+            self.conn.reusable = False  # bytes after the answer that nobody asked for
+        self.finished = True
+
+    @property
+    def chunked(self) -> bool:
+        return self._mode == "chunked"
+
     def _counted(self, size: int) -> Iterator[bytes]:
         while self._left:
             data = self.conn.rfile.read1(min(size, self._left))
@@ -337,11 +359,10 @@ class UpstreamAnswer:
 
     def _chunk_size(self) -> int:
         line = self.conn.rfile.readline(MAX_LINE + 1)
-        digits = line.split(b";", 1)[0].strip()
-        try:
-            return int(digits, 16)
-        except ValueError:
-            raise ProtocolError(f"upstream sent a bad chunk size line {line[:40]!r}") from None
+        n = chunk_size(line)
+        if n is None:
+            raise ProtocolError(f"upstream sent a bad chunk size line {line[:40]!r}")
+        return n
 
     def _crlf(self) -> None:
         if self.conn.rfile.readline(MAX_LINE + 1) not in (b"\r\n", b"\n"):
@@ -389,3 +410,107 @@ def _length(headers: Headers) -> int:
     if len(values) != 1 or not next(iter(values)).isdigit():
         raise ProtocolError(f"upstream sent a bad Content-Length {sorted(values)!r}")
     return int(values.pop())
+
+
+# ---------------------------------------------------------------- a chunked body's framing
+
+_HEX_DIGITS = b"0123456789abcdefABCDEF"
+
+
+def chunk_size(line: bytes) -> int | None:
+    """A chunk size line's size (extensions after ``;`` ignored); None when it is not hex digits alone
+    (``int`` would take ``0x``, ``_`` and a sign)."""
+    digits = line.split(b";", 1)[0].strip(b" \t\r\n")
+    if not digits or len(digits) > 16 or digits.translate(None, _HEX_DIGITS):
+        return None
+    return int(digits, 16)
+
+
+class ChunkFraming:
+    """Follows a chunked body's framing over its raw bytes, fed as they arrive in pieces of any size, and
+    gives back what to send on: the same bytes when the framing is plain (``%x\\r\\n`` sizes), chunk data as
+    soon as it arrives, a framing line only once it is whole. Extensions are dropped from a size line and
+    trailers dropped (as a decoding relay would), a bare LF made CRLF. ``done`` after the final 0-chunk's
+    empty line (``surplus``: bytes fed after it), ``broken`` says what was wrong (nothing of it is given
+    back)::
+
+        framing = ChunkFraming()
+        framing.feed(b"5;x=1\\r\\nhel")           # b"5\\r\\nhel"
+        framing.feed(b"lo\\r\\n0\\r\\n\\r\\nXY")  # b"lo\\r\\n0\\r\\n\\r\\n"; framing.done, framing.surplus == 2
+    """
+
+    __slots__ = ("_left", "_line", "_expect", "_trailers", "_out", "_mark", "done", "broken", "surplus")
+
+    def __init__(self) -> None:
+        self._left = 0  # chunk data still to come
+        self._line = b""  # a framing line begun in an earlier piece (held back until whole)
+        self._expect = "size"  # the next line: "size", "crlf" (after a chunk's data) or "trailer"
+        self._trailers = 0
+        self._out: list[bytes] = []  # this piece's output when it differs from the piece
+        self._mark = 0  # where this piece's bytes not yet in _out begin
+        self.done = False
+        self.broken: str | None = None
+        self.surplus = 0
+
+    def feed(self, data: bytes) -> bytes:
+        """The part of ``data`` to send on (see the class); stops at the body's end or at a broken frame."""
+        pos, end = 0, len(data)
+        self._out, self._mark = [], 0
+        while pos < end and not self.done and self.broken is None:
+            if self._left:
+                step = min(self._left, end - pos)
+                self._left -= step
+                pos += step
+            else:
+                pos = self._line_at(data, pos)
+        self.surplus = end - pos if self.done else 0
+        if not self._out:
+            return data if pos == end and self._mark == 0 else data[self._mark : pos]
+        self._out.append(data[self._mark : pos])
+        return b"".join(self._out)
+
+    def _line_at(self, data: bytes, pos: int) -> int:
+        """Past the framing line at ``pos``; a line that continues in the next piece is held back; at ``pos``
+        when the line is broken."""
+        nl = data.find(b"\n", pos)
+        if nl < 0:
+            self._emit(data, pos, None)
+            self._line += data[pos:]
+            self._mark = len(data)
+            if len(self._line) > MAX_LINE:
+                self.broken = "a chunk framing line above 64 KiB"
+            return len(data)
+        held, line = self._line, self._line + data[pos : nl + 1]
+        self._line = b""
+        self.broken, plain = self._take(line) if len(line) <= MAX_LINE else ("a chunk framing line above 64 KiB", b"")
+        if self.broken is not None:
+            return pos
+        if held or plain != line:
+            self._emit(data, pos, plain)
+            self._mark = nl + 1
+        return nl + 1
+
+    def _emit(self, data: bytes, pos: int, line: bytes | None) -> None:
+        self._out.append(data[self._mark : pos])
+        if line:
+            self._out.append(line)
+
+    def _take(self, line: bytes) -> tuple[str | None, bytes]:
+        """(what is wrong or None, the line to send on)."""
+        if self._expect == "size":
+            return self._size(line)
+        if self._expect == "crlf":
+            self._expect = "size"
+            return (None, b"\r\n") if line in (b"\r\n", b"\n") else ("a chunk not followed by CRLF", b"")
+        if line in (b"\r\n", b"\n"):
+            self.done = True
+            return None, b"\r\n"
+        self._trailers += 1
+        return ("too many trailer lines" if self._trailers > MAX_HEADERS else None), b""
+
+    def _size(self, line: bytes) -> tuple[str | None, bytes]:
+        n = chunk_size(line)
+        if n is None:
+            return f"a bad chunk size line {line[:40]!r}", b""
+        self._left, self._expect = n, ("crlf" if n else "trailer")
+        return None, b"%x\r\n" % n
