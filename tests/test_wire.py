@@ -324,6 +324,57 @@ def test_too_many_trailer_lines_break_the_framing_after_the_zero_chunk() -> None
     assert out == [b"0\r\n"] and framing.broken == "too many trailer lines" and not framing.done
 
 
+def test_held_final_chunk_and_decoded_data_for_the_recording_proxy() -> None:
+    framing = ChunkFraming(hold_final=True, decode=True)
+    out, data = [], []
+    for piece in (b"5;x\r\nhel", b"lo\r\n7\r\n, world\r\n0", b"\r\nX: y\r\n", b"\r\n"):
+        out.append(framing.feed(piece))
+        data.append(framing.data)
+        assert framing.between_chunks == (piece != b"5;x\r\nhel")
+    assert b"".join(out) == PLAIN[: -len(b"0\r\n\r\n")] and framing.done  # the final chunk is the caller's
+    assert b"".join(data) == b"hello, world"
+
+
+def test_between_chunks_is_false_inside_a_chunk_and_after_its_data_without_the_crlf() -> None:
+    framing = ChunkFraming()
+    states = [(framing.feed(p), framing.between_chunks) for p in (b"5\r\nhel", b"lo", b"\r", b"\n", b"x")]
+    assert states == [(b"5\r\nhel", False), (b"lo", False), (b"", False), (b"\r\n", True), (b"", True)]
+    assert framing.broken is None and not framing.done  # "x" begins a size line, held until it is whole
+
+
+def test_record_holds_a_streams_final_chunk_until_its_turn_is_in_the_trace(tmp_path: Path) -> None:
+    """Relayed raw, the stream's chunks reach the client as they come, with extensions dropped; the final
+    0-chunk leaves only once the turn is in the trace (held here by an ``on_turn`` that waits)."""
+    events = [b'data: {"content": "hi", "tokens": [1], "stop": false}\n\n', b'data: {"content": "", "stop": true}\n\n']
+    body = b"".join(b"%x;ext=1\r\n%s\r\n" % (len(e), e) for e in events) + b"0\r\nX-T: y\r\n\r\n"
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    upstream = ScriptedUpstreamTestDouble([head + body])
+    gate, turns = threading.Event(), []
+    request = b'{"prompt": "hello", "stream": true}'
+    plain = b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events)
+    with serve_recorder(
+        upstream.url, out=tmp_path / "t.jsonl", on_turn=lambda t: (turns.append(t), gate.wait(10))
+    ) as rec:
+        with socket.create_connection(("127.0.0.1", port_of(rec.url)), timeout=10) as s:
+            s.sendall(b"POST /completion HTTP/1.1\r\nHost: x\r\nConnection: close\r\n")
+            s.sendall(b"Content-Length: %d\r\n\r\n%s" % (len(request), request))
+            got = b""
+            while not got.endswith(plain):
+                chunk = s.recv(65536)
+                assert chunk, got
+                got += chunk
+            while not turns:
+                s.settimeout(0.01)
+                with pytest.raises(TimeoutError):
+                    s.recv(1)  # nothing more arrives while the turn is being recorded
+            assert json.loads((tmp_path / "t.jsonl").read_text())["output"]["text"] == "hi"
+            gate.set()
+            s.settimeout(10)
+            rest = s.recv(65536)
+    upstream.close()
+    assert rest == b"0\r\n\r\n"
+
+
 def test_a_lying_size_through_the_front_ends_without_the_final_chunk_and_drops_the_connection() -> None:
     lying = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nhello\r\n0\r\n\r\n"
     ok = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + PLAIN

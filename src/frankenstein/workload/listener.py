@@ -36,6 +36,7 @@ from urllib.parse import urlsplit
 from frankenstein.workload.wire import (
     READ_BUFFER,
     BadHead,
+    ChunkFraming,
     Closed,
     Headers,
     UpstreamAnswer,
@@ -349,8 +350,8 @@ class PooledAnswer:
     def iter_raw(self, size: int = READ_BUFFER) -> Iterator[bytes]:
         return self._answer.iter_raw(size)
 
-    def iter_framed(self, size: int = READ_BUFFER) -> Iterator[bytes]:
-        return self._answer.iter_framed(size)
+    def iter_framed(self, size: int = READ_BUFFER, framing: ChunkFraming | None = None) -> Iterator[bytes]:
+        return self._answer.iter_framed(size, framing)
 
     def read(self) -> bytes:
         return self._answer.read()

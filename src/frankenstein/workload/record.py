@@ -82,7 +82,7 @@ from frankenstein.workload.trace import (
     redact_request,
     turn_line,
 )
-from frankenstein.workload.wire import Headers
+from frankenstein.workload.wire import ChunkFraming, Headers
 
 SESSION_HEADER = "X-Frank-Session"
 # ---------------------------------------------------------------- the recording core
@@ -345,28 +345,31 @@ class _Handler(LeanHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         asm, ttft = StreamAssembler(endpoint), None
+        framing = ChunkFraming(hold_final=True, decode=resp.chunked)
         try:
-            for chunk in resp.iter_raw():
+            for piece in resp.iter_framed(framing=framing) if resp.chunked else resp.iter_raw():
                 arrived = time.perf_counter()
-                self._write(b"%x\r\n%s\r\n" % (len(chunk), chunk))  # relayed first: parsing is off the client's path
-                asm.feed(chunk)
+                self._write(piece if resp.chunked else b"%x\r\n%s\r\n" % (len(piece), piece))  # relayed first
+                asm.feed(framing.data if resp.chunked else piece)  # parsing is off the client's path
                 if ttft is None and asm.has_output:
                     ttft = round((arrived - t0) * 1e3, 3)
         except TransportError as exc:
-            self._fail_stream(f"upstream died mid-stream on {endpoint}: {exc!r}")
+            self._fail_stream(f"upstream died mid-stream on {endpoint}: {exc!r}", framing)
         if not asm.finished:
-            self._fail_stream(
-                f"upstream stream on {endpoint} ended without finishing" + (f": {asm.error}" if asm.error else "")
-            )
+            why = f"upstream stream on {endpoint} ended without finishing" + (f": {asm.error}" if asm.error else "")
+            self._fail_stream(why, framing)
         self._record(endpoint, body, asm.output(), asm.timings, t0, ttft)
-        self._write(b"0\r\n\r\n")
+        self._write(b"0\r\n\r\n")  # the end of the answer, only once its turn is in the trace
 
-    def _fail_stream(self, reason: str) -> None:
+    def _fail_stream(self, reason: str, framing: ChunkFraming) -> None:
+        """An error event as a last chunk (when what was relayed ends between chunks), no final chunk: the
+        client's read fails."""
         event = (
             b"event: error\ndata: " + json.dumps({"error": {"message": reason, "type": "upstream"}}).encode() + b"\n\n"
         )
-        self._write(b"%x\r\n%s\r\n" % (len(event), event))
-        self.close_connection = True  # no final chunk: the client's read fails
+        if framing.between_chunks:
+            self._write(b"%x\r\n%s\r\n" % (len(event), event))
+        self.close_connection = True
         raise _UpstreamFailed(reason)
 
 

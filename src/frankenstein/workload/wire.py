@@ -313,12 +313,13 @@ class UpstreamAnswer:
     def read(self) -> bytes:
         return b"".join(self.iter_raw())
 
-    def iter_framed(self, size: int = READ_BUFFER) -> Iterator[bytes]:
+    def iter_framed(self, size: int = READ_BUFFER, framing: ChunkFraming | None = None) -> Iterator[bytes]:
         """A chunked body's bytes as they arrive, framing included (sizes, the final 0-chunk): one read, one
         piece, unchanged when the framing is plain (:class:`ChunkFraming`, which also finds the end, so the
         connection can carry the next request). A broken frame: the good bytes before it, then
-        :class:`ProtocolError`; the upstream's close before the end: :class:`ProtocolError`."""
-        framing = ChunkFraming()
+        :class:`ProtocolError`; the upstream's close before the end: :class:`ProtocolError`. ``framing``: one
+        made by the caller (to hold the final chunk back, or read each piece's decoded ``data``)."""
+        framing = framing or ChunkFraming()
         while not framing.done:
             data = self.conn.rfile.read1(size)
             if not data:
@@ -432,16 +433,23 @@ class ChunkFraming:
     soon as it arrives, a framing line only once it is whole. Extensions are dropped from a size line and
     trailers dropped (as a decoding relay would), a bare LF made CRLF. ``done`` after the final 0-chunk's
     empty line (``surplus``: bytes fed after it), ``broken`` says what was wrong (nothing of it is given
-    back)::
+    back). ``hold_final``: the final 0-chunk is not given back (the caller sends ``0\\r\\n\\r\\n`` when it
+    is ready to end the answer); ``decode``: each feed's chunk data is also in ``data``::
 
         framing = ChunkFraming()
         framing.feed(b"5;x=1\\r\\nhel")           # b"5\\r\\nhel"
         framing.feed(b"lo\\r\\n0\\r\\n\\r\\nXY")  # b"lo\\r\\n0\\r\\n\\r\\n"; framing.done, framing.surplus == 2
     """
 
-    __slots__ = ("_left", "_line", "_expect", "_trailers", "_out", "_mark", "done", "broken", "surplus")
+    __slots__ = (
+        *("_left", "_line", "_expect", "_trailers", "_out", "_mark", "_hold", "_decode"),
+        *("done", "broken", "surplus", "data"),
+    )
 
-    def __init__(self) -> None:
+    def __init__(self, hold_final: bool = False, decode: bool = False) -> None:
+        self._hold = hold_final  # the final 0-chunk and its empty line are not given back (the caller sends them)
+        self._decode = decode  # each feed's chunk data, without framing, in ``data``
+        self.data = b""
         self._left = 0  # chunk data still to come
         self._line = b""  # a framing line begun in an earlier piece (held back until whole)
         self._expect = "size"  # the next line: "size", "crlf" (after a chunk's data) or "trailer"
@@ -456,14 +464,18 @@ class ChunkFraming:
         """The part of ``data`` to send on (see the class); stops at the body's end or at a broken frame."""
         pos, end = 0, len(data)
         self._out, self._mark = [], 0
+        decoded: list[bytes] = []
         while pos < end and not self.done and self.broken is None:
             if self._left:
                 step = min(self._left, end - pos)
+                if self._decode:
+                    decoded.append(data[pos : pos + step])
                 self._left -= step
                 pos += step
             else:
                 pos = self._line_at(data, pos)
         self.surplus = end - pos if self.done else 0
+        self.data = b"".join(decoded)
         if not self._out:
             return data if pos == end and self._mark == 0 else data[self._mark : pos]
         self._out.append(data[self._mark : pos])
@@ -500,11 +512,13 @@ class ChunkFraming:
         if self._expect == "size":
             return self._size(line)
         if self._expect == "crlf":
+            if line not in (b"\r\n", b"\n"):
+                return "a chunk not followed by CRLF", b""
             self._expect = "size"
-            return (None, b"\r\n") if line in (b"\r\n", b"\n") else ("a chunk not followed by CRLF", b"")
+            return None, b"\r\n"
         if line in (b"\r\n", b"\n"):
             self.done = True
-            return None, b"\r\n"
+            return None, b"" if self._hold else b"\r\n"
         self._trailers += 1
         return ("too many trailer lines" if self._trailers > MAX_HEADERS else None), b""
 
@@ -513,4 +527,10 @@ class ChunkFraming:
         if n is None:
             return f"a bad chunk size line {line[:40]!r}", b""
         self._left, self._expect = n, ("crlf" if n else "trailer")
-        return None, b"%x\r\n" % n
+        return None, b"" if self._hold and not n else b"%x\r\n" % n
+
+    @property
+    def between_chunks(self) -> bool:
+        """Whether what was given back ends on a chunk boundary, so another chunk may be written after it
+        (a framing line not yet whole was not given back; nor was a held final chunk)."""
+        return not self._left and (self._expect == "size" or (self._hold and self._expect == "trailer"))
