@@ -206,7 +206,7 @@ def test_pilot_options_need_run_pilot_a_design_file_and_a_campaign(
     code, _, err = cli(capsys, "plan", str(camp / "x.toml"), "--pilot-blocks", "3", "--pilot", "x-aa-pilot-1")
     assert code == 2 and "--pilot-blocks and --fresh-pilot go with --run-pilot" in err
     code, _, err = cli(capsys, "plan", "--run-pilot", "--effect", "0.05", "--direction", "lower", "--sd", "0.1")
-    assert code == 2 and "--budget and --run-pilot plan a design file: give DESIGN.toml" in err
+    assert code == 2 and "--run-pilot plans a design file: give DESIGN.toml" in err
     code, _, err = cli(capsys, "plan", str(camp / "x.toml"), "--run-pilot", "--pilot-blocks", "1", "-c", str(camp))
     assert code == 2 and "--pilot-blocks" in err  # one block has no spread
 

@@ -236,7 +236,8 @@ def plan(
         _plan_design(design, budget, pilot, campaign, effect, sd, power, now)
         return
     if budget is not None or run_pilot:
-        raise typer.BadParameter("--budget and --run-pilot plan a design file: give DESIGN.toml")
+        flag = "--budget" if budget is not None else "--run-pilot"
+        raise typer.BadParameter(f"{flag} plans a design file: give DESIGN.toml")
     from frankenstein.design.plan import harm_plan_from_options, plan_from_options
     from frankenstein.design.table import format_harm_plan, format_plan
 

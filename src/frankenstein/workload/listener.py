@@ -308,18 +308,22 @@ class UpstreamPool:
         next request does not connect on its path."""
         if conn.closed_by_peer():
             conn.close()
-            self.dropped += 1
             self._spare()
             return
         with self._lock:
             self._idle.append(conn)
 
     def _spare(self) -> None:
+        """Open the replacement of a dropped connection; the drop and the opening are counted together, so a
+        reader of the counters never sees the one without the other."""
         try:
             conn = UpstreamConnection.open(self._host, self._port, self._timeout_s, self._tls)
         except OSError:
+            with self._lock:
+                self.dropped += 1
             return  # the next request connects (and retries) itself
         with self._lock:
+            self.dropped += 1
             if self._closed:
                 conn.close()
                 return
