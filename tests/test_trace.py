@@ -19,6 +19,7 @@ from frankenstein.workload.trace import (
     append_turn,
     derive_session_id,
     load_trace,
+    prepare_request,
     request_bytes,
     strip_secrets,
     turn_line,
@@ -377,3 +378,39 @@ def test_a_credential_named_any_way_is_a_credential(name: str) -> None:
 )
 def test_what_is_not_a_credential_stays(name: str) -> None:
     assert not is_secret_key(name), name
+
+
+@pytest.mark.parametrize(
+    "request_body",
+    [
+        {"model": "m", "messages": [{"role": "user", "content": 'q é \u2028 \\ " </script>'}], "stop": None},
+        {"model": "m", "messages": [{"role": "user", "content": "x", "name": None}], "x": 1.0, "y": 1e300, "z": -0.0},
+        {"messages": [{"role": "user", "content": '"request":{"messages":[]},"output":'}], "tools": [{"a": [1, [2]]}]},
+        {"model": "m", "messages": [{"role": "user", "content": "k"}], "api_key": "sk-123", "extra_headers": {"x": 1}},
+    ],
+)
+def test_a_line_spliced_from_a_prepared_request_is_byte_for_byte_the_plain_line(request_body: dict[str, Any]) -> None:
+    """frank record serializes a request while the engine works and splices it into the turn's line later:
+    the line must be the one ``turn_line`` makes from the whole turn, whatever the request holds (a request
+    whose text looks like the line's own keys included), with and without the optional fields."""
+    p = prepare_request("/v1/chat/completions", request_body, None)
+    for extra in ({}, {"recorded_at": 1.5, "redacted": p.redacted or None, "client_disconnected": True}):
+        turn = Turn(
+            turn_id=f"{p.session_id}-0000",
+            session_id=p.session_id,
+            turn_index=0,
+            endpoint="/v1/chat/completions",
+            request=p.request,
+            output=RecordedOutput(text='"request":', finish_reason="stop", completion_tokens=2),
+            **extra,
+        )
+        assert turn_line(turn, p.request_json) == turn_line(turn)
+        assert json.loads(turn_line(turn, p.request_json))["request"] == p.request
+    assert "api_key" not in p.request_json  # prepared = redacted
+
+
+def test_a_request_json_cannot_hold_is_refused_when_prepared() -> None:
+    with pytest.raises(ValueError):
+        prepare_request(
+            "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "t": float("inf")}, None
+        )

@@ -27,6 +27,7 @@ from frankenstein.regioncache import RegionCache
 from frankenstein.regioncache.observe import ServedLog
 from frankenstein.regioncache.proxy import Front, start_front
 from frankenstein.shipped import data_path
+from frankenstein.workload.listener import UpstreamPool
 from frankenstein.workload.record import serve_recorder
 from frankenstein.workload.wire import MAX_HEAD_BYTES, ChunkFraming, Headers
 
@@ -484,3 +485,45 @@ def test_a_connection_the_upstream_closed_after_its_answer_is_replaced_not_reuse
     upstream.close()
     assert [first, second] == ["ok", "ok"] and upstream.requests[1].startswith(b"GET /b ")
     assert pool.resent == 0 and pool.dropped >= 1 and len(upstream.requests) == 2  # each request went out once
+
+
+def test_meanwhile_runs_after_the_request_is_sent_and_before_its_answer_is_read() -> None:
+    """``meanwhile`` (frank record's turn preparation) runs while the engine works: the upstream test double
+    answers only once ``meanwhile`` has run, so running it after the answer head (or never) times out."""
+    ran = threading.Event()
+    sock = socket.create_server(("127.0.0.1", 0))
+    seen: list[bytes] = []
+
+    def engine() -> None:
+        conn, _ = sock.accept()
+        with conn:
+            seen.append(conn.recv(65536))  # the request arrived before meanwhile must have run
+            assert ran.wait(10)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    threading.Thread(target=engine, daemon=True).start()
+    pool = UpstreamPool(f"http://127.0.0.1:{sock.getsockname()[1]}", timeout_s=10)
+    answer = pool.open("POST", "/x", b"{}", {}, threading.BoundedSemaphore(1), meanwhile=ran.set)
+    try:
+        assert answer.status_code == 200 and answer.read() == b"ok" and seen[0].startswith(b"POST /x")
+    finally:
+        answer.close()
+        pool.close()
+        sock.close()
+
+
+def test_a_turn_prepared_while_the_engine_works_is_recorded_as_sent_and_redacted(tmp_path: Path) -> None:
+    """Through the real recording proxy, whose turn's request side is prepared while the engine works (the
+    pool's contract is the test above): the line holds the request as sent, its credential redacted."""
+    answer = json.dumps({"choices": [{"index": 0, "finish_reason": "stop", "message": {"content": "hi"}}]}).encode()
+    upstream = ScriptedUpstreamTestDouble(
+        [b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(answer) + answer]
+    )
+    body = {"model": "m", "messages": [{"role": "user", "content": "hello"}], "api_key": "sk-secret"}
+    with serve_recorder(upstream.url, out=tmp_path / "t.jsonl") as rec:
+        reply = httpx.post(rec.url + "/v1/chat/completions", json=body, timeout=10)
+    upstream.close()
+    assert reply.status_code == 200 and reply.json()["choices"][0]["message"]["content"] == "hi"
+    line = json.loads((tmp_path / "t.jsonl").read_text())
+    assert line["request"] == {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
+    assert line["redacted"] == ["api_key"] and line["output"]["text"] == "hi"

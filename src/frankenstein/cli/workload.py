@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import queue
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -39,16 +40,33 @@ def record(
 
     host, port = listen_address(listen)  # checked by check_listen
 
-    def on_turn(t: Turn) -> None:
-        typer.echo(f"recorded {t.turn_id} ({t.endpoint}, {t.output.completion_tokens} tokens)")
+    lines: queue.SimpleQueue[str] = queue.SimpleQueue()
+    stop = threading.Event()
+
+    def on_turn(t: Turn) -> None:  # on the answer's path: only queued; a slow console never holds an answer back
+        lines.put(f"recorded {t.turn_id} ({t.endpoint}, {t.output.completion_tokens} tokens)")
+
+    def print_turns() -> None:  # every 0.1 s, not once per turn: no thread woken on the answer's path
+        while not stop.wait(0.1):
+            _drain(lines)
 
     srv = serve_recorder(upstream, host, port, out, on_turn=on_turn, max_body_bytes=max_body_mb * 1024 * 1024)
     typer.echo(f"recording {srv.url} -> {upstream}, turns appended to {out} (Ctrl-C to stop)")
+    printer = threading.Thread(target=print_turns, name="frank-record-lines", daemon=True)
+    printer.start()
     try:
         threading.Event().wait()
     finally:
         srv.shutdown()
+        stop.set()
+        printer.join(timeout=1)
+        _drain(lines)
         typer.echo(f"recorded {srv.recorder.recorded} turns to {out}; {len(srv.errors)} upstream errors")
+
+
+def _drain(lines: queue.SimpleQueue[str]) -> None:
+    while not lines.empty():
+        typer.echo(lines.get())
 
 
 @workload_app.command("import")

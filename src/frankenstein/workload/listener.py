@@ -28,7 +28,7 @@ import json
 import socket
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, cast
 from urllib.parse import urlsplit
@@ -250,25 +250,39 @@ class UpstreamPool:
         self.resent = 0  # requests sent again because the upstream closed the connection as it was reused
 
     def open(
-        self, method: str, path: str, body: bytes | None, headers: dict[str, str], slots: threading.BoundedSemaphore
+        self,
+        method: str,
+        path: str,
+        body: bytes | None,
+        headers: dict[str, str],
+        slots: threading.BoundedSemaphore,
+        meanwhile: Callable[[], None] | None = None,
     ) -> PooledAnswer:
-        """Send one request and return its answer unread; :meth:`PooledAnswer.close` gives the connection back."""
+        """Send one request and return its answer unread; :meth:`PooledAnswer.close` gives the connection back.
+        ``meanwhile`` runs once the request is sent, before its answer is read (again if it is sent again)."""
         slots.acquire()
         try:
-            answer = self._send(method, path, body, headers)
+            answer = self._send(method, path, body, headers, meanwhile)
         except BaseException:
             slots.release()
             raise
         return PooledAnswer(answer, self, slots)
 
-    def _send(self, method: str, path: str, body: bytes | None, headers: dict[str, str]) -> UpstreamAnswer:
+    def _send(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None,
+        headers: dict[str, str],
+        meanwhile: Callable[[], None] | None,
+    ) -> UpstreamAnswer:
         conn = self._live_idle()
         if conn is not None:
             try:
-                return self._exchange(conn, method, path, body, headers)
+                return self._exchange(conn, method, path, body, headers, meanwhile)
             except Closed:
                 self.resent += 1  # closed by the upstream just as it was reused: sent again on a fresh connection
-        return self._exchange(self._connect(), method, path, body, headers)
+        return self._exchange(self._connect(), method, path, body, headers, meanwhile)
 
     def _live_idle(self) -> UpstreamConnection | None:
         """An idle connection the upstream has not closed meanwhile (llama-server closes one after every
@@ -283,10 +297,15 @@ class UpstreamPool:
 
     @staticmethod
     def _exchange(
-        conn: UpstreamConnection, method: str, path: str, body: bytes | None, headers: dict[str, str]
+        conn: UpstreamConnection,
+        method: str,
+        path: str,
+        body: bytes | None,
+        headers: dict[str, str],
+        meanwhile: Callable[[], None] | None,
     ) -> UpstreamAnswer:
         try:
-            return conn.exchange(method, path, headers, body)
+            return conn.exchange(method, path, headers, body, meanwhile)
         except BaseException:
             conn.close()
             raise

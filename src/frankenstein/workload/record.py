@@ -73,13 +73,13 @@ from frankenstein.workload.listener import (
 from frankenstein.workload.trace import (
     RecordedOutput,
     RecordedTimings,
+    PreparedRequest,
     Turn,
     append_line,
-    derive_session_id,
     fsync_dir,
     load_trace,
     make_turn_id,
-    redact_request,
+    prepare_request,
     turn_line,
 )
 from frankenstein.workload.wire import ChunkFraming, Headers
@@ -167,27 +167,29 @@ class TurnRecorder:
         timings: RecordedTimings,
         *,
         client_disconnected: bool = False,
+        prepared: PreparedRequest | None = None,
     ) -> Turn:
-        request, redacted = redact_request(body)
-        session_id = session or derive_session_id(endpoint, request)
+        """``prepared``: the request side of the turn, made while the engine worked (``prepare_request`` of
+        the same endpoint, body and session); made here when not given."""
+        p = prepared or prepare_request(endpoint, body, session)
         with self._lock:
-            index = self._next.get(session_id, 0)
+            index = self._next.get(p.session_id, 0)
             turn = Turn(
-                turn_id=make_turn_id(session_id, index),
-                session_id=session_id,
+                turn_id=make_turn_id(p.session_id, index),
+                session_id=p.session_id,
                 turn_index=index,
                 endpoint=endpoint,  # type: ignore[arg-type]
-                request=request,
+                request=p.request,
                 output=output,
                 timings=timings,
                 client_disconnected=client_disconnected,
                 recorded_at=round(time.time(), 3),
-                redacted=redacted or None,
+                redacted=p.redacted or None,
             )
             if self._file is None:
                 self._file = GroupCommit(self.out)
-            self._file.append(turn_line(turn))
-            self._next[session_id] = index + 1
+            self._file.append(turn_line(turn, p.request_json))
+            self._next[p.session_id] = index + 1
             self.recorded += 1
         return turn
 
@@ -295,7 +297,16 @@ class _Handler(LeanHandler):
     # -- recorded turns: each is appended before the client sees the end of its response
     def _exchange(self, endpoint: str, raw: bytes, body: dict[str, Any]) -> None:
         t0 = time.perf_counter()
-        resp = self.server.open("POST", self.path, raw, self._upstream_headers())
+        self._prepared: PreparedRequest | ValueError | None = None
+
+        def prepare() -> None:  # while the engine works on the request: off the answer's path
+            if self._prepared is None:
+                try:
+                    self._prepared = prepare_request(endpoint, body, self.headers.get(SESSION_HEADER))
+                except ValueError as exc:  # a non-finite number: the turn cannot be written (said at record time)
+                    self._prepared = exc
+
+        resp = self.server.open("POST", self.path, raw, self._upstream_headers(), prepare)
         try:
             if resp.status_code != 200:
                 data = resp.read()
@@ -318,9 +329,10 @@ class _Handler(LeanHandler):
         server: dict[str, Any],
         t0: float,
         ttft: float | None,
-    ) -> None:
+    ) -> Turn | None:
         timings = RecordedTimings(server=server, ttft_ms=ttft, e2e_ms=round((time.perf_counter() - t0) * 1e3, 3))
-        self.server.record(endpoint, body, self.headers.get(SESSION_HEADER), output, timings, self._peer_closed())
+        session = self.headers.get(SESSION_HEADER)
+        return self.server.record(endpoint, body, session, output, timings, self._peer_closed(), self._prepared)
 
     def _relay_json(self, endpoint: str, body: dict[str, Any], resp: PooledAnswer, t0: float) -> None:
         """All of the answer but its last byte goes to the client at once (it reads the head meanwhile); the last
@@ -401,10 +413,13 @@ class _ProxyServer(ProxyHTTPServer):
         self.errors: list[str] = []
         self._err_lock = threading.Lock()
 
-    def open(self, method: str, path: str, raw: bytes, headers: dict[str, str]) -> PooledAnswer:
+    def open(
+        self, method: str, path: str, raw: bytes, headers: dict[str, str], meanwhile: Callable[[], None] | None = None
+    ) -> PooledAnswer:
         """One upstream request on a kept-alive connection of the pool (a connection the engine closed
-        meanwhile, and a failed connect, are retried: see :class:`UpstreamPool`)."""
-        return self.pool.open(method, path, raw or None, headers, self.upstream_slots)
+        meanwhile, and a failed connect, are retried: see :class:`UpstreamPool`); ``meanwhile`` runs once it
+        is sent, before its answer is read."""
+        return self.pool.open(method, path, raw or None, headers, self.upstream_slots, meanwhile)
 
     def note_error(self, message: str) -> None:
         with self._err_lock:
@@ -419,14 +434,21 @@ class _ProxyServer(ProxyHTTPServer):
         output: RecordedOutput,
         timings: RecordedTimings,
         client_gone: bool,
-    ) -> None:
+        prepared: PreparedRequest | ValueError | None = None,
+    ) -> Turn | None:
+        """The turn appended to the trace (None, said as an error, when it cannot be)."""
         try:
-            turn = self.recorder.record(endpoint, body, session, output, timings, client_disconnected=client_gone)
+            if isinstance(prepared, ValueError):
+                raise prepared
+            turn = self.recorder.record(
+                endpoint, body, session, output, timings, client_disconnected=client_gone, prepared=prepared
+            )
         except (FrankError, OSError, ValueError) as exc:
             self.note_error(f"turn not recorded: {exc}")
-            return
+            return None
         if self.on_turn:
-            self.on_turn(turn)
+            self.on_turn(turn)  # before the answer's end (a test gates on it): frank record's only queues a line
+        return turn
 
 
 class RecorderServer:

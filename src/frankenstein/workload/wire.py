@@ -26,7 +26,7 @@ import select
 import socket
 import ssl
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from http import HTTPStatus
 from typing import Protocol, cast, overload
 
@@ -238,13 +238,23 @@ class UpstreamConnection:
             sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
         return cls(sock, f"{host}:{port}")
 
-    def exchange(self, method: str, path: str, headers: dict[str, str], body: bytes | None) -> UpstreamAnswer:
-        """Send one request (head and body in one ``sendall``) and read its answer's head; the body is left
-        to the :class:`UpstreamAnswer`. A reused connection closed before any answer raises :class:`Closed`."""
+    def exchange(
+        self,
+        method: str,
+        path: str,
+        headers: dict[str, str],
+        body: bytes | None,
+        meanwhile: Callable[[], None] | None = None,
+    ) -> UpstreamAnswer:
+        """Send one request (head and body in one ``sendall``), run ``meanwhile`` (work for while the engine
+        works: it may run again if the request is sent again), and read its answer's head; the body is left to
+        the :class:`UpstreamAnswer`. A reused connection closed before any answer raises :class:`Closed`."""
         length = len(body) if body is not None else (0 if method in ("POST", "PUT", "PATCH") else None)
         head = request_head(method, path, self.host, headers, length)
         try:
             self.sock.sendall(head + body if body else head)
+            if meanwhile is not None:
+                meanwhile()
             lines = self._answer_head()
         except (BrokenPipeError, ConnectionResetError) as exc:
             raise Closed(f"upstream {self.host} closed the connection: {exc}") from exc
