@@ -55,6 +55,19 @@ FRANK = str(Path(sys.executable).with_name("frank"))
 TEXT = "The quick brown fox jumps over the lazy dog. " * 8
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8, "temperature": 0.0}
 KINDS = ("chat", "chat-stream", "/tokenize", "/count")
+# An agent's long request (``--kinds chat-long``, on ``--model``, e.g. SmolLM2 with its 8,192-token context: the
+# tiny model's is 4,096): 16 turns of code, ~16 KB of JSON; the engine keeps it cached between rounds (run the kind
+# alone, so that its slot holds only this prompt).
+_CODE = "def handler(request):\n    data = request.json()\n    return {'ok': True, 'items': [x * 2 for x in data['items']]}\n"
+LONG_CHAT = {
+    "model": "m",
+    "messages": [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"step {i}: here is the file\n" + _CODE * 8}
+        for i in range(16)
+    ],
+    "max_tokens": 8,
+    "temperature": 0.0,
+}
 PROXIES = ("relay", "serve", "serve@base", "record", "record@base")
 
 
@@ -90,6 +103,8 @@ def _timed_stream(conn: http.client.HTTPConnection) -> tuple[float, ...]:
 def _request(kind: str, target: str) -> Callable[[http.client.HTTPConnection], tuple[float, ...]]:
     if kind == "chat":
         return lambda c: _timed_json(c, "/v1/chat/completions", CHAT)
+    if kind == "chat-long":
+        return lambda c: _timed_json(c, "/v1/chat/completions", LONG_CHAT)
     if kind == "chat-stream":
         return _timed_stream
     if kind == "/count" and target.startswith("serve"):
@@ -109,12 +124,14 @@ def _once(
         return send(conn)
 
 
-def _measure(ports: dict[str, int], rounds: int) -> dict[tuple[str, str], list[tuple[float, ...]]]:
-    conns = {t: http.client.HTTPConnection("127.0.0.1", p, timeout=60) for t, p in ports.items()}
+def _measure(
+    ports: dict[str, int], rounds: int, kinds: tuple[str, ...] = KINDS
+) -> dict[tuple[str, str], list[tuple[float, ...]]]:
+    conns = {t: http.client.HTTPConnection("127.0.0.1", p, timeout=900) for t, p in ports.items()}
     out: dict[tuple[str, str], list[tuple[float, ...]]] = {}
     order = list(ports)
     for r in range(rounds + 5):  # the first 5 rounds warm every path and are dropped
-        for kind in KINDS:
+        for kind in kinds:
             for target in order[r % len(order) :] + order[: r % len(order)]:
                 if kind == "/count" and target.startswith(("record", "relay")):
                     continue
@@ -165,8 +182,10 @@ def _report(results: dict[tuple[str, str], list[tuple[float, ...]]]) -> None:
         f"{'added p50':>10} {'added p99':>10}"
     )
     rows = [("chat", 0, "chat"), ("chat-stream", 0, "chat-stream TTFT"), ("chat-stream", 1, "chat-stream e2e")]
-    rows += [("/tokenize", 0, "/tokenize"), ("/count", 0, "/count")]
+    rows += [("/tokenize", 0, "/tokenize"), ("/count", 0, "/count"), ("chat-long", 0, "chat-long (16 KB)")]
     for kind, i, label in rows:
+        if (kind, "direct") not in results:
+            continue
         direct = [v[i] for v in results[(kind, "direct")]]
         for proxy in PROXIES:
             if (kind, proxy) not in results:
@@ -183,7 +202,8 @@ def _wait_up(url: str, proc: subprocess.Popen[bytes]) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise SystemExit(f"{url}: the process exited with {proc.returncode}")
+            why = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
+            raise SystemExit(f"{url}: the process exited with {proc.returncode}: {why}")
         try:
             if fetch_url(url + "/health", timeout_s=2).status_code == 200:
                 return
@@ -200,12 +220,15 @@ def _spawn(args: list[str], src: str | None = None) -> subprocess.Popen[bytes]:
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True, env=env)
 
 
-def _proxies(base_url: str, tmp: str, src: str | None, suffix: str) -> dict[str, tuple[int, subprocess.Popen[bytes]]]:
-    """``serve`` and ``record`` in front of ``base_url`` (from ``src`` when given), by target name."""
+def _proxies(
+    base_url: str, tmp: str, src: str | None, suffix: str, tiny: bool = True
+) -> dict[str, tuple[int, subprocess.Popen[bytes]]]:
+    """``serve`` and ``record`` in front of ``base_url`` (from ``src`` when given), by target name; another model
+    than the tiny one is counted with the tokenizer serve finds for it (from the GGUF's metadata)."""
     serve_port, record_port = free_port(), free_port()
     listen = "127.0.0.1:{}"
     serve = ["serve", "--upstream", base_url, "--listen", listen.format(serve_port)]
-    serve += ["--tokenizer", str(data_path("tiny-tokenizer.json"))]
+    serve += ["--tokenizer", str(data_path("tiny-tokenizer.json"))] if tiny else []
     record = ["record", "--upstream", base_url, "--listen", listen.format(record_port)]
     record += ["--out", os.path.join(tmp, f"overhead{suffix}.jsonl")]
     return {
@@ -227,6 +250,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=150)
     ap.add_argument("--baseline-src", help="a directory holding an older frankenstein package, measured too")
+    ap.add_argument("--model", default=str(data_path("tiny-target.gguf")), help="the engine's model (GGUF)")
+    ap.add_argument("--kinds", nargs="+", default=list(KINDS), choices=[*KINDS, "chat-long"], help="request kinds")
     ap.add_argument("--relay", nargs=2, type=int, metavar=("LISTEN", "UPSTREAM"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.relay:
@@ -235,26 +260,29 @@ def main() -> None:
     recipe = ResolvedRecipe(
         name="tiny",
         engine="llamacpp",
-        model=str(data_path("tiny-target.gguf")),
-        args=["--ctx-size", "2048", "--threads", "1", "--parallel", "1"],
+        model=args.model,
+        args=["--ctx-size", "8192" if "chat-long" in args.kinds else "2048", "--threads", "1", "--parallel", "1"],
         env={},
         start_timeout_s=120,
     )
+    tiny = Path(args.model) == data_path("tiny-target.gguf")
     with tempfile.TemporaryDirectory() as tmp, start_engine(recipe, Path(tmp)) as eng:
         relay_port = free_port()
         relay = subprocess.Popen([sys.executable, __file__, "--relay", str(relay_port), str(eng.port)])
-        procs = {"relay": (relay_port, relay), **_proxies(eng.base_url, tmp, None, "")}
+        procs = {"relay": (relay_port, relay), **_proxies(eng.base_url, tmp, None, "", tiny)}
         if args.baseline_src:
-            procs.update(_proxies(eng.base_url, tmp, os.path.abspath(args.baseline_src), "@base"))
+            procs.update(_proxies(eng.base_url, tmp, os.path.abspath(args.baseline_src), "@base", tiny))
         ports = {"direct": eng.port or 0, **{name: port for name, (port, _) in procs.items()}}
         try:
             for name, (port, proc) in procs.items():
                 if name != "relay":
                     _wait_up(f"http://127.0.0.1:{port}", proc)
             time.sleep(0.5)  # the relay listens within milliseconds of its start
-            print(f"llama-server {eng.version} (tiny model); loopback; {os.cpu_count()} CPUs; {args.rounds} rounds")
+            print(
+                f"llama-server {eng.version} ({Path(args.model).name}); loopback; {os.cpu_count()} CPUs; {args.rounds} rounds"
+            )
             print(f"load average {os.getloadavg()[0]:.2f} at the start")
-            _report(_measure(ports, args.rounds))
+            _report(_measure(ports, args.rounds, tuple(args.kinds)))
             print(f"load average {os.getloadavg()[0]:.2f} at the end")
         finally:
             for _, proc in procs.values():

@@ -68,7 +68,10 @@ class FakeOpenAI(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         raw = self.rfile.read(int(self.headers["Content-Length"]))
         self.server.received.append((self.command, self.path, dict(self.headers), raw))
-        body = json.loads(raw)
+        try:
+            body = json.loads(raw)
+        except (ValueError, RecursionError):  # as an engine does: 400 for a body it cannot read
+            return self._json(400, {"error": {"message": "invalid JSON"}})
         if self.path == "/tokenize":
             return self._json(200, {"tokens": [1, 2, 3]})
         word = _magic(body)

@@ -229,16 +229,13 @@ class _Handler(LeanHandler):
         endpoint = canonical_endpoint(self.path) if self.command == "POST" else None
         try:
             raw = read_body(self, self.server.max_body_bytes)
-            body = _json_object(raw) if endpoint else None
         except BadRequest as exc:
             bad_request(self, exc)
             return
         try:
-            if endpoint and body is not None:
-                self._exchange(endpoint, raw, body)
+            if endpoint:
+                self._exchange(endpoint, raw)
             else:
-                if endpoint:  # a generation request we cannot read is forwarded, and said so: never a silent gap
-                    self.server.note_error(f"{endpoint}: body is not a UTF-8 JSON object; passed through, not recorded")
                 self._pass_through(raw)
         except TransportError as exc:
             self.server.note_error(f"upstream: {exc!r}")
@@ -295,31 +292,61 @@ class _Handler(LeanHandler):
             resp.close()
 
     # -- recorded turns: each is appended before the client sees the end of its response
-    def _exchange(self, endpoint: str, raw: bytes, body: dict[str, Any]) -> None:
+    def _exchange(self, endpoint: str, raw: bytes) -> None:
+        """A generation request: forwarded as it came, then read and made ready as a turn while the engine works
+        (once, even if the pool sends it again). A body too deeply nested for JSON is answered 400 (the engine's
+        answer dropped); one that is not a JSON object is relayed and said, not recorded: never a silent gap."""
         t0 = time.perf_counter()
-        self._prepared: PreparedRequest | ValueError | None = None
+        self._body: dict[str, Any] | None = None
+        self._prepared: PreparedRequest | Exception | None = None
+        parsed = False
 
         def prepare() -> None:  # while the engine works on the request: off the answer's path
-            if self._prepared is None:
-                try:
-                    self._prepared = prepare_request(endpoint, body, self.headers.get(SESSION_HEADER))
-                except ValueError as exc:  # a non-finite number: the turn cannot be written (said at record time)
-                    self._prepared = exc
+            nonlocal parsed
+            if not parsed:
+                parsed = True
+                self._body, self._prepared = self._read_turn(endpoint, raw)
+                if self._body is None and not isinstance(self._prepared, BadRequest):
+                    self.server.note_error(f"{endpoint}: body is not a UTF-8 JSON object; passed through, not recorded")
 
-        resp = self.server.open("POST", self.path, raw, self._upstream_headers(), prepare)
         try:
-            if resp.status_code != 200:
+            resp = self.server.open("POST", self.path, raw, self._upstream_headers(), prepare)
+        except TransportError:
+            if not isinstance(self._prepared, BadRequest):
+                raise
+            bad_request(self, self._prepared)  # refused whatever the engine made of it
+            return
+        try:
+            if isinstance(self._prepared, BadRequest):
+                bad_request(self, self._prepared)
+            elif self._body is None:
+                self._reply(resp.status_code, resp.headers, resp.read())
+            elif resp.status_code != 200:
                 data = resp.read()
                 self.server.note_error(f"upstream answered {resp.status_code} on {endpoint}")
                 self._reply(resp.status_code, resp.headers, data)
             elif "text/event-stream" in resp.headers.get("content-type", ""):
-                self._relay_stream(endpoint, body, resp, t0)
+                self._relay_stream(endpoint, self._body, resp, t0)
             else:
-                self._relay_json(endpoint, body, resp, t0)
+                self._relay_json(endpoint, self._body, resp, t0)
         except _UpstreamFailed as exc:
             self.server.note_error(str(exc))
         finally:
             resp.close()
+
+    def _read_turn(self, endpoint: str, raw: bytes) -> tuple[dict[str, Any] | None, PreparedRequest | Exception | None]:
+        """The body as a JSON object (None: it is not one) and its turn's request side, or why it cannot be: a
+        :class:`BadRequest` (too deep), a ``ValueError`` (a number JSON cannot hold: said when it is recorded)."""
+        try:
+            body = _json_object(raw)
+        except BadRequest as exc:
+            return None, exc
+        if body is None:
+            return None, None
+        try:
+            return body, prepare_request(endpoint, body, self.headers.get(SESSION_HEADER))
+        except ValueError as exc:
+            return body, exc
 
     def _record(
         self,
@@ -434,11 +461,11 @@ class _ProxyServer(ProxyHTTPServer):
         output: RecordedOutput,
         timings: RecordedTimings,
         client_gone: bool,
-        prepared: PreparedRequest | ValueError | None = None,
+        prepared: PreparedRequest | Exception | None = None,
     ) -> Turn | None:
         """The turn appended to the trace (None, said as an error, when it cannot be)."""
         try:
-            if isinstance(prepared, ValueError):
+            if isinstance(prepared, Exception):
                 raise prepared
             turn = self.recorder.record(
                 endpoint, body, session, output, timings, client_disconnected=client_gone, prepared=prepared
