@@ -356,10 +356,10 @@ class _Handler(LeanHandler):
         server: dict[str, Any],
         t0: float,
         ttft: float | None,
-    ) -> Turn | None:
+    ) -> None:
         timings = RecordedTimings(server=server, ttft_ms=ttft, e2e_ms=round((time.perf_counter() - t0) * 1e3, 3))
         session = self.headers.get(SESSION_HEADER)
-        return self.server.record(endpoint, body, session, output, timings, self._peer_closed(), self._prepared)
+        self.server.record(endpoint, body, session, output, timings, self._peer_closed(), self._prepared)
 
     def _relay_json(self, endpoint: str, body: dict[str, Any], resp: PooledAnswer, t0: float) -> None:
         """All of the answer but its last byte goes to the client at once (it reads the head meanwhile); the last
@@ -462,8 +462,8 @@ class _ProxyServer(ProxyHTTPServer):
         timings: RecordedTimings,
         client_gone: bool,
         prepared: PreparedRequest | Exception | None = None,
-    ) -> Turn | None:
-        """The turn appended to the trace (None, said as an error, when it cannot be)."""
+    ) -> None:
+        """Append the turn to the trace; one that cannot be is said as an error."""
         try:
             if isinstance(prepared, Exception):
                 raise prepared
@@ -472,10 +472,9 @@ class _ProxyServer(ProxyHTTPServer):
             )
         except (FrankError, OSError, ValueError) as exc:
             self.note_error(f"turn not recorded: {exc}")
-            return None
+            return
         if self.on_turn:
             self.on_turn(turn)  # before the answer's end (a test gates on it): frank record's only queues a line
-        return turn
 
 
 class RecorderServer:

@@ -176,12 +176,11 @@ def turn_line(turn: Turn, request_json: str | None = None) -> bytes:
     line is byte for byte the one made without it."""
     if request_json is None:
         return (_dumps(turn.model_dump(mode="json", exclude_none=True)) + "\n").encode("utf-8")
-    fields = turn.model_dump(mode="json", exclude_none=True, exclude={"request"})
-    keys = list(fields)
-    cut = keys.index("endpoint") + 1  # the request follows the endpoint in Turn's field order
-    head = _dumps({k: fields[k] for k in keys[:cut]})[:-1]
-    tail = _dumps({k: fields[k] for k in keys[cut:]})[1:] if cut < len(keys) else "}"
-    return (head + ',"request":' + request_json + ("," + tail if tail != "}" else tail) + "\n").encode("utf-8")
+    fields = list(turn.model_dump(mode="json", exclude_none=True, exclude={"request"}).items())
+    cut = [k for k, _ in fields].index("endpoint") + 1  # the request follows the endpoint in Turn's field order
+    head = _dumps(dict(fields[:cut]))[:-1]
+    tail = _dumps(dict(fields[cut:]))[1:]  # never empty: output, timings and source always follow
+    return (head + ',"request":' + request_json + "," + tail + "\n").encode("utf-8")
 
 
 @dataclass(frozen=True)
@@ -189,7 +188,6 @@ class PreparedRequest:
     """What of a turn is known once its request is read, made ready while the engine works on it: the
     redacted request, the paths redacted, the session, and the request as the trace line holds it."""
 
-    endpoint: str
     request: dict[str, Any]
     redacted: list[str]
     session_id: str
@@ -201,7 +199,7 @@ def prepare_request(endpoint: str, body: Mapping[str, Any], session: str | None)
     that JSON cannot hold (a non-finite number) raises ``ValueError``, as writing its turn would."""
     request, redacted = redact_request(body)
     session_id = session or derive_session_id(endpoint, request)
-    return PreparedRequest(endpoint, request, redacted, session_id, _dumps(request))
+    return PreparedRequest(request, redacted, session_id, _dumps(request))
 
 
 def append_turn(path: str | Path, turn: Turn) -> None:
