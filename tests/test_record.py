@@ -18,11 +18,13 @@ from typing import Any
 import httpx
 import pytest
 
-from frankenstein.errors import FrankError
+from frankenstein.errors import FrankError, TraceError
 from frankenstein.engines.response import StreamAssembler, output_from_response
 from frankenstein.workload.export import export_workload, write_export
 from frankenstein.workload.record import TurnRecorder, serve_recorder
-from frankenstein.workload.trace import RecordedTimings, load_trace, parse_line
+from frankenstein.workload.trace import RecordedTimings, append_turn, load_trace, parse_line
+
+from conftest import frank
 
 SECRET = "sk-test-SECRET-1234567890"
 
@@ -817,3 +819,85 @@ def test_upstream_connections_are_reused(upstream: Any, proxy: Any) -> None:
             )
             assert http.post(proxy.url + "/tokenize", json={"content": "x"}).status_code == 200
     assert proxy.pool.opened == 1
+
+
+# ---------------------------------------------------------------- one writer per trace, one write per turn (issue 33)
+
+OK_OUTPUT = output_from_response("/v1/chat/completions", {"choices": [{"message": {"content": "ok"}}], "usage": {}})
+
+
+def test_a_trace_being_recorded_is_refused_to_a_second_writer_until_the_first_closes(
+    upstream: Any, tmp_path: Path
+) -> None:
+    """The recorder holds its trace's lock from its first turn to its close: a second recorder, the real
+    ``frank record`` and ``append_turn`` are refused with one line naming the file (never two writers
+    interleaving, nor a stale turn index); once closed, the next recorder takes the file and goes on."""
+    out = tmp_path / "t.jsonl"
+    first = TurnRecorder(out)
+    first.record("/v1/chat/completions", chat("a"), "s", OK_OUTPUT, RecordedTimings())
+    with pytest.raises(TraceError) as info:
+        TurnRecorder(out)
+    assert str(info.value) == f"{out}: another writer (a running frank record?) is appending to it"
+    with pytest.raises(TraceError, match="locked by another writer"):
+        append_turn(out, load_trace(out).turns[0].model_copy(update={"turn_id": "x", "turn_index": 9}), wait_s=0.05)
+    cli = frank("record", "--upstream", upstream.url, "--listen", "127.0.0.1:0", "--out", str(out), timeout=60)
+    assert cli.returncode != 0 and "Traceback" not in cli.stderr
+    assert f"{out}: another writer (a running frank record?) is appending to it" in cli.stderr
+    first.record("/v1/chat/completions", chat("b"), "s", OK_OUTPUT, RecordedTimings())
+    first.close()
+    second = TurnRecorder(out)
+    second.record("/v1/chat/completions", chat("c"), "s", OK_OUTPUT, RecordedTimings())
+    second.close()
+    assert [t.turn_id for t in load_trace(out).turns] == ["s-0000", "s-0001", "s-0002"]
+
+
+def test_two_recording_proxies_started_on_one_new_trace_never_both_write_it(upstream: Any, tmp_path: Path) -> None:
+    """Neither holds the file before its first turn: the first to record takes it; the other's turns are
+    relayed, said and not written (the trace stays one writer's, whole)."""
+    out = tmp_path / "t.jsonl"
+    with serve_recorder(upstream.url, out=out) as a, serve_recorder(upstream.url, out=out) as b:
+        assert httpx.post(a.url + "/v1/chat/completions", json=chat("one")).status_code == 200
+        r = httpx.post(b.url + "/v1/chat/completions", json=chat("two"))
+        assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "Hello world!"
+        assert httpx.post(a.url + "/v1/chat/completions", json=chat("three")).status_code == 200
+        assert b.errors == [f"turn not recorded: {out}: another writer (a running frank record?) is appending to it"]
+    assert [t.request["messages"][-1]["content"] for t in load_trace(out).turns] == ["one", "three"]
+
+
+def test_a_short_write_is_removed_and_the_turn_refused(tmp_path: Path) -> None:
+    """A file size limit (``RLIMIT_FSIZE``) cuts the turn's one ``write`` short in a real process: the part
+    written is truncated away, the turn refused as a :class:`TraceError`, the trace as it was."""
+    out = tmp_path / "t.jsonl"
+    first = TurnRecorder(out)
+    first.record("/v1/chat/completions", chat("a"), "s", OK_OUTPUT, RecordedTimings())
+    first.close()
+    before = out.read_bytes()
+    script = (
+        "import resource, signal, sys\n"
+        "from frankenstein.engines.response import output_from_response\n"
+        "from frankenstein.errors import TraceError\n"
+        "from frankenstein.workload.record import TurnRecorder\n"
+        "from frankenstein.workload.trace import RecordedTimings\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "rec = TurnRecorder(sys.argv[1])\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[2]) + 40, resource.RLIM_INFINITY))\n"
+        "out = output_from_response('/v1/chat/completions', {'choices': [{'message': {'content': 'ok'}}]})\n"
+        "body = {'messages': [{'role': 'user', 'content': 'b'}]}\n"
+        "try:\n"
+        "    rec.record('/v1/chat/completions', body, 's', out, RecordedTimings())\n"
+        "except TraceError as exc:\n"
+        "    print(exc)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", script, str(out), str(len(before))], capture_output=True, text=True)
+    assert run.stdout.startswith(f"{out}: short write (40 of "), run.stderr
+    assert run.stdout.endswith(" bytes); the line was removed again\n")
+    assert out.read_bytes() == before
+
+
+def test_a_generation_request_no_turn_can_hold_is_relayed_said_and_not_recorded(upstream: Any, proxy: Any) -> None:
+    """The checks a turn makes of its request run while the engine works (the recorder builds no Turn): a chat
+    without messages is answered by the engine as it came, said once, and leaves the trace untouched."""
+    r = httpx.post(proxy.url + "/v1/chat/completions", json={"model": "tiny", "prompt": "hi"})
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "Hello world!"
+    assert proxy.errors == ["turn not recorded: a chat completions request needs a non-empty 'messages' list"]
+    assert not proxy.recorder.out.exists()

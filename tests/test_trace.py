@@ -4,14 +4,26 @@ the exact request bytes replay sends."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from frankenstein.engines.response import StreamAssembler, output_from_response
 from frankenstein.errors import TraceError
 from frankenstein.workload.trace import (
+    CHAT,
+    MeasuredTimings,
+    PreparedRequest,
+    RecordedTimings,
+    ToolCall,
+    make_turn_id,
+    parse_line,
+    recorded_line,
     redact_request,
     is_secret_key,
     RecordedOutput,
@@ -26,6 +38,9 @@ from frankenstein.workload.trace import (
     workload_hash,
     write_trace,
 )
+
+
+FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def make_turn(i: int = 0, session: str = "s1", **request: Any) -> Turn:
@@ -414,3 +429,183 @@ def test_a_request_json_cannot_hold_is_refused_when_prepared() -> None:
         prepare_request(
             "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "t": float("inf")}, None
         )
+
+
+# ---------------------------------------------------------------- the recorder's line, made without a Turn
+
+
+def reference_line(
+    p: PreparedRequest, index: int, output: RecordedOutput, timings: MeasuredTimings, gone: bool, at: float
+) -> bytes:
+    """What ``turn_line`` makes of the :class:`Turn` with these values (the line frank record wrote before)."""
+    turn = Turn(
+        turn_id=make_turn_id(p.session_id, index),
+        session_id=p.session_id,
+        turn_index=index,
+        endpoint=p.endpoint,  # type: ignore[arg-type]
+        request=p.request,
+        output=output,
+        timings=RecordedTimings(server=timings.server, ttft_ms=timings.ttft_ms, e2e_ms=timings.e2e_ms),
+        client_disconnected=gone,
+        recorded_at=at,
+        redacted=p.redacted or None,
+    )
+    return turn_line(turn)
+
+
+def streamed(endpoint: str, events: list[Any]) -> RecordedOutput:
+    asm = StreamAssembler(endpoint)
+    asm.feed(b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events) + b"data: [DONE]\n\n")
+    return asm.output()
+
+
+ODD_TIMINGS = {
+    "prompt_ms": 3.25,
+    "nan": float("nan"),
+    "inf": float("inf"),
+    "-inf": float("-inf"),
+    "none": None,
+    "flag": True,
+    "big": 10**30,
+    "tiny": 5e-324,
+    "neg0": -0.0,
+    "huge": 1e300,
+    "word": 'é \u2028 "q" \\ </s>',
+}
+CALL = {"id": "call_1", "type": "function", "function": {"name": "read_file", "arguments": '{"path":"é.py"}'}}
+ANSWERS: list[tuple[str, dict[str, Any], RecordedOutput]] = [
+    (
+        "/v1/chat/completions",
+        {"model": "m", "messages": [{"role": "user", "content": 'hé \u0000 "x"'}], "api_key": "sk-1"},
+        output_from_response(
+            "/v1/chat/completions",
+            {
+                "choices": [
+                    {
+                        "message": {"content": "ok \U0001f600", "reasoning_content": "think\n", "tool_calls": [CALL]},
+                        "finish_reason": "tool_calls",
+                        "token_ids": [1, 2, 3],
+                    }
+                ],
+                "usage": {"prompt_tokens": 7, "completion_tokens": 3},
+            },
+        ),
+    ),
+    (
+        "/v1/completions",
+        {"model": "m", "prompt": ["a", "b"], "extra_headers": {"Authorization": "x"}, "seed": -1},
+        output_from_response("/v1/completions", {"choices": [{"text": "", "finish_reason": None}]}),
+    ),
+    (
+        "/completion",
+        {"prompt": "def f(", "n_predict": 3, "temperature": 0.0},
+        output_from_response("/completion", {"content": "x", "tokens": [10, 11], "stop_type": "limit"}),
+    ),
+    (
+        "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": '"request":{"messages":[]},"output":'}], "stream": True},
+        streamed(
+            "/v1/chat/completions",
+            [
+                {"choices": [{"index": 0, "delta": {"content": "Hi", "tool_calls": [dict(CALL, index=0)]}}]},
+                {"choices": [{"index": 0, "delta": {"reasoning_content": "r"}, "finish_reason": "stop"}]},
+            ],
+        ),
+    ),
+    (
+        "/completion",
+        {"prompt": "p", "stream": True},
+        streamed("/completion", [{"content": "a", "tokens": [5], "stop": False}, {"content": "", "stop": True}]),
+    ),
+]
+
+
+@pytest.mark.parametrize(("endpoint", "body", "output"), ANSWERS)
+@pytest.mark.parametrize("server", [{}, {"prompt_n": 5, "predicted_ms": 4.5}, ODD_TIMINGS])
+def test_the_recorders_line_is_byte_for_byte_the_line_of_its_turn(
+    endpoint: str, body: dict[str, Any], output: RecordedOutput, server: dict[str, Any]
+) -> None:
+    """frank record writes a turn's line without building the :class:`Turn` (between the answer's last two
+    bytes): chat, completions and ``/completion``, whole and streamed, tool calls, reasoning, token ids,
+    redacted, disconnected, non-ASCII, an engine's NaN, infinite, None, boolean and huge timings; the
+    line is the one ``turn_line`` makes of the Turn, and loads back as it."""
+    for session, index, gone, ttft in ((None, 0, False, None), ('a "b" \\ é\x7f', 12345, True, 2.5)):
+        p = prepare_request(endpoint, body, session)
+        timings = MeasuredTimings(server, ttft, 9.875)
+        line = recorded_line(p, index, output, timings, gone, 1764921600.125)
+        assert line == reference_line(p, index, output, timings, gone, 1764921600.125)
+        assert parse_line(line, "t.jsonl", 1).turn_index == index
+
+
+SCALARS = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=8))
+
+
+@FUZZ
+@given(
+    body=st.fixed_dictionaries(
+        {"messages": st.lists(st.fixed_dictionaries({"role": st.just("user"), "content": st.text()}), min_size=1)},
+        optional={"api_key": st.text(), "temperature": st.floats(allow_nan=False, allow_infinity=False)},
+    ),
+    session=st.one_of(st.none(), st.text(min_size=1)),
+    index=st.integers(0, 10**7),
+    output=st.builds(
+        RecordedOutput,
+        text=st.text(),
+        reasoning=st.text(),
+        token_ids=st.one_of(st.none(), st.lists(st.integers(0, 2**40))),
+        tool_calls=st.lists(st.builds(ToolCall, id=st.text(), name=st.text(), arguments=st.text())),
+        finish_reason=st.one_of(st.none(), st.text()),
+        prompt_tokens=st.one_of(st.none(), st.integers(0, 10**9)),
+        completion_tokens=st.one_of(st.none(), st.integers(0, 10**9)),
+    ),
+    server=st.dictionaries(st.text(max_size=8), SCALARS, max_size=6),
+    ttft=st.one_of(st.none(), st.floats(0, 1e6)),
+    gone=st.booleans(),
+    at=st.floats(0, 2e9),
+)
+def test_any_turn_the_recorder_writes_is_byte_for_byte_its_turns_line(
+    body: dict[str, Any],
+    session: str | None,
+    index: int,
+    output: RecordedOutput,
+    server: dict[str, Any],
+    ttft: float | None,
+    gone: bool,
+    at: float,
+) -> None:
+    p = prepare_request(CHAT, body, session)
+    timings = MeasuredTimings(server, ttft, 1.5)
+    assert recorded_line(p, index, output, timings, gone, at) == reference_line(p, index, output, timings, gone, at)
+
+
+def test_a_lone_surrogate_the_engine_sent_is_refused_by_both_lines() -> None:
+    """A JSON answer may hold ``"\\ud800"``; no trace line can (not UTF-8): the recorder refuses the turn as
+    the Turn's line would (a ValueError, said as "turn not recorded")."""
+    p = prepare_request(CHAT, {"messages": [{"role": "user", "content": "x"}]}, None)
+    for output, server in ((RecordedOutput(text="a\ud800"), {}), (RecordedOutput(), {"w": "\udfff"})):
+        with pytest.raises(ValueError):
+            reference_line(p, 0, output, MeasuredTimings(server, None, None), False, 1.0)
+        with pytest.raises(ValueError):
+            recorded_line(p, 0, output, MeasuredTimings(server, None, None), False, 1.0)
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "body", "why"),
+    [
+        (CHAT, {"model": "m"}, "a chat completions request needs a non-empty 'messages' list"),
+        (CHAT, {"messages": []}, "a chat completions request needs a non-empty 'messages' list"),
+        (CHAT, {"messages": "hi"}, "a chat completions request needs a non-empty 'messages' list"),
+        ("/v1/completions", {"messages": [{"role": "user", "content": "x"}]}, "a /v1/completions request needs"),
+        ("/completion", {"api_key": "k"}, "a /completion request needs a 'prompt'"),
+        ("/v1/embeddings", {"input": "x"}, "endpoint '/v1/embeddings' is not one of"),
+        (CHAT, {"messages": [{"role": "user", "content": "\ud800"}]}, "surrogates not allowed"),
+        (CHAT, {"messages": [{"role": "user", "content": "x"}], "t": float("nan")}, "Out of range float"),
+    ],
+)
+def test_every_check_a_turn_makes_of_its_request_is_made_when_it_is_prepared(
+    endpoint: str, body: dict[str, Any], why: str
+) -> None:
+    """The recorder no longer builds a :class:`Turn`; what the Turn refused of a request, ``prepare_request``
+    refuses (while the engine works), and so does the Turn still (a trace line read back)."""
+    with pytest.raises(ValueError, match=re.escape(why)):
+        prepare_request(endpoint, body, None)

@@ -16,7 +16,8 @@ from frankenstein.shipped import expand
 
 if TYPE_CHECKING:
     from frankenstein.workload.sample import Cut
-    from frankenstein.workload.trace import Turn, Workload
+    from frankenstein.workload.record import RecordedTurn
+    from frankenstein.workload.trace import Workload
 
 workload_app = typer.Typer(help="Import and inspect workloads (recorded turns).", no_args_is_help=True)
 app.add_typer(workload_app, name="workload")
@@ -40,11 +41,11 @@ def record(
 
     host, port = listen_address(listen)  # checked by check_listen
 
-    lines: queue.SimpleQueue[str] = queue.SimpleQueue()
+    lines: queue.SimpleQueue[RecordedTurn] = queue.SimpleQueue()
     stop = threading.Event()
 
-    def on_turn(t: Turn) -> None:  # on the answer's path: only queued; a slow console never holds an answer back
-        lines.put(f"recorded {t.turn_id} ({t.endpoint}, {t.output.completion_tokens} tokens)")
+    def on_turn(t: RecordedTurn) -> None:  # on the answer's path: only queued (said by print_turns), never printed
+        lines.put(t)
 
     def print_turns() -> None:  # every 0.1 s, not once per turn: no thread woken on the answer's path
         while not stop.wait(0.1):
@@ -64,9 +65,10 @@ def record(
         typer.echo(f"recorded {srv.recorder.recorded} turns to {out}; {len(srv.errors)} upstream errors")
 
 
-def _drain(lines: queue.SimpleQueue[str]) -> None:
+def _drain(lines: queue.SimpleQueue[RecordedTurn]) -> None:
     while not lines.empty():
-        typer.echo(lines.get())
+        t = lines.get()
+        typer.echo(f"recorded {t.turn_id} ({t.endpoint}, {t.output.completion_tokens} tokens)")
 
 
 @workload_app.command("import")

@@ -52,12 +52,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from frankenstein.engines.http import TransportError
 from frankenstein.engines.response import StreamAssembler, canonical_endpoint, output_from_response, server_timings
-from frankenstein.errors import FrankError
+from frankenstein.errors import FrankError, TraceError
 from frankenstein.workload.listener import (
     HOP_HEADERS,
     MAX_BODY_BYTES,
@@ -71,16 +72,17 @@ from frankenstein.workload.listener import (
     read_body,
 )
 from frankenstein.workload.trace import (
+    MeasuredTimings,
+    PreparedRequest,
     RecordedOutput,
     RecordedTimings,
-    PreparedRequest,
-    Turn,
-    append_line,
     fsync_dir,
+    hold_for_appending,
     load_trace,
     make_turn_id,
     prepare_request,
-    turn_line,
+    recorded_line,
+    write_line,
 )
 from frankenstein.workload.wire import ChunkFraming, Headers
 
@@ -89,17 +91,25 @@ SESSION_HEADER = "X-Frank-Session"
 
 
 class GroupCommit:
-    """A trace kept open for appending, and the thread that makes it durable.
+    """A trace held open for appending, and the thread that makes it durable.
 
-    :meth:`append` writes one whole line into the kernel before it returns (``O_APPEND``, ``flock``, one
-    ``write``): a recorder killed with ``kill -9`` afterwards loses none of it. ``fsync`` is the writer
-    thread's: it wakes when lines were written and syncs all of them with one call (group commit), off
-    the request path. A failed ``fsync`` is raised by the next :meth:`append` (that turn is not recorded)."""
+    Opening takes the file's exclusive ``flock`` for as long as it stays open (a second recorder, or
+    :func:`~frankenstein.workload.trace.append_turn`, is refused) and checks its last line once.
+    :meth:`append` writes one whole line into the kernel before it returns (``O_APPEND``, one ``write``; a
+    short write is removed again): a recorder killed with ``kill -9`` afterwards loses none of it. ``fsync``
+    is the writer thread's: :meth:`sync_soon` wakes it, and it syncs all lines written by then with one call
+    (group commit), off the request path. A failed ``fsync`` is raised by the next :meth:`append` (that turn
+    is not recorded)."""
 
     def __init__(self, path: Path) -> None:
         created = not path.exists()
         self.path = path
         self._fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            self._size = hold_for_appending(self._fd, path)
+        except TraceError:
+            os.close(self._fd)
+            raise
         if created:
             fsync_dir(path.parent)
         self._dirty = threading.Event()
@@ -112,7 +122,10 @@ class GroupCommit:
     def append(self, data: bytes) -> None:
         if self.failed:
             raise OSError(f"fsync of {self.path} failed earlier: {self.failed}")
-        append_line(self._fd, data, self.path)
+        self._size = write_line(self._fd, data, self._size, self.path)
+
+    def sync_soon(self) -> None:
+        """Wake the writer thread: what was appended is fsynced (called after the answer's end)."""
         self._dirty.set()
 
     def _run(self) -> None:
@@ -131,7 +144,7 @@ class GroupCommit:
             self.failed = exc.strerror or str(exc)
 
     def close(self) -> None:
-        """Stop the thread, sync what is left, close the file."""
+        """Stop the thread, sync what is left, close the file (its lock with it)."""
         self._closed = True
         self._dirty.set()
         self._thread.join(timeout=30)
@@ -139,13 +152,23 @@ class GroupCommit:
         os.close(self._fd)
 
 
+@dataclass(frozen=True, slots=True)
+class RecordedTurn:
+    """What ``on_turn`` is told of a turn just written to the trace."""
+
+    turn_id: str
+    endpoint: str
+    output: RecordedOutput
+
+
 class TurnRecorder:
     """Appends finished turns to ``out``, numbering them per session (thread-safe).
 
-    Each turn is in the file (the kernel's) before :meth:`record` returns, so before the client sees the
-    end of its response; a :class:`GroupCommit` thread ``fsync``s (the file is opened at the first turn).
-    Appending to an existing trace resumes each session's turn index; an invalid existing trace
-    is refused at construction (never appended to). :meth:`close` syncs and closes."""
+    Each turn is in the file (the kernel's) before :meth:`write` returns, so before the client sees the
+    end of its response; a :class:`GroupCommit` thread ``fsync``s once :meth:`sync_soon` is called. The
+    trace is taken at construction when it exists (another recorder on it is refused), else at the first
+    turn. Appending to an existing trace resumes each session's turn index; an invalid existing trace is
+    refused at construction (never appended to). :meth:`close` syncs, closes and lets the file go."""
 
     def __init__(self, out: str | Path) -> None:
         self.out = Path(out)
@@ -155,8 +178,16 @@ class TurnRecorder:
         self._synced_before = 0  # fsyncs of files closed already
         self.recorded = 0
         if self.out.exists() and self.out.stat().st_size:
-            for t in load_trace(self.out).turns:
-                self._next[t.session_id] = max(self._next.get(t.session_id, 0), t.turn_index + 1)
+            self._file = GroupCommit(self.out)
+            try:
+                self._resume()
+            except FrankError:
+                self.close()
+                raise
+
+    def _resume(self) -> None:
+        for t in load_trace(self.out).turns:
+            self._next[t.session_id] = max(self._next.get(t.session_id, 0), t.turn_index + 1)
 
     def record(
         self,
@@ -168,30 +199,34 @@ class TurnRecorder:
         *,
         client_disconnected: bool = False,
         prepared: PreparedRequest | None = None,
-    ) -> Turn:
-        """``prepared``: the request side of the turn, made while the engine worked (``prepare_request`` of
-        the same endpoint, body and session); made here when not given."""
+    ) -> RecordedTurn:
+        """One turn appended and synced soon. ``prepared``: the request side of the turn, made while the
+        engine worked (``prepare_request`` of the same endpoint, body and session); made here when not given."""
         p = prepared or prepare_request(endpoint, body, session)
+        measured = MeasuredTimings(timings.server, timings.ttft_ms, timings.e2e_ms)
+        turn = self.write(p, output, measured, client_disconnected)
+        self.sync_soon()
+        return turn
+
+    def write(
+        self, p: PreparedRequest, output: RecordedOutput, timings: MeasuredTimings, client_disconnected: bool
+    ) -> RecordedTurn:
+        """The turn's line (:func:`~frankenstein.workload.trace.recorded_line`) in the file when this returns;
+        not synced until :meth:`sync_soon`."""
         with self._lock:
             index = self._next.get(p.session_id, 0)
-            turn = Turn(
-                turn_id=make_turn_id(p.session_id, index),
-                session_id=p.session_id,
-                turn_index=index,
-                endpoint=endpoint,  # type: ignore[arg-type]
-                request=p.request,
-                output=output,
-                timings=timings,
-                client_disconnected=client_disconnected,
-                recorded_at=round(time.time(), 3),
-                redacted=p.redacted or None,
-            )
+            line = recorded_line(p, index, output, timings, client_disconnected, round(time.time(), 3))
             if self._file is None:
                 self._file = GroupCommit(self.out)
-            self._file.append(turn_line(turn, p.request_json))
+            self._file.append(line)
             self._next[p.session_id] = index + 1
             self.recorded += 1
-        return turn
+        return RecordedTurn(make_turn_id(p.session_id, index), p.endpoint, output)
+
+    def sync_soon(self) -> None:
+        """Have the writer thread fsync what was written (off the answer's path: after its last byte)."""
+        if self._file is not None:
+            self._file.sync_soon()
 
     @property
     def syncs(self) -> int:
@@ -299,6 +334,7 @@ class _Handler(LeanHandler):
         t0 = time.perf_counter()
         self._body: dict[str, Any] | None = None
         self._prepared: PreparedRequest | Exception | None = None
+        self._written = False
         parsed = False
 
         def prepare() -> None:  # while the engine works on the request: off the answer's path
@@ -326,9 +362,9 @@ class _Handler(LeanHandler):
                 self.server.note_error(f"upstream answered {resp.status_code} on {endpoint}")
                 self._reply(resp.status_code, resp.headers, data)
             elif "text/event-stream" in resp.headers.get("content-type", ""):
-                self._relay_stream(endpoint, self._body, resp, t0)
+                self._relay_stream(endpoint, resp, t0)
             else:
-                self._relay_json(endpoint, self._body, resp, t0)
+                self._relay_json(endpoint, resp, t0)
         except _UpstreamFailed as exc:
             self.server.note_error(str(exc))
         finally:
@@ -348,20 +384,12 @@ class _Handler(LeanHandler):
         except ValueError as exc:
             return body, exc
 
-    def _record(
-        self,
-        endpoint: str,
-        body: dict[str, Any],
-        output: RecordedOutput,
-        server: dict[str, Any],
-        t0: float,
-        ttft: float | None,
-    ) -> None:
-        timings = RecordedTimings(server=server, ttft_ms=ttft, e2e_ms=round((time.perf_counter() - t0) * 1e3, 3))
-        session = self.headers.get(SESSION_HEADER)
-        self.server.record(endpoint, body, session, output, timings, self._peer_closed(), self._prepared)
+    def _record(self, output: RecordedOutput, server: dict[str, Any], t0: float, ttft: float | None) -> None:
+        """The turn written (between the answer's last two bytes: only what the line needs)."""
+        timings = MeasuredTimings(server, ttft, round((time.perf_counter() - t0) * 1e3, 3))
+        self._written = self.server.record(self._prepared, output, timings, self._peer_closed())
 
-    def _relay_json(self, endpoint: str, body: dict[str, Any], resp: PooledAnswer, t0: float) -> None:
+    def _relay_json(self, endpoint: str, resp: PooledAnswer, t0: float) -> None:
         """All of the answer but its last byte goes to the client at once (it reads the head meanwhile); the last
         byte only after the turn is in the trace: a client that has its answer can read the turn."""
         data = resp.read()
@@ -371,12 +399,13 @@ class _Handler(LeanHandler):
         except BadRequest:
             answer = None
         if answer is not None:
-            self._record(endpoint, body, output_from_response(endpoint, answer), server_timings(answer), t0, None)
+            self._record(output_from_response(endpoint, answer), server_timings(answer), t0, None)
         self._write(data[-1:])
+        self._after_turn()
         if answer is None:
             raise _UpstreamFailed(f"upstream answered non-JSON on {endpoint}")
 
-    def _relay_stream(self, endpoint: str, body: dict[str, Any], resp: PooledAnswer, t0: float) -> None:
+    def _relay_stream(self, endpoint: str, resp: PooledAnswer, t0: float) -> None:
         self.send_response(200)
         for k, v in resp.headers.items():
             if k.lower() not in HOP_HEADERS:
@@ -397,8 +426,14 @@ class _Handler(LeanHandler):
         if not asm.finished:
             why = f"upstream stream on {endpoint} ended without finishing" + (f": {asm.error}" if asm.error else "")
             self._fail_stream(why, framing)
-        self._record(endpoint, body, asm.output(), asm.timings, t0, ttft)
+        self._record(asm.output(), asm.timings, t0, ttft)
         self._write(b"0\r\n\r\n")  # the end of the answer, only once its turn is in the trace
+        self._after_turn()
+
+    def _after_turn(self) -> None:
+        """Once the answer's last byte is out: the writer thread woken to fsync the turn."""
+        if self._written:
+            self.server.recorder.sync_soon()
 
     def _fail_stream(self, reason: str, framing: ChunkFraming) -> None:
         """An error event as a last chunk (when what was relayed ends between chunks), no final chunk: the
@@ -429,7 +464,7 @@ class _ProxyServer(ProxyHTTPServer):
         upstream: str,
         recorder: TurnRecorder,
         timeout_s: float,
-        on_turn: Callable[[Turn], None] | None,
+        on_turn: Callable[[RecordedTurn], None] | None,
     ) -> None:
         super().__init__(addr, _Handler)
         self.upstream = upstream.rstrip("/")
@@ -455,26 +490,23 @@ class _ProxyServer(ProxyHTTPServer):
 
     def record(
         self,
-        endpoint: str,
-        body: dict[str, Any],
-        session: str | None,
+        prepared: PreparedRequest | Exception | None,
         output: RecordedOutput,
-        timings: RecordedTimings,
+        timings: MeasuredTimings,
         client_gone: bool,
-        prepared: PreparedRequest | Exception | None = None,
-    ) -> None:
-        """Append the turn to the trace; one that cannot be is said as an error."""
+    ) -> bool:
+        """Write the turn into the trace and tell ``on_turn`` (frank record's only queues it; a test holds the
+        answer's end there); False: it could not be written, said as an error."""
         try:
-            if isinstance(prepared, Exception):
-                raise prepared
-            turn = self.recorder.record(
-                endpoint, body, session, output, timings, client_disconnected=client_gone, prepared=prepared
-            )
+            if not isinstance(prepared, PreparedRequest):
+                raise prepared or ValueError("its request was not read")
+            turn = self.recorder.write(prepared, output, timings, client_gone)
         except (FrankError, OSError, ValueError) as exc:
             self.note_error(f"turn not recorded: {exc}")
-            return
+            return False
         if self.on_turn:
-            self.on_turn(turn)  # before the answer's end (a test gates on it): frank record's only queues a line
+            self.on_turn(turn)
+        return True
 
 
 class RecorderServer:
@@ -522,7 +554,7 @@ def serve_recorder(
     out: str | Path = "turns.jsonl",
     *,
     timeout_s: float = 600.0,
-    on_turn: Callable[[Turn], None] | None = None,
+    on_turn: Callable[[RecordedTurn], None] | None = None,
     max_body_bytes: int = MAX_BODY_BYTES,
 ) -> RecorderServer:
     """Start the recording proxy in a background thread and return it (see the module docstring).
@@ -536,6 +568,7 @@ def serve_recorder(
     try:
         httpd = _ProxyServer((host, port), upstream, recorder, timeout_s, on_turn)
     except OSError as exc:
+        recorder.close()  # the trace is let go
         raise FrankError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
     httpd.max_body_bytes = max_body_bytes
     return RecorderServer(httpd)

@@ -6,7 +6,9 @@ timings. Replay never feeds history back from a live engine: each turn's request
 the recorded history, so every arm receives byte-identical requests (:func:`request_bytes`).
 
 Writing: :func:`append_turn` appends one whole line with a single ``write`` under an exclusive lock
-and ``fsync``s it, so a crash or a killed recorder never leaves half a line. Reading:
+and ``fsync``s it, so a crash or a killed recorder never leaves half a line; a recorder holds the lock
+(:func:`hold_for_appending`) and writes :func:`recorded_line`, the line of a :class:`Turn` made without
+building one. Reading:
 :func:`load_trace` accepts nothing else — a malformed line, a missing final newline (a half-written
 line), an unknown version or a bad field is a :class:`TraceError` naming the file, the line number
 and the field.
@@ -19,10 +21,11 @@ import hashlib
 import json
 import os
 import re
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Final, Literal
+from typing import Any, BinaryIO, Final, Literal, NamedTuple
 
 from pydantic import Field, ValidationError, field_validator
 
@@ -90,13 +93,20 @@ class Turn(_Strict):
     @classmethod
     def _request_fits_endpoint(cls, request: dict[str, Any], info: Any) -> dict[str, Any]:
         endpoint = info.data.get("endpoint")
-        if endpoint == CHAT:
-            messages = request.get("messages")
-            if not isinstance(messages, list) or not messages:
-                raise ValueError("a chat completions request needs a non-empty 'messages' list")
-        elif endpoint is not None and "prompt" not in request:
-            raise ValueError(f"a {endpoint} request needs a 'prompt'")
+        if endpoint is not None:
+            check_request(endpoint, request)
         return request
+
+
+def check_request(endpoint: str, request: Mapping[str, Any]) -> None:
+    """``ValueError`` unless ``request`` is one of ``endpoint``'s: a chat needs a non-empty ``messages`` list,
+    the others a ``prompt``."""
+    if endpoint == CHAT:
+        messages = request.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise ValueError("a chat completions request needs a non-empty 'messages' list")
+    elif "prompt" not in request:
+        raise ValueError(f"a {endpoint} request needs a 'prompt'")
 
 
 @dataclass(frozen=True)
@@ -186,31 +196,140 @@ def turn_line(turn: Turn, request_json: str | None = None) -> bytes:
 @dataclass(frozen=True)
 class PreparedRequest:
     """What of a turn is known once its request is read, made ready while the engine works on it: the
-    redacted request, the paths redacted, the session, and the request as the trace line holds it."""
+    redacted request, the paths redacted, the session, the request as the trace line holds it, and the
+    line's bytes around the turn index (:func:`recorded_line` fills in the rest)."""
 
     request: dict[str, Any]
     redacted: list[str]
     session_id: str
     request_json: str
+    endpoint: str
+    line_head: bytes  # '{"frank_trace":1,"turn_id":"SESSION-'
+    line_session: bytes  # '","session_id":"SESSION","turn_index":'
+    line_request: bytes  # ',"endpoint":"...","request":{...},'
 
 
 def prepare_request(endpoint: str, body: Mapping[str, Any], session: str | None) -> PreparedRequest:
-    """Redact ``body``, find its session (``session`` if the client named one) and serialize it; a request
-    that JSON cannot hold (a non-finite number) raises ``ValueError``, as writing its turn would."""
+    """Redact ``body``, find its session (``session`` if the client named one), check it is a request of
+    ``endpoint`` and serialize it: every check :class:`Turn` makes of a request, done before the answer comes.
+    ``ValueError`` for a request no turn can hold: another endpoint, no messages or prompt, a non-finite
+    number, a lone surrogate (not UTF-8)."""
+    if endpoint not in ENDPOINTS:
+        raise ValueError(f"endpoint {endpoint!r} is not one of {', '.join(ENDPOINTS)}")
     request, redacted = redact_request(body)
+    check_request(endpoint, request)
     session_id = session or derive_session_id(endpoint, request)
-    return PreparedRequest(request, redacted, session_id, _dumps(request))
+    request_json, session_json = _dumps(request), _dumps(session_id)
+    return PreparedRequest(
+        request,
+        redacted,
+        session_id,
+        request_json,
+        endpoint,
+        f'{{"frank_trace":{TRACE_VERSION},"turn_id":{session_json[:-1]}-'.encode(),
+        f'","session_id":{session_json},"turn_index":'.encode(),
+        f',"endpoint":{_dumps(endpoint)},"request":{request_json},'.encode(),
+    )
 
 
-def append_turn(path: str | Path, turn: Turn) -> None:
+class MeasuredTimings(NamedTuple):
+    """A recorded turn's :class:`RecordedTimings`, as the recorder measured them (no checks to make: the
+    engine's numbers as :func:`~frankenstein.engines.response.server_timings` kept them, two times of ours)."""
+
+    server: dict[str, Any]
+    ttft_ms: float | None
+    e2e_ms: float | None
+
+    def json(self) -> dict[str, Any]:
+        """``RecordedTimings(...).model_dump(mode="json", exclude_none=True)`` for values JSON can hold."""
+        out: dict[str, Any] = {"server": self.server}
+        if self.ttft_ms is not None:
+            out["ttft_ms"] = self.ttft_ms
+        if self.e2e_ms is not None:
+            out["e2e_ms"] = self.e2e_ms
+        return out
+
+
+_TAIL = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+
+
+def recorded_line(
+    p: PreparedRequest,
+    index: int,
+    output: RecordedOutput,
+    timings: MeasuredTimings,
+    client_disconnected: bool,
+    recorded_at: float,
+) -> bytes:
+    """The trace line of turn ``index`` of ``p``'s session, byte for byte ``turn_line`` of the :class:`Turn` of
+    the same values, made without building one (the recorder writes it between the answer's last two bytes).
+    ``output`` is our decoder's, valid already; the request was checked by :func:`prepare_request`. A value JSON cannot
+    hold (an engine's NaN timing) goes through the :class:`Turn`, which writes it as ``null``."""
+    tail = {
+        "output": _output_json(output),
+        "timings": timings.json(),
+        "client_disconnected": client_disconnected,
+        "recorded_at": recorded_at,
+        "source": "record",
+    }
+    if p.redacted:
+        tail["redacted"] = p.redacted
+    try:
+        text = _TAIL(tail)
+    except ValueError:
+        return _line_of_turn(p, index, output, timings, client_disconnected, recorded_at)
+    return b"%s%04d%s%d%s%s\n" % (p.line_head, index, p.line_session, index, p.line_request, text[1:].encode("utf-8"))
+
+
+def _output_json(o: RecordedOutput) -> dict[str, Any]:
+    """``o.model_dump(mode="json", exclude_none=True)``, by hand."""
+    out: dict[str, Any] = {"text": o.text, "reasoning": o.reasoning}
+    if o.token_ids is not None:
+        out["token_ids"] = o.token_ids
+    out["tool_calls"] = [{"id": c.id, "type": c.type, "name": c.name, "arguments": c.arguments} for c in o.tool_calls]
+    for key, value in (
+        ("finish_reason", o.finish_reason),
+        ("prompt_tokens", o.prompt_tokens),
+        ("completion_tokens", o.completion_tokens),
+    ):
+        if value is not None:
+            out[key] = value
+    return out
+
+
+def _line_of_turn(
+    p: PreparedRequest,
+    index: int,
+    output: RecordedOutput,
+    timings: MeasuredTimings,
+    client_disconnected: bool,
+    recorded_at: float,
+) -> bytes:
+    turn = Turn(
+        turn_id=make_turn_id(p.session_id, index),
+        session_id=p.session_id,
+        turn_index=index,
+        endpoint=p.endpoint,  # type: ignore[arg-type]  # checked by prepare_request
+        request=p.request,
+        output=output,
+        timings=RecordedTimings(server=timings.server, ttft_ms=timings.ttft_ms, e2e_ms=timings.e2e_ms),
+        client_disconnected=client_disconnected,
+        recorded_at=recorded_at,
+        redacted=p.redacted or None,
+    )
+    return turn_line(turn, p.request_json)
+
+
+def append_turn(path: str | Path, turn: Turn, wait_s: float = 5.0) -> None:
     """Append ``turn`` as one complete line: ``O_APPEND``, an exclusive ``flock``, one ``write`` of
     the whole line, ``fsync``. Refuses to append to a file whose last line is unfinished (that
-    would glue two turns into one bad line); a short write is truncated away again."""
+    would glue two turns into one bad line), or locked for over ``wait_s`` (a running ``frank record``
+    holds its trace); a short write is truncated away again."""
     data = turn_line(turn)
     created = not os.path.exists(path)
     fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
     try:
-        append_line(fd, data, path)
+        append_line(fd, data, path, wait_s)
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -218,24 +337,53 @@ def append_turn(path: str | Path, turn: Turn) -> None:
         fsync_dir(Path(path).parent)
 
 
-def append_line(fd: int, data: bytes, path: str | Path) -> None:
+def append_line(fd: int, data: bytes, path: str | Path, wait_s: float = 5.0) -> None:
     """One whole line appended to the trace open as ``fd`` (``O_APPEND``) under an exclusive ``flock``, in a
-    single ``write``: in the kernel when this returns (a killed process loses none of it), not yet ``fsync``ed."""
-    fcntl.flock(fd, fcntl.LOCK_EX)
+    single ``write``: in the kernel when this returns (a killed process loses none of it), not yet ``fsync``ed.
+    A lock held longer than ``wait_s`` (a running ``frank record`` holds its trace's) is a :class:`TraceError`."""
+    deadline = time.monotonic() + wait_s
+    while not _try_lock(fd):
+        if time.monotonic() > deadline:
+            raise TraceError(f"locked by another writer (a frank record?) for {wait_s:g} s; not appended", path=path)
+        time.sleep(0.001)
     try:
-        _write_whole(fd, data, path)
+        write_line(fd, data, finished_size(fd, path), path)
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
 
 
-def _write_whole(fd: int, data: bytes, path: str | Path) -> None:
+def hold_for_appending(fd: int, path: str | Path) -> int:
+    """Take the trace open as ``fd`` for as long as it stays open (its exclusive ``flock``; another writer is
+    refused) and return its size, checked to end with a whole line."""
+    if not _try_lock(fd):
+        raise TraceError("another writer (a running frank record?) is appending to it", path=path)
+    return finished_size(fd, path)
+
+
+def _try_lock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def finished_size(fd: int, path: str | Path) -> int:
+    """The file's size; a :class:`TraceError` when its last line is unfinished (appending would glue two turns)."""
     size = os.fstat(fd).st_size
     if size and os.pread(fd, 1, size - 1) != b"\n":
         raise TraceError(f"last line (ends at byte {size}) is unfinished; refusing to append", path=path)
+    return size
+
+
+def write_line(fd: int, data: bytes, size: int, path: str | Path) -> int:
+    """``data`` written in one ``write`` at the end of the file (``size`` bytes long, ``O_APPEND``); a short
+    write is truncated away again and raised. The new size."""
     written = os.write(fd, data)
     if written != len(data):
         os.ftruncate(fd, size)
         raise TraceError(f"short write ({written} of {len(data)} bytes); the line was removed again", path=path)
+    return size + written
 
 
 def fsync_dir(directory: Path) -> None:

@@ -1,0 +1,198 @@
+"""What ``frank record`` does between the answer's second-to-last byte and its last: the turn written into the
+trace. Warm (back to back) and cold (after ``time.sleep(0.005)``, as a proxy thread is when the engine answers),
+this checkout against an older package (``--baseline-src``), alternating in one run.
+
+    .venv/bin/python benchmarks/record_turn_write.py --baseline-src /tmp/recwrite-base/src
+
+The real ``_relay_json`` / ``_relay_stream`` of the recording proxy run in process: a real :class:`TurnRecorder`
+appending to a trace in a temporary folder, a real socket pair as the client's connection (``_peer_closed`` reads
+it), the engine's answer a test double (:class:`AnswerTestDouble`: the bytes llama-server sends for an 8-token chat,
+whole or as an SSE stream), the client's end a writer that notes the time of every write
+(:class:`TimedClientTestDouble`). Measured: the time from the write of all but the last byte (the stream's last
+data chunk) to the write of the last byte (the final 0-chunk); that is what recording adds to the answer's end.
+On these cores code run after a thread slept is ~10x slower than warm (caches evicted while it waits for the
+engine), so the cold column is the one the proxy sees.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "Say hello to the recorder, please."}], "max_tokens": 8}
+TIMINGS = {
+    "prompt_n": 32,
+    "prompt_ms": 3.114,
+    "prompt_per_token_ms": 0.0973,
+    "prompt_per_second": 10276.2,
+    "predicted_n": 8,
+    "predicted_ms": 4.218,
+    "predicted_per_token_ms": 0.527,
+    "predicted_per_second": 1896.6,
+}
+WORDS = ["Hello", "!", " How", " can", " I", " help", " you", " today"]
+ANSWER = json.dumps(
+    {
+        "choices": [
+            {
+                "finish_reason": "length",
+                "index": 0,
+                "message": {"role": "assistant", "content": "".join(WORDS)},
+            }
+        ],
+        "created": 1764921600,
+        "model": "m",
+        "system_fingerprint": "b6000-0123abcd",
+        "object": "chat.completion",
+        "usage": {"completion_tokens": 8, "prompt_tokens": 32, "total_tokens": 40},
+        "id": "chatcmpl-0123456789abcdef",
+        "timings": TIMINGS,
+    }
+).encode()
+
+
+def _event(delta: dict[str, object], finish: str | None = None, **extra: object) -> bytes:
+    chunk = {"choices": [{"finish_reason": finish, "index": 0, "delta": delta}], "created": 1764921600}
+    chunk.update({"id": "chatcmpl-0123456789abcdef", "model": "m", "object": "chat.completion.chunk", **extra})
+    return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+
+STREAM = (
+    [_event({"role": "assistant", "content": None})]
+    + [_event({"content": w}) for w in WORDS]
+    + [_event({}, "length", usage={"completion_tokens": 8, "prompt_tokens": 32, "total_tokens": 40}, timings=TIMINGS)]
+    + [b"data: [DONE]\n\n"]
+)
+
+
+class AnswerTestDouble:
+    """A test double of the pool's answer (``PooledAnswer``): status 200, a JSON body or an SSE stream as the
+    engine's bytes (not chunk-framed: the relay frames it)."""
+
+    def __init__(self, content_type: str, parts: list[bytes], headers: object) -> None:
+        self.status_code, self.headers, self._parts = 200, headers, parts
+        self.chunked, self.length = False, None
+
+    def read(self) -> bytes:
+        return b"".join(self._parts)
+
+    def iter_raw(self, size: int = 0) -> Iterator[bytes]:
+        return iter(self._parts)
+
+    def close(self) -> None:
+        pass
+
+
+class TimedClientTestDouble:
+    """The client's end of the connection: notes when each write came, keeps no bytes."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+
+    def write(self, data: bytes) -> int:
+        self.times.append(time.perf_counter())
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+
+def _handler(folder: Path):  # noqa: ANN202 - the package measured is chosen at run time
+    from frankenstein.workload import record, trace, wire
+
+    server = record._ProxyServer(
+        ("127.0.0.1", 0), "http://127.0.0.1:9", record.TurnRecorder(folder / "t.jsonl"), 5, None
+    )
+    h = record._Handler.__new__(record._Handler)
+    h.server, h.command, h.request_version, h.path = server, "POST", "HTTP/1.1", "/v1/chat/completions"
+    h.connection, h._peer = socket.socketpair()
+    h.headers = wire.parse_headers(["Host: x", "Content-Type: application/json", "X-Frank-Session: bench"])
+    h.close_connection, h.client_gone = False, False
+    h.prepare = lambda: trace.prepare_request("/v1/chat/completions", CHAT, "bench")
+    return h, wire
+
+
+def _one(h, wire, stream: bool, wait: float = 0.0) -> float:  # noqa: ANN001
+    """One answer relayed; the seconds between its last two writes to the client. ``wait``: the engine's work,
+    after the request side was prepared (an idle wait: the thread sleeps and the caches go cold)."""
+    h.wfile, h._body = TimedClientTestDouble(), dict(CHAT)
+    h._prepared = h.prepare()
+    if wait:
+        time.sleep(wait)
+    kind = "text/event-stream" if stream else "application/json"
+    resp = AnswerTestDouble(kind, STREAM if stream else [ANSWER], wire.parse_headers([f"Content-Type: {kind}"]))
+    relay = h._relay_stream if stream else h._relay_json
+    if "body" in inspect.signature(relay).parameters:  # the code before a4c45ae's successor took the body too
+        relay("/v1/chat/completions", h._body, resp, time.perf_counter())
+    else:
+        relay("/v1/chat/completions", resp, time.perf_counter())
+    return h.wfile.times[-1] - h.wfile.times[-2]
+
+
+def measure(warm: int, cold: int) -> dict[str, float]:
+    """Median µs between the last two bytes, warm and cold, for a JSON answer and a stream."""
+    out: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        h, wire = _handler(Path(tmp))
+        for stream in (False, True):
+            name = "stream" if stream else "chat"
+            for _ in range(200):
+                _one(h, wire, stream)
+            out[f"{name} warm"] = statistics.median(_one(h, wire, stream) for _ in range(warm)) * 1e6
+            out[f"{name} cold"] = statistics.median(_one(h, wire, stream, 0.005) for _ in range(cold)) * 1e6
+        h.server.server_close()
+        h.server.recorder.close()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--baseline-src", help="a directory holding an older frankenstein package, measured too")
+    ap.add_argument("--rounds", type=int, default=3, help="alternations of this checkout and the baseline")
+    ap.add_argument("--warm", type=int, default=2000)
+    ap.add_argument("--cold", type=int, default=300)
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        print(json.dumps(measure(args.warm, args.cold)))
+        return
+    here = str(Path(__file__).resolve().parents[1] / "src")
+    targets = {"this": here} | ({"base": os.path.abspath(args.baseline_src)} if args.baseline_src else {})
+    runs: dict[str, list[dict[str, float]]] = {k: [] for k in targets}
+    for _ in range(args.rounds):
+        for name, src in targets.items():
+            runs[name].append(_worker(src, args.warm, args.cold))
+    _print(runs)
+
+
+def _worker(src: str, warm: int, cold: int) -> dict[str, float]:
+    env = dict(os.environ, PYTHONPATH=src)
+    cmd = [sys.executable, __file__, "--worker", "--warm", str(warm), "--cold", str(cold)]
+    return json.loads(subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout)
+
+
+def _print(runs: dict[str, list[dict[str, float]]]) -> None:
+    cols = list(next(iter(runs.values()))[0])
+    print("µs between the last two bytes, median of each run (runs: " + str(len(next(iter(runs.values())))) + ")")
+    print("| package | " + " | ".join(cols) + " |")
+    print("|---" * (len(cols) + 1) + "|")
+    for name, rs in runs.items():
+        cells = [
+            f"{statistics.median(r[c] for r in rs):.1f} ({min(r[c] for r in rs):.1f}-{max(r[c] for r in rs):.1f})"
+            for c in cols
+        ]
+        print(f"| {name} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
