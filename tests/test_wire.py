@@ -10,6 +10,7 @@ test_serve.py and test_record.py."""
 from __future__ import annotations
 
 import json
+import random
 import re
 import socket
 import threading
@@ -23,6 +24,8 @@ import pytest
 from tokenizers import Tokenizer
 
 from frankenstein.campaign import init_campaign
+from frankenstein.config import ResolvedRecipe
+from frankenstein.engines import start_engine
 from frankenstein.regioncache import RegionCache
 from frankenstein.regioncache.observe import ServedLog
 from frankenstein.regioncache.proxy import Front, start_front
@@ -46,10 +49,12 @@ def expected_count(text: str = TEXT) -> int:
 class ScriptedUpstreamTestDouble:
     """A test double for an upstream that answers with raw bytes we choose (a real engine cannot be made to
     send chunk extensions, trailers, folded headers or a broken chunk). Each request gets the next answer of
-    ``answers``; ``close_after`` closes the connection after an answer. ``connections`` counts accepts."""
+    ``answers``; ``close_after`` closes the connection after an answer (``close_delay_s`` later: llama-server
+    closes ~40 us after a stream, often after the proxy has given the connection back). ``connections`` counts
+    accepts."""
 
-    def __init__(self, answers: list[bytes], close_after: bool = False) -> None:
-        self.answers, self.close_after = list(answers), close_after
+    def __init__(self, answers: list[bytes], close_after: bool = False, close_delay_s: float = 0.0) -> None:
+        self.answers, self.close_after, self.close_delay_s = list(answers), close_after, close_delay_s
         self.connections = 0
         self.closed = 0  # connections this double has closed
         self.requests: list[bytes] = []
@@ -73,6 +78,7 @@ class ScriptedUpstreamTestDouble:
                 self.requests.append(head)
                 conn.sendall(self.answers.pop(0))
                 if self.close_after:
+                    time.sleep(self.close_delay_s)  # the close comes late, as llama-server's does
                     break
         self.closed += 1
 
@@ -336,6 +342,42 @@ def test_held_final_chunk_and_decoded_data_for_the_recording_proxy() -> None:
     assert b"".join(data) == b"hello, world"
 
 
+class _BytewiseFraming(ChunkFraming):
+    """The general path alone (the whole-chunk fast path never taken): the reference the fast path must equal."""
+
+    def _whole_chunks(self, data: bytes) -> bytes | None:
+        return None
+
+
+def _random_framing(rng: random.Random) -> bytes:
+    """Chunks as engines send them and as they may not: uppercase or zero-padded sizes, extensions, bare LF,
+    trailers, a lying size, bytes after the end."""
+    out = b""
+    for _ in range(rng.randrange(0, 6)):
+        data = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 40)))
+        size = rng.choice([b"%x" % len(data)] * 6 + [b"%X" % len(data), b"0%x" % len(data), b"%x;e=1" % len(data)])
+        lie = rng.random() < 0.05
+        out += size + rng.choice([b"\r\n"] * 8 + [b"\n"]) + data + (b"xx" if lie else b"") + b"\r\n"
+    out += rng.choice([b"0\r\n\r\n"] * 6 + [b"00\r\n\r\n", b"0\r\nX: y\r\n\r\n", b"0\r\n\r\nHTTP"])
+    return out
+
+
+@pytest.mark.parametrize("hold", [False, True])
+def test_the_whole_chunk_fast_path_gives_what_the_bytewise_path_gives(hold: bool) -> None:
+    rng = random.Random(33)
+    for _ in range(3000):
+        body = _random_framing(rng)
+        cuts = sorted(rng.sample(range(1, len(body)), min(len(body) - 1, rng.randrange(0, 4))))
+        fast, slow = ChunkFraming(hold, decode=True), _BytewiseFraming(hold, decode=True)
+        for piece in split_at(body, *cuts):
+            got, want = fast.feed(piece), slow.feed(piece)
+            assert (got, fast.data) == (want, slow.data), (body, cuts)
+            state = ("done", "broken", "surplus", "between_chunks")
+            assert [getattr(fast, a) for a in state] == [getattr(slow, a) for a in state], (body, cuts)
+            if fast.done or fast.broken:
+                break
+
+
 def test_between_chunks_is_false_inside_a_chunk_and_after_its_data_without_the_crlf() -> None:
     framing = ChunkFraming()
     states = [(framing.feed(p), framing.between_chunks) for p in (b"5\r\nhel", b"lo", b"\r", b"\n", b"x")]
@@ -485,6 +527,46 @@ def test_a_connection_the_upstream_closed_after_its_answer_is_replaced_not_reuse
     upstream.close()
     assert [first, second] == ["ok", "ok"] and upstream.requests[1].startswith(b"GET /b ")
     assert pool.resent == 0 and pool.dropped >= 1 and len(upstream.requests) == 2  # each request went out once
+
+
+STREAM = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n" + PLAIN
+
+
+def test_an_upstream_that_closes_after_streams_has_each_streams_connection_replaced_after_its_answer() -> None:
+    """The double closes each connection 50 ms after a stream, when the pool has long given it back: the first
+    stream's connection is found closed by the next request (one connect on that request's path); from then on
+    the pool replaces a stream's connection after its answer, and no request finds its connection closed."""
+    upstream = ScriptedUpstreamTestDouble([STREAM] * 6, close_after=True, close_delay_s=0.05)
+    with start_front(upstream.url, RegionCache(tok())) as f, httpx.Client(trust_env=False) as client:
+        for i in range(6):
+            assert client.get(f"{f.url}/s{i}").content == b"hello, world"
+            deadline = time.monotonic() + 10
+            while upstream.closed < i + 1 and time.monotonic() < deadline:
+                time.sleep(0.01)  # until the double closed its side (the case under test), not to make it pass
+        pool = f.server.pool
+    upstream.close()
+    assert pool.closes_after_streams and pool.stale == 1 and pool.resent == 0
+    assert upstream.connections == 6 + 1  # each stream its own connection, plus the spare ready after the last
+
+
+@pytest.mark.engine
+def test_after_llama_servers_first_stream_no_request_finds_its_connection_closed(
+    tiny_recipe: ResolvedRecipe, tmp_path: Path
+) -> None:
+    """llama-server closes its connection just after a stream's final chunk: after the first stream the pool
+    replaces such a connection once the client has its answer, so a later request never connects on its path."""
+    stream = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3, "stream": True}
+    with (
+        start_engine(tiny_recipe, tmp_path) as eng,
+        start_front(eng.base_url, RegionCache(tok())) as f,
+        httpx.Client(trust_env=False, timeout=60) as client,
+    ):
+        for _ in range(6):
+            with client.stream("POST", f.url + "/v1/chat/completions", json=stream) as r:
+                assert r.status_code == 200 and r.read().rstrip().endswith(b"data: [DONE]")
+            assert client.post(f.url + "/tokenize", json={"content": "x", "with_pieces": True}).status_code == 200
+        pool = f.server.pool
+    assert pool.closes_after_streams and pool.stale <= 1 and pool.resent == 0
 
 
 def test_meanwhile_runs_after_the_request_is_sent_and_before_its_answer_is_read() -> None:

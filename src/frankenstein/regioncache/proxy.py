@@ -135,7 +135,8 @@ class _Handler(LeanHandler):
         """Counts are answered here; any other POST goes to the engine within the served recipe's adopted
         concurrency: its place is taken when its request line is read (queued or refused past the limit)."""
         admission = self.server.admission
-        if admission is None or urlsplit(self.path).path.rstrip("/") in LOCAL_ROUTES:
+        self._route = route(self.path)
+        if admission is None or self._route in LOCAL_ROUTES:
             self._post()
             return
         if not admission.enter():
@@ -161,15 +162,10 @@ class _Handler(LeanHandler):
         except BadRequest as exc:
             bad_request(self, exc)
             return
-        path = urlsplit(self.path).path.rstrip("/")
-        local = {
-            "/tokenize": self._tokenize,
-            "/count": self._count,
-            "/v1/messages/count_tokens": self._count_messages,
-        }.get(path)
+        local = _LOCAL.get(self._route)
         if local is not None:
             try:
-                answer = local(_json_object(raw))
+                answer = local(self, _json_object(raw))
             except BadRequest as exc:
                 self._json(400, {"error": {"message": str(exc), "type": "invalid_request_error"}})
                 return
@@ -181,7 +177,8 @@ class _Handler(LeanHandler):
                 self.server.tally(local=True)
                 self._json(200, answer)
                 return
-        self._outside = self._outside_context(raw)
+        if self.server.context_scope is not None:
+            self._outside = self._outside_context(raw)
         self._pass_through(raw)
 
     def _outside_context(self, raw: bytes) -> str | None:
@@ -208,7 +205,7 @@ class _Handler(LeanHandler):
         return self.server.cache.count(template.render(messages, tools), add_special_tokens=False)
 
     def do_GET(self) -> None:
-        if urlsplit(self.path).path.rstrip("/") == "/frank/status":
+        if route(self.path) == "/frank/status":
             st = self.server.cache.status().as_dict()
             st.update(
                 local_answers=self.server.local_answers,
@@ -264,27 +261,28 @@ class _Handler(LeanHandler):
 
     # ------------------------------------------------------------------ pass-through
     def _pass_through(self, raw: bytes) -> None:
-        self.server.tally(local=False)
-        headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_HEADERS}
+        """To the engine: the head is the client's fields less the hop-by-hop ones, sent before anything else is
+        done (the count of passed requests is kept after the answer)."""
+        headers = self.headers.lines(HOP_HEADERS)
         try:
             resp = self.server.pool.open(self.command, self.path, raw or None, headers, self.server.upstream_slots)
         except TransportError as exc:
             self._engine_error = True
             self._json(502, {"error": {"message": f"upstream {self.server.upstream}: {exc}", "type": "bad_gateway"}})
+            self.server.tally(local=False)
             return
         try:
             self._relay(resp)
         finally:
             resp.close()
+            self.server.tally(local=False)
 
     def _relay(self, resp: PooledAnswer) -> None:
         """The answer as it arrives: with its length when the engine gave one (head and body leave in one
         send), chunked otherwise (each piece flushed as it comes: SSE events reach the client at once)."""
         self._engine_error = resp.status_code >= 500
         self.send_response(resp.status_code)
-        for k, v in resp.headers.items():
-            if k.lower() not in HOP_HEADERS:
-                self.send_header(k, v)
+        self.send_fields(resp.headers)
         if self.command == "HEAD" or resp.status_code in _NO_BODY:
             self.send_header("Content-Length", "0")
             self.end_headers()
@@ -332,6 +330,21 @@ class _Handler(LeanHandler):
 
     def _json(self, status: int, obj: Mapping[str, Any]) -> None:
         send_json(self, status, obj)
+
+
+_LOCAL = {
+    "/tokenize": _Handler._tokenize,
+    "/count": _Handler._count,
+    "/v1/messages/count_tokens": _Handler._count_messages,
+}
+
+
+def route(path: str) -> str:
+    """A request target's path without query, fragment and trailing slash (``urlsplit`` only for a target in
+    absolute form: the usual one is split with two ``partition`` calls on every request's path)."""
+    if path.startswith("/"):
+        return path.partition("?")[0].partition("#")[0].rstrip("/")
+    return urlsplit(path).path.rstrip("/")
 
 
 def _json_object(raw: bytes) -> dict[str, Any]:

@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import io
 import json
+import queue
 import socket
 import sys
 import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, cast
+from typing import Any, Protocol, cast
 from urllib.parse import urlsplit
 
 from frankenstein.workload.wire import (
@@ -101,6 +102,35 @@ class TooLarge(BadRequest):
     status = 413
 
 
+class SlotsLike(Protocol):
+    """What bounds the requests open upstream: :class:`Slots`, or a ``threading.BoundedSemaphore``."""
+
+    def acquire(self) -> bool: ...
+
+    def release(self) -> None: ...
+
+
+class Slots:
+    """At most ``n`` holders at once: ``acquire`` waits for a free slot, ``release`` frees one. Tokens in a
+    ``queue.SimpleQueue``: one C call each way, where ``threading.BoundedSemaphore`` runs a Python
+    ``Condition`` on every request's path. A release without an acquire is refused, as the semaphore does."""
+
+    def __init__(self, n: int) -> None:
+        self._free: queue.SimpleQueue[None] = queue.SimpleQueue()
+        self._n = n
+        for _ in range(n):
+            self._free.put(None)
+
+    def acquire(self) -> bool:
+        self._free.get()
+        return True
+
+    def release(self) -> None:
+        if self._free.qsize() >= self._n:
+            raise ValueError("Slots released more often than acquired")
+        self._free.put(None)
+
+
 class ProxyHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
@@ -109,7 +139,7 @@ class ProxyHTTPServer(ThreadingHTTPServer):
 
     def server_activate(self) -> None:
         super().server_activate()
-        self.upstream_slots = threading.BoundedSemaphore(UPSTREAM_SLOTS)
+        self.upstream_slots = Slots(UPSTREAM_SLOTS)
 
     def get_request(self) -> tuple[socket.socket, Any]:
         """Every accepted connection with Nagle off: headers and body go out as separate writes, and with
@@ -207,12 +237,21 @@ class LeanHandler(BaseHTTPRequestHandler):
             raise BadHead(f"bad request line {self.requestline[:80]!r}")
         self.command, path, self.request_version = words
         self.path = "/" + path.lstrip("/") if path.startswith("//") else path
-        self.headers = parse_headers(lines[1:])
-        self.close_connection = _wants_close(self.request_version, self.headers.get("connection"))
-        if (self.headers.get("expect") or "").lower() == "100-continue" and self.request_version == "HTTP/1.1":
+        self.headers = headers = parse_headers(lines[1:])
+        connection = headers.get("connection")
+        self.close_connection = (
+            self.request_version == "HTTP/1.0" if connection is None else _wants_close(self.request_version, connection)
+        )
+        expect = headers.get("expect")
+        if expect is not None and expect.lower() == "100-continue" and self.request_version == "HTTP/1.1":
             self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
             self.wfile.flush()
         return True
+
+    def send_fields(self, headers: Headers, drop: frozenset[str] = HOP_HEADERS) -> None:
+        """Every field of ``headers`` whose name is not in ``drop`` into the head's buffer, as one piece (after
+        :meth:`send_response`; ``send_header`` would make each its own)."""
+        self._headers_buffer.append(headers.lines(drop).encode("latin-1"))
 
     def send_response(self, code: int, message: str | None = None) -> None:
         """The status line, ``Server`` and ``Date`` into the head's buffer (written by ``end_headers``)."""
@@ -247,15 +286,20 @@ class UpstreamPool:
         self._closed = False
         self.opened = 0  # fresh connections made (fewer than requests: reuse)
         self.dropped = 0  # idle connections found closed by the upstream, dropped before use
+        self.stale = 0  # of those, found closed only as a request was about to use them: a connect on its path
         self.resent = 0  # requests sent again because the upstream closed the connection as it was reused
+        # The upstream closes a connection after each stream (llama-server does, ~40 us after the final chunk, so
+        # the close often arrives after the answer is given back): once seen, a connection that carried a stream
+        # is replaced after its answer, never pooled to be found closed on the next request's path.
+        self.closes_after_streams = False
 
     def open(
         self,
         method: str,
         path: str,
         body: bytes | None,
-        headers: dict[str, str],
-        slots: threading.BoundedSemaphore,
+        headers: dict[str, str] | str,
+        slots: SlotsLike,
         meanwhile: Callable[[], None] | None = None,
     ) -> PooledAnswer:
         """Send one request and return its answer unread; :meth:`PooledAnswer.close` gives the connection back.
@@ -273,7 +317,7 @@ class UpstreamPool:
         method: str,
         path: str,
         body: bytes | None,
-        headers: dict[str, str],
+        headers: dict[str, str] | str,
         meanwhile: Callable[[], None] | None,
     ) -> UpstreamAnswer:
         conn = self._live_idle()
@@ -292,8 +336,11 @@ class UpstreamPool:
                 conn = self._idle.pop() if self._idle else None
             if conn is None or not conn.closed_by_peer():
                 return conn
+            if conn.streamed:
+                self.closes_after_streams = True
             conn.close()
             self.dropped += 1
+            self.stale += 1
 
     @staticmethod
     def _exchange(
@@ -301,7 +348,7 @@ class UpstreamPool:
         method: str,
         path: str,
         body: bytes | None,
-        headers: dict[str, str],
+        headers: dict[str, str] | str,
         meanwhile: Callable[[], None] | None,
     ) -> UpstreamAnswer:
         try:
@@ -322,10 +369,11 @@ class UpstreamPool:
         raise AssertionError("unreachable")
 
     def give_back(self, conn: UpstreamConnection) -> None:
-        """A finished connection back to the pool; one the upstream closed already (llama-server closes one
-        after every stream) is replaced by a fresh one now, after the client has its answer, so that the
-        next request does not connect on its path."""
-        if conn.closed_by_peer():
+        """A finished connection back to the pool; one the upstream closed already, or one that carried a stream
+        of an upstream seen to close after streams (llama-server), is replaced by a fresh one now, after the client
+        has its answer, so that the next request does not connect on its path."""
+        if (conn.streamed and self.closes_after_streams) or conn.closed_by_peer():
+            self.closes_after_streams |= conn.streamed
             conn.close()
             self._spare()
             return
@@ -362,9 +410,9 @@ class PooledAnswer:
     ``items()`` with repeats), ``iter_raw`` (the body as it arrives), ``read``; :meth:`close` gives the
     connection back when the answer was read to its end, and the upstream slot in any case."""
 
-    def __init__(self, answer: UpstreamAnswer, pool: UpstreamPool, slots: threading.BoundedSemaphore) -> None:
+    def __init__(self, answer: UpstreamAnswer, pool: UpstreamPool, slots: SlotsLike) -> None:
         self._answer, self._pool = answer, pool
-        self.slots: threading.BoundedSemaphore | None = slots
+        self.slots: SlotsLike | None = slots
         self.status_code = answer.status_code
         self.headers = answer.headers
         self.length = answer.length  # the body's Content-Length; None when chunked or ended by a close

@@ -68,19 +68,23 @@ class Closed(ConnectionError):
 
 class Headers:
     """Header fields in arrival order; lookups by name ignore case. ``get`` returns the first value
-    (as ``email.message.Message`` does), ``items`` every pair with repeats, iteration the names."""
+    (as ``email.message.Message`` does), ``items`` every pair with repeats, iteration the names;
+    :meth:`lines` the fields a proxy forwards, as head text."""
 
-    __slots__ = ("_pairs", "_first")
+    __slots__ = ("_pairs", "_first", "_lower")
 
     def __init__(self, pairs: Iterable[tuple[str, str]] = ()) -> None:
         self._pairs: list[tuple[str, str]] = []
         self._first: dict[str, str] = {}
+        self._lower: list[str] = []  # the names lowercased, in the order of _pairs
         for name, value in pairs:
             self.add(name, value)
 
     def add(self, name: str, value: str) -> None:
+        low = name.lower()
         self._pairs.append((name, value))
-        self._first.setdefault(name.lower(), value)
+        self._lower.append(low)
+        self._first.setdefault(low, value)
 
     @overload
     def get(self, name: str) -> str | None: ...
@@ -93,10 +97,14 @@ class Headers:
 
     def get_all(self, name: str) -> list[str]:
         key = name.lower()
-        return [v for k, v in self._pairs if k.lower() == key]
+        return [v for (_, v), low in zip(self._pairs, self._lower) if low == key]
 
     def items(self) -> list[tuple[str, str]]:
         return list(self._pairs)
+
+    def lines(self, drop: frozenset[str]) -> str:
+        """The fields whose lowercased name is not in ``drop``, as ``Name: value\r\n`` head lines (repeats kept)."""
+        return "".join([f"{n}: {v}\r\n" for (n, v), low in zip(self._pairs, self._lower) if low not in drop])
 
     def __getitem__(self, name: str) -> str | None:
         return self.get(name)
@@ -161,13 +169,20 @@ def _check_size(total: int, count: int) -> None:
 
 def parse_headers(lines: list[str], unfold: bool = False) -> Headers:
     """Header lines → :class:`Headers`; a folded line (leading space or tab) is joined to the one before
-    when ``unfold`` (an upstream's answer), a :class:`BadHead` otherwise (a client's request)."""
+    when ``unfold`` (an upstream's answer), a :class:`BadHead` otherwise (a client's request). One loop, no
+    call per field: this runs on every request's path."""
     headers = Headers()
+    pairs, first, lowered = headers._pairs, headers._first, headers._lower
     for line in _unfolded(lines) if unfold else lines:
         name, colon, value = line.partition(":")
         if not colon or not name or name[-1] in " \t" or name[0] in " \t":
             raise BadHead(_field_error(line))
-        headers.add(name, value.strip(" \t"))
+        low = name.lower()
+        value = value.strip(" \t")
+        pairs.append((name, value))
+        lowered.append(low)
+        if low not in first:
+            first[low] = value
     return headers
 
 
@@ -178,6 +193,8 @@ def _field_error(line: str) -> str:
 
 
 def _unfolded(lines: list[str]) -> list[str]:
+    if not any(line[:1] in (" ", "\t") for line in lines):
+        return lines
     out: list[str] = []
     for line in lines:
         if line[:1] in (" ", "\t") and out:
@@ -207,14 +224,12 @@ def status_line(version: str, code: int, reason: str | None = None) -> bytes:
     return f"{version} {code} {reason}\r\n".encode("latin-1")
 
 
-def request_head(method: str, path: str, host: str, headers: dict[str, str], length: int | None) -> bytes:
-    """One request head as bytes: request line, ``Host``, the headers, ``Content-Length`` when a body follows."""
-    parts = [f"{method} {path} HTTP/1.1\r\nHost: {host}\r\n"]
-    parts += [f"{k}: {v}\r\n" for k, v in headers.items()]
-    if length is not None:
-        parts.append(f"Content-Length: {length}\r\n")
-    parts.append("\r\n")
-    return "".join(parts).encode("latin-1")
+def request_head(method: str, path: str, host: str, headers: dict[str, str] | str, length: int | None) -> bytes:
+    """One request head as bytes: request line, ``Host``, the headers (a dict, or head lines already made by
+    :meth:`Headers.lines`), ``Content-Length`` when a body follows."""
+    fields = headers if isinstance(headers, str) else "".join([f"{k}: {v}\r\n" for k, v in headers.items()])
+    length_line = "" if length is None else f"Content-Length: {length}\r\n"
+    return f"{method} {path} HTTP/1.1\r\nHost: {host}\r\n{fields}{length_line}\r\n".encode("latin-1")
 
 
 # ---------------------------------------------------------------- the upstream client
@@ -228,7 +243,10 @@ class UpstreamConnection:
         self.rfile = cast(io.BufferedReader, sock.makefile("rb", buffering=READ_BUFFER))
         self.host = host
         self.exchanges = 0  # requests answered on this connection
+        self.streamed = False  # its last answer was chunked (a stream): an upstream may close it after that
         self.reusable = True
+        self._readable = select.poll()  # asked by closed_by_peer: one C call, no lists made
+        self._readable.register(sock, select.POLLIN)
 
     @classmethod
     def open(cls, host: str, port: int, timeout_s: float, tls: bool = False) -> UpstreamConnection:
@@ -242,7 +260,7 @@ class UpstreamConnection:
         self,
         method: str,
         path: str,
-        headers: dict[str, str],
+        headers: dict[str, str] | str,
         body: bytes | None,
         meanwhile: Callable[[], None] | None = None,
     ) -> UpstreamAnswer:
@@ -259,7 +277,9 @@ class UpstreamConnection:
         except (BrokenPipeError, ConnectionResetError) as exc:
             raise Closed(f"upstream {self.host} closed the connection: {exc}") from exc
         self.exchanges += 1
-        return UpstreamAnswer(self, method, lines)
+        answer = UpstreamAnswer(self, method, lines)
+        self.streamed = answer.chunked
+        return answer
 
     def _answer_head(self) -> list[str]:
         """The head of the final answer (interim 1xx answers skipped)."""
@@ -277,8 +297,7 @@ class UpstreamConnection:
         connection (a server's session tickets arrive unasked): its close is found by sending, and resent."""
         if isinstance(self.sock, ssl.SSLSocket):
             return False
-        readable, _, _ = select.select([self.sock], [], [], 0)
-        return bool(readable)
+        return bool(self._readable.poll(0))
 
     def close(self) -> None:
         self.reusable = False
@@ -402,6 +421,8 @@ def _status(line: str) -> tuple[str, int]:
 
 
 def _will_close(version: str, headers: Headers) -> bool:
+    if headers.get("connection") is None:
+        return version == "HTTP/1.0"
     tokens = {t.strip().lower() for t in ",".join(headers.get_all("connection")).split(",")}
     if version == "HTTP/1.0":
         return "keep-alive" not in tokens
@@ -472,6 +493,10 @@ class ChunkFraming:
 
     def feed(self, data: bytes) -> bytes:
         """The part of ``data`` to send on (see the class); stops at the body's end or at a broken frame."""
+        if not self._left and self._expect == "size" and not self._line:
+            whole = self._whole_chunks(data)
+            if whole is not None:
+                return whole
         pos, end = 0, len(data)
         self._out, self._mark = [], 0
         decoded: list[bytes] = []
@@ -490,6 +515,34 @@ class ChunkFraming:
             return data if pos == end and self._mark == 0 else data[self._mark : pos]
         self._out.append(data[self._mark : pos])
         return b"".join(self._out)
+
+    def _whole_chunks(self, data: bytes) -> bytes | None:
+        """What :meth:`feed` gives back for a piece that is whole chunks in plain framing (what engines send: one
+        event per chunk), found with a few bytes operations; None, the state untouched, for anything else (the
+        general path then reads it byte by byte)."""
+        pos, end = 0, len(data)
+        parts: list[bytes] = []
+        while pos < end:
+            nl = data.find(b"\r\n", pos, pos + 18)
+            digits = data[pos:nl]
+            if nl <= pos or digits.translate(None, _HEX_DIGITS) or digits[:1] == b"0" and nl - pos > 1:
+                return None
+            n = int(digits, 16)
+            if n == 0:  # the final chunk: plain only when it ends the piece with its empty line and no trailers
+                if data[nl:] != b"\r\n\r\n" or digits != b"0":
+                    return None
+                self.done, self._expect, self.surplus = True, "trailer", 0
+                self.data = b"".join(parts)
+                return data[:pos] if self._hold else data
+            stop = nl + 2 + n
+            if data[stop : stop + 2] != b"\r\n" or digits != b"%x" % n:
+                return None
+            if self._decode:
+                parts.append(data[nl + 2 : stop])
+            pos = stop + 2
+        self.surplus = 0
+        self.data = b"".join(parts)
+        return data if end else None
 
     def _line_at(self, data: bytes, pos: int) -> int:
         """Past the framing line at ``pos``; a line that continues in the next piece is held back; at ``pos``
