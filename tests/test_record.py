@@ -21,7 +21,8 @@ import pytest
 from frankenstein.errors import FrankError, TraceError
 from frankenstein.engines.response import StreamAssembler, output_from_response
 from frankenstein.workload.export import export_workload, write_export
-from frankenstein.workload.record import TurnRecorder, serve_recorder
+from frankenstein.workload.listener import BadRequest
+from frankenstein.workload.record import TurnRecorder, _answer_object, _json_object, serve_recorder
 from frankenstein.workload.trace import RecordedTimings, append_turn, load_trace, parse_line
 
 from conftest import frank
@@ -901,3 +902,37 @@ def test_a_generation_request_no_turn_can_hold_is_relayed_said_and_not_recorded(
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "Hello world!"
     assert proxy.errors == ["turn not recorded: a chat completions request needs a non-empty 'messages' list"]
     assert not proxy.recorder.out.exists()
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'{"choices": []}',
+        b'{"choices": []}\n',
+        b' \r\n{"a": 1} ',
+        b'{"a": NaN, "b": -Infinity}',
+        b'{"a": 1}{"b": 2}',
+        b'{"a": 1} x',
+        b'[1, {"a": 2}]',
+        b'"text"',
+        b"",
+        b"   ",
+        b"\xef\xbb\xbf" + b'{"bom": true}',
+        '{"é": "\u2028"}'.encode("utf-16"),
+        '{"é": "x"}'.encode("latin-1"),
+        b'{"s": "\\ud800"}',
+        b"[" * 100_000 + b"]" * 100_000,
+        b'{"a": ' * 100_000 + b"1" + b"}" * 100_000,
+        b'{"a": 1',
+    ],
+)
+def test_an_engines_answer_is_read_as_the_json_reader_reads_it(data: bytes) -> None:
+    """The recorder reads a JSON answer through the decoder's scanner at once (no encoding detection, no
+    whitespace skipping): whatever the answer, it makes of it what the plain reader does (an object, or
+    None for anything else, too deep included)."""
+    try:
+        expected = _json_object(data)
+    except BadRequest:
+        expected = None
+    got = _answer_object(data)
+    assert (got is None) == (expected is None) and json.dumps(got) == json.dumps(expected)  # NaN != NaN

@@ -294,17 +294,19 @@ class _Handler(LeanHandler):
             return True
 
     # -- forwarding helpers
-    def _upstream_headers(self) -> dict[str, str]:
-        headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_HEADERS}
-        headers["Accept-Encoding"] = "identity"
-        return headers
+    def _upstream_headers(self) -> str:
+        """The client's fields less the hop-by-hop ones, as head lines; the answer asked for uncompressed."""
+        return self.headers.lines(HOP_HEADERS) + "Accept-Encoding: identity\r\n"
 
     def _reply(self, status: int, headers: Mapping[str, str] | Headers, data: bytes, length: int | None = None) -> None:
         """The head and ``data``; ``length``: the whole body's, when only its start is ``data``."""
         self.send_response(status)
-        for k, v in headers.items():
-            if k.lower() not in HOP_HEADERS:
-                self.send_header(k, v)
+        if isinstance(headers, Headers):
+            self.send_fields(headers)
+        else:
+            for k, v in headers.items():
+                if k.lower() not in HOP_HEADERS:
+                    self.send_header(k, v)
         self.send_header("Content-Length", str(len(data) if length is None else length))
         self.end_headers()
         self._write(data if self.command != "HEAD" else b"")
@@ -384,22 +386,23 @@ class _Handler(LeanHandler):
         except ValueError as exc:
             return body, exc
 
-    def _record(self, output: RecordedOutput, server: dict[str, Any], t0: float, ttft: float | None) -> None:
-        """The turn written (between the answer's last two bytes: only what the line needs)."""
+    def _record(
+        self, output: RecordedOutput, server: dict[str, Any], t0: float, ttft: float | None, gone: bool
+    ) -> None:
+        """The turn written (between the answer's last two bytes: only what the line needs); ``gone``: the
+        client closed its side."""
         timings = MeasuredTimings(server, ttft, round((time.perf_counter() - t0) * 1e3, 3))
-        self._written = self.server.record(self._prepared, output, timings, self._peer_closed())
+        self._written = self.server.record(self._prepared, output, timings, gone)
 
     def _relay_json(self, endpoint: str, resp: PooledAnswer, t0: float) -> None:
         """All of the answer but its last byte goes to the client at once (it reads the head meanwhile); the last
         byte only after the turn is in the trace: a client that has its answer can read the turn."""
         data = resp.read()
+        gone = self._peer_closed()  # a client waiting for its answer sends nothing: as well known before it
         self._reply(200, resp.headers, data[:-1], length=len(data))
-        try:
-            answer = _json_object(data)
-        except BadRequest:
-            answer = None
+        answer = _answer_object(data)
         if answer is not None:
-            self._record(output_from_response(endpoint, answer), server_timings(answer), t0, None)
+            self._record(output_from_response(endpoint, answer), server_timings(answer), t0, None, gone)
         self._write(data[-1:])
         self._after_turn()
         if answer is None:
@@ -407,9 +410,7 @@ class _Handler(LeanHandler):
 
     def _relay_stream(self, endpoint: str, resp: PooledAnswer, t0: float) -> None:
         self.send_response(200)
-        for k, v in resp.headers.items():
-            if k.lower() not in HOP_HEADERS:
-                self.send_header(k, v)
+        self.send_fields(resp.headers)
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         asm, ttft = StreamAssembler(endpoint), None
@@ -426,7 +427,7 @@ class _Handler(LeanHandler):
         if not asm.finished:
             why = f"upstream stream on {endpoint} ended without finishing" + (f": {asm.error}" if asm.error else "")
             self._fail_stream(why, framing)
-        self._record(asm.output(), asm.timings, t0, ttft)
+        self._record(asm.output(), asm.timings, t0, ttft, self._peer_closed())
         self._write(b"0\r\n\r\n")  # the end of the answer, only once its turn is in the trace
         self._after_turn()
 
@@ -457,6 +458,27 @@ def _json_object(raw: bytes) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+_DECODE = json.JSONDecoder().raw_decode
+
+
+def _answer_object(data: bytes) -> dict[str, Any] | None:
+    """An engine's JSON answer as an object, None when it is not one (too deep included): what
+    :func:`_json_object` makes of it, through the decoder's scanner at once for the usual answer (UTF-8, one
+    value and nothing around it)."""
+    try:
+        text = data.decode()
+        value, end = _DECODE(text)
+        whole = end == len(text)
+    except (ValueError, RecursionError):
+        whole = False
+    if not whole:
+        try:
+            value = _json_object(data)
+        except BadRequest:
+            return None
+    return value if isinstance(value, dict) else None
+
+
 class _ProxyServer(ProxyHTTPServer):
     def __init__(
         self,
@@ -476,7 +498,7 @@ class _ProxyServer(ProxyHTTPServer):
         self._err_lock = threading.Lock()
 
     def open(
-        self, method: str, path: str, raw: bytes, headers: dict[str, str], meanwhile: Callable[[], None] | None = None
+        self, method: str, path: str, raw: bytes, headers: str, meanwhile: Callable[[], None] | None = None
     ) -> PooledAnswer:
         """One upstream request on a kept-alive connection of the pool (a connection the engine closed
         meanwhile, and a failed connect, are retried: see :class:`UpstreamPool`); ``meanwhile`` runs once it

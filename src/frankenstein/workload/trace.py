@@ -22,8 +22,9 @@ import json
 import os
 import re
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from pathlib import Path
 from typing import Any, BinaryIO, Final, Literal, NamedTuple
 
@@ -250,7 +251,20 @@ class MeasuredTimings(NamedTuple):
         return out
 
 
-_TAIL = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+def _refuse(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _tail_encoder() -> Callable[[Any], str]:
+    """:func:`_dumps` without its per-call cost: json's C encoder made once (``json.dumps`` makes one per call),
+    where there is one; it raises as ``_dumps`` does (``ValueError`` for NaN, ``TypeError``)."""
+    if c_make_encoder is None:
+        return json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+    encode = c_make_encoder(None, _refuse, encode_basestring, None, ":", ",", False, False, False)
+    return lambda obj: "".join(encode(obj, 0))
+
+
+_TAIL = _tail_encoder()
 
 
 def recorded_line(
