@@ -11,7 +11,9 @@ whole or as an SSE stream), the client's end a writer that notes the time of eve
 (:class:`TimedClientTestDouble`). Measured: the time from the write of all but the last byte (the stream's last
 data chunk) to the write of the last byte (the final 0-chunk); that is what recording adds to the answer's end.
 On these cores code run after a thread slept is ~10x slower than warm (caches evicted while it waits for the
-engine), so the cold column is the one the proxy sees.
+engine), so the cold column is the one the proxy sees. Also measured, apart: the turn's request side
+(``_read_turn``: the body read as JSON, redacted, its session found, serialized), which runs while the engine
+works: off the answer's path, but CPU that an engine on the same cores loses.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ TIMINGS = {
     "predicted_per_token_ms": 0.527,
     "predicted_per_second": 1896.6,
 }
+REQUEST = json.dumps(dict(CHAT, temperature=0.0, stream=False)).encode()
 WORDS = ["Hello", "!", " How", " can", " I", " help", " you", " today"]
 ANSWER = json.dumps(
     {
@@ -116,10 +119,21 @@ def _handler(folder: Path):  # noqa: ANN202 - the package measured is chosen at 
     h = record._Handler.__new__(record._Handler)
     h.server, h.command, h.request_version, h.path = server, "POST", "HTTP/1.1", "/v1/chat/completions"
     h.connection, h._peer = socket.socketpair()
-    h.headers = wire.parse_headers(["Host: x", "Content-Type: application/json", "X-Frank-Session: bench"])
+    h.headers = wire.parse_headers(["Host: x", "Content-Type: application/json"])
     h.close_connection, h.client_gone = False, False
-    h.prepare = lambda: trace.prepare_request("/v1/chat/completions", CHAT, "bench")
+    h.prepare = lambda: trace.prepare_request("/v1/chat/completions", CHAT, None)
+    h.takes_body = "body" in inspect.signature(h._relay_json).parameters
     return h, wire
+
+
+def _request_side(h, wait: float = 0.0) -> float:  # noqa: ANN001
+    """The turn's request side, made while the engine works (the body read as JSON, redacted, its session
+    found, serialized): seconds. Not between the last two bytes, but CPU an engine on the same cores loses."""
+    if wait:
+        time.sleep(wait)
+    t0 = time.perf_counter()
+    h._read_turn("/v1/chat/completions", REQUEST)
+    return time.perf_counter() - t0
 
 
 def _one(h, wire, stream: bool, wait: float = 0.0) -> float:  # noqa: ANN001
@@ -132,7 +146,7 @@ def _one(h, wire, stream: bool, wait: float = 0.0) -> float:  # noqa: ANN001
     kind = "text/event-stream" if stream else "application/json"
     resp = AnswerTestDouble(kind, STREAM if stream else [ANSWER], wire.parse_headers([f"Content-Type: {kind}"]))
     relay = h._relay_stream if stream else h._relay_json
-    if "body" in inspect.signature(relay).parameters:  # the code before a4c45ae's successor took the body too
+    if h.takes_body:  # the code of a4c45ae passes the body along too
         relay("/v1/chat/completions", h._body, resp, time.perf_counter())
     else:
         relay("/v1/chat/completions", resp, time.perf_counter())
@@ -150,6 +164,10 @@ def measure(warm: int, cold: int) -> dict[str, float]:
                 _one(h, wire, stream)
             out[f"{name} warm"] = statistics.median(_one(h, wire, stream) for _ in range(warm)) * 1e6
             out[f"{name} cold"] = statistics.median(_one(h, wire, stream, 0.005) for _ in range(cold)) * 1e6
+        for _ in range(200):
+            _request_side(h)
+        out["request side warm"] = statistics.median(_request_side(h) for _ in range(warm)) * 1e6
+        out["request side cold"] = statistics.median(_request_side(h, 0.005) for _ in range(cold)) * 1e6
         h.server.server_close()
         h.server.recorder.close()
     return out
@@ -183,7 +201,8 @@ def _worker(src: str, warm: int, cold: int) -> dict[str, float]:
 
 def _print(runs: dict[str, list[dict[str, float]]]) -> None:
     cols = list(next(iter(runs.values()))[0])
-    print("µs between the last two bytes, median of each run (runs: " + str(len(next(iter(runs.values())))) + ")")
+    n = len(next(iter(runs.values())))
+    print(f"µs between the last two bytes (request side: apart), median of the runs' medians (range), {n} runs")
     print("| package | " + " | ".join(cols) + " |")
     print("|---" * (len(cols) + 1) + "|")
     for name, rs in runs.items():

@@ -589,6 +589,10 @@ def test_a_lone_surrogate_the_engine_sent_is_refused_by_both_lines() -> None:
             recorded_line(p, 0, output, MeasuredTimings(server, None, None), False, 1.0)
 
 
+CYCLE: list[Any] = [{"role": "user", "content": "x"}, {"role": "user"}]
+CYCLE[1]["content"] = CYCLE  # a message that holds itself (an API caller's dict; parsed JSON never does)
+
+
 @pytest.mark.parametrize(
     ("endpoint", "body", "why"),
     [
@@ -600,6 +604,7 @@ def test_a_lone_surrogate_the_engine_sent_is_refused_by_both_lines() -> None:
         ("/v1/embeddings", {"input": "x"}, "endpoint '/v1/embeddings' is not one of"),
         (CHAT, {"messages": [{"role": "user", "content": "\ud800"}]}, "surrogates not allowed"),
         (CHAT, {"messages": [{"role": "user", "content": "x"}], "t": float("nan")}, "Out of range float"),
+        (CHAT, {"messages": CYCLE}, "holds itself"),
     ],
 )
 def test_every_check_a_turn_makes_of_its_request_is_made_when_it_is_prepared(

@@ -450,7 +450,23 @@ class _Handler(LeanHandler):
 
 def _json_object(raw: bytes) -> dict[str, Any] | None:
     """The body as a JSON object, None for anything else (passed through, not recorded); too deep
-    nesting is a :class:`BadRequest`."""
+    nesting is a :class:`BadRequest`. The usual body (UTF-8, one value and nothing around it) goes through the
+    decoder's scanner at once; any other is read as ``json.loads`` reads it (:func:`_plain_json_object`)."""
+    try:
+        text = raw.decode()
+        value, end = _DECODE(text)
+        whole = end == len(text)
+    except (ValueError, RecursionError):
+        whole = False
+    if not whole:
+        return _plain_json_object(raw)
+    return value if isinstance(value, dict) else None
+
+
+_DECODE = json.JSONDecoder().raw_decode
+
+
+def _plain_json_object(raw: bytes) -> dict[str, Any] | None:
     try:
         value = loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError):
@@ -458,25 +474,12 @@ def _json_object(raw: bytes) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-_DECODE = json.JSONDecoder().raw_decode
-
-
 def _answer_object(data: bytes) -> dict[str, Any] | None:
-    """An engine's JSON answer as an object, None when it is not one (too deep included): what
-    :func:`_json_object` makes of it, through the decoder's scanner at once for the usual answer (UTF-8, one
-    value and nothing around it)."""
+    """An engine's JSON answer as an object, None when it is not one (too deep included)."""
     try:
-        text = data.decode()
-        value, end = _DECODE(text)
-        whole = end == len(text)
-    except (ValueError, RecursionError):
-        whole = False
-    if not whole:
-        try:
-            value = _json_object(data)
-        except BadRequest:
-            return None
-    return value if isinstance(value, dict) else None
+        return _json_object(data)
+    except BadRequest:
+        return None
 
 
 class _ProxyServer(ProxyHTTPServer):

@@ -24,6 +24,7 @@ import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from pathlib import Path
 from typing import Any, BinaryIO, Final, Literal, NamedTuple
@@ -145,6 +146,26 @@ def _dumps(obj: Any, *, sort_keys: bool = False) -> str:
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False, sort_keys=sort_keys)
 
 
+def _refuse(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _encoder(sort_keys: bool) -> Callable[[Any], str]:
+    """:func:`_dumps` without its per-call cost (the recorder's path): json's C encoder made once where there is
+    one (``json.dumps`` makes one per call, with a cycle check no parsed JSON needs); it raises as ``_dumps``
+    does (``ValueError`` for NaN, ``TypeError``), a cycle as a ``RecursionError``."""
+    if c_make_encoder is None:
+        return json.JSONEncoder(
+            ensure_ascii=False, separators=(",", ":"), allow_nan=False, sort_keys=sort_keys, check_circular=False
+        ).encode
+    encode = c_make_encoder(None, _refuse, encode_basestring, None, ":", ",", sort_keys, False, False)
+    return lambda obj: "".join(encode(obj, 0))
+
+
+_compact = _encoder(sort_keys=False)
+_canonical = _encoder(sort_keys=True)
+
+
 def _turn_digest_line(turn: Turn) -> bytes:
     """What the hash covers for one turn: identity + request bytes + recorded output.
 
@@ -194,8 +215,7 @@ def turn_line(turn: Turn, request_json: str | None = None) -> bytes:
     return (head + ',"request":' + request_json + "," + tail + "\n").encode("utf-8")
 
 
-@dataclass(frozen=True)
-class PreparedRequest:
+class PreparedRequest(NamedTuple):
     """What of a turn is known once its request is read, made ready while the engine works on it: the
     redacted request, the paths redacted, the session, the request as the trace line holds it, and the
     line's bytes around the turn index (:func:`recorded_line` fills in the rest)."""
@@ -220,7 +240,10 @@ def prepare_request(endpoint: str, body: Mapping[str, Any], session: str | None)
     request, redacted = redact_request(body)
     check_request(endpoint, request)
     session_id = session or derive_session_id(endpoint, request)
-    request_json, session_json = _dumps(request), _dumps(session_id)
+    try:
+        request_json, session_json = _compact(request), _compact(session_id)
+    except RecursionError as exc:  # a cycle (an API caller's dict): no JSON holds it
+        raise ValueError("the request holds itself (a cycle); JSON cannot") from exc
     return PreparedRequest(
         request,
         redacted,
@@ -229,7 +252,7 @@ def prepare_request(endpoint: str, body: Mapping[str, Any], session: str | None)
         endpoint,
         f'{{"frank_trace":{TRACE_VERSION},"turn_id":{session_json[:-1]}-'.encode(),
         f'","session_id":{session_json},"turn_index":'.encode(),
-        f',"endpoint":{_dumps(endpoint)},"request":{request_json},'.encode(),
+        f',"endpoint":{_compact(endpoint)},"request":{request_json},'.encode(),
     )
 
 
@@ -249,22 +272,6 @@ class MeasuredTimings(NamedTuple):
         if self.e2e_ms is not None:
             out["e2e_ms"] = self.e2e_ms
         return out
-
-
-def _refuse(value: Any) -> Any:
-    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
-
-
-def _tail_encoder() -> Callable[[Any], str]:
-    """:func:`_dumps` without its per-call cost: json's C encoder made once (``json.dumps`` makes one per call),
-    where there is one; it raises as ``_dumps`` does (``ValueError`` for NaN, ``TypeError``)."""
-    if c_make_encoder is None:
-        return json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
-    encode = c_make_encoder(None, _refuse, encode_basestring, None, ":", ",", False, False, False)
-    return lambda obj: "".join(encode(obj, 0))
-
-
-_TAIL = _tail_encoder()
 
 
 def recorded_line(
@@ -289,7 +296,7 @@ def recorded_line(
     if p.redacted:
         tail["redacted"] = p.redacted
     try:
-        text = _TAIL(tail)
+        text = _compact(tail)
     except ValueError:
         return _line_of_turn(p, index, output, timings, client_disconnected, recorded_at)
     return b"%s%04d%s%d%s%s\n" % (p.line_head, index, p.line_session, index, p.line_request, text[1:].encode("utf-8"))
@@ -593,8 +600,10 @@ def normalised_name(key: str) -> str:
     return _SEPARATORS.sub("_", _CAMEL.sub("_", key).lower()).strip("_")
 
 
+@lru_cache(maxsize=4096)
 def is_secret_key(key: str) -> bool:
-    """A credential-like field name, by its normalised form (see the list above this function)."""
+    """A credential-like field name, by its normalised form (see the list above this function); remembered
+    for the last 4,096 names (a recorder sees the same few on every request)."""
     k = normalised_name(key)
     if k in NOT_SECRET:
         return False
@@ -653,10 +662,16 @@ def derive_session_id(endpoint: str, body: Mapping[str, Any]) -> str:
             (m.get("content") for m in body.get("messages", []) if isinstance(m, dict) and m.get("role") == "user"),
             None,
         )
-        key = _dumps(first, sort_keys=True)
+        key = _canonical(first)
     else:
         prompt = body.get("prompt")
         key = prompt[:1024] if isinstance(prompt, str) else _dumps(prompt)[:1024]
+    return _session_of(key)
+
+
+@lru_cache(maxsize=64)
+def _session_of(key: str) -> str:
+    """Remembered for the last 64 sessions: every turn of a session has the same key."""
     return "s-" + hashlib.sha256(key.encode("utf-8")).hexdigest()[:12]
 
 
