@@ -9,6 +9,7 @@ test_serve.py and test_record.py."""
 
 from __future__ import annotations
 
+import io
 import json
 import random
 import re
@@ -32,7 +33,15 @@ from frankenstein.regioncache.proxy import Front, start_front
 from frankenstein.shipped import data_path
 from frankenstein.workload.listener import UpstreamPool
 from frankenstein.workload.record import serve_recorder
-from frankenstein.workload.wire import MAX_HEAD_BYTES, ChunkFraming, Headers
+from frankenstein.workload.wire import (
+    MAX_HEAD_BYTES,
+    BadHead,
+    ChunkFraming,
+    Headers,
+    parse_headers,
+    read_head,
+    read_message_head,
+)
 
 TEXT = "The quick brown fox jumps over the lazy dog."
 
@@ -362,6 +371,40 @@ def _random_framing(rng: random.Random) -> bytes:
     return out
 
 
+def _line_by_line(data: bytes, unfold: bool) -> object:
+    """The general path alone: what read_message_head must give for any head."""
+    rfile = io.BufferedReader(io.BytesIO(data))
+    try:
+        lines = read_head(rfile, rfile.readline(65537))
+        return (lines[0], parse_headers(lines[1:], unfold).items(), rfile.read()) if lines else None
+    except BadHead as exc:
+        return type(exc), str(exc)
+
+
+def _matched(data: bytes, unfold: bool) -> object:
+    rfile = io.BufferedReader(io.BytesIO(data))
+    try:
+        head = read_message_head(rfile, rfile.readline(65537), unfold)
+        return (head[0], head[1].items(), rfile.read()) if head else None
+    except BadHead as exc:
+        return type(exc), str(exc)
+
+
+@pytest.mark.parametrize("unfold", [False, True])
+def test_a_head_read_by_the_one_match_path_is_what_the_line_by_line_path_reads(unfold: bool) -> None:
+    rng = random.Random(27)
+    names = ["Host", "content-length", "X-Frank-Session", "Bad Name", "X@Y", " Lead", "Trail ", "", "ö"]
+    values = ["x", "", "  padded\t ", "a:b", "tab\tin", "ünï", "bare\rcr", "bare\nlf"]
+    for _ in range(3000):
+        fields = [f"{rng.choice(names)}:{rng.choice(values)}" for _ in range(rng.randrange(0, 6))]
+        if rng.random() < 0.1:
+            fields.insert(rng.randrange(len(fields) + 1), " folded")
+        ends = [rng.choice(["\r\n"] * 9 + ["\n"]) for _ in fields]
+        head = "GET /x HTTP/1.1\r\n" + "".join(f + e for f, e in zip(fields, ends, strict=True)) + "\r\n"
+        data = head.encode("latin-1", "replace") + b"BODY"
+        assert _matched(data, unfold) == _line_by_line(data, unfold), data
+
+
 @pytest.mark.parametrize("hold", [False, True])
 def test_the_whole_chunk_fast_path_gives_what_the_bytewise_path_gives(hold: bool) -> None:
     rng = random.Random(33)
@@ -566,7 +609,7 @@ def test_after_llama_servers_first_stream_no_request_finds_its_connection_closed
                 assert r.status_code == 200 and r.read().rstrip().endswith(b"data: [DONE]")
             assert client.post(f.url + "/tokenize", json={"content": "x", "with_pieces": True}).status_code == 200
         pool = f.server.pool
-    assert pool.closes_after_streams and pool.stale <= 1 and pool.resent == 0
+    assert pool.closes_after_streams and pool.stale + pool.resent <= 1  # the first stream's close: found or resent
 
 
 def test_meanwhile_runs_after_the_request_is_sent_and_before_its_answer_is_read() -> None:

@@ -43,8 +43,7 @@ from frankenstein.workload.wire import (
     UpstreamAnswer,
     UpstreamConnection,
     http_date,
-    parse_headers,
-    read_head,
+    read_message_head,
     status_line,
 )
 
@@ -228,16 +227,16 @@ class LeanHandler(BaseHTTPRequestHandler):
             return False
 
     def _parse_head(self) -> bool:
-        lines = read_head(cast(io.BufferedReader, self.rfile), self.raw_requestline)  # rbufsize -1: buffered
-        if not lines:
+        head = read_message_head(cast(io.BufferedReader, self.rfile), self.raw_requestline)  # rbufsize -1: buffered
+        if head is None:
             return False  # an empty line where a request line belongs: closed, as the standard library does
-        self.requestline = lines[0]
+        self.requestline, self.headers = head
+        headers = self.headers
         words = self.requestline.split()
         if len(words) != 3 or words[2] not in ("HTTP/1.0", "HTTP/1.1"):
             raise BadHead(f"bad request line {self.requestline[:80]!r}")
         self.command, path, self.request_version = words
         self.path = "/" + path.lstrip("/") if path.startswith("//") else path
-        self.headers = headers = parse_headers(lines[1:])
         connection = headers.get("connection")
         self.close_connection = (
             self.request_version == "HTTP/1.0" if connection is None else _wants_close(self.request_version, connection)
@@ -326,6 +325,7 @@ class UpstreamPool:
                 return self._exchange(conn, method, path, body, headers, meanwhile)
             except Closed:
                 self.resent += 1  # closed by the upstream just as it was reused: sent again on a fresh connection
+                self.closes_after_streams |= conn.streamed
         return self._exchange(self._connect(), method, path, body, headers, meanwhile)
 
     def _live_idle(self) -> UpstreamConnection | None:

@@ -22,6 +22,7 @@ joined to the one before with a space (RFC 9112 5.2). A chunked answer is decode
 from __future__ import annotations
 
 import io
+import re
 import select
 import socket
 import ssl
@@ -79,6 +80,18 @@ class Headers:
         self._lower: list[str] = []  # the names lowercased, in the order of _pairs
         for name, value in pairs:
             self.add(name, value)
+
+    @classmethod
+    def of_fields(cls, fields: list[tuple[str, str]]) -> Headers:
+        """Headers of (name, value) pairs already checked: no call per field."""
+        headers = cls()
+        headers._pairs = fields
+        headers._lower = lowered = [name.lower() for name, _ in fields]
+        first = headers._first
+        for low, (_, value) in zip(lowered, fields):
+            if low not in first:
+                first[low] = value
+        return headers
 
     def add(self, name: str, value: str) -> None:
         low = name.lower()
@@ -144,6 +157,29 @@ def read_head(rfile: HeadReader, first: bytes | None = None) -> list[str]:
     block = rfile.read(end + 4)[:end].decode("latin-1").split("\r\n")
     _check_size(sum(map(len, lines)) + end, len(lines) + len(block))
     return lines + block
+
+
+# A head's header section as the bytes after its start line, whole in the read buffer, every line ``token: value``
+# with CRLF ends (RFC 9112 field syntax): one match validates it, one findall splits it. Anything else (a bare
+# LF or CR, a folded line, a head not yet whole in the buffer, a bad line) takes the line-by-line path.
+_PLAIN_FIELDS = re.compile(rb"(?:[!#$%&'*+.^_`|~0-9A-Za-z-]+:[^\r\n]*\r\n)*\r\n")
+_FIELD = re.compile(r"([^:\r\n]+):[ \t]*(.*?)[ \t]*\r\n")
+
+
+def read_message_head(rfile: HeadReader, first: bytes, unfold: bool = False) -> tuple[str, Headers] | None:
+    """The start line ``first`` (already read) decoded, and the header fields that follow it; None when
+    ``first`` is an empty line or nothing (the peer closed). A head in plain syntax is taken with one regular
+    expression match and one split (this runs on every request's and answer's path); any other goes line by
+    line (:func:`read_head`, :func:`parse_headers`: the same fields, or the same :class:`BadHead`)."""
+    if first in (b"", b"\r\n", b"\n"):
+        return None
+    plain = _PLAIN_FIELDS.match(rfile.peek(MAX_HEAD_BYTES))
+    if plain is None:
+        lines = read_head(rfile, first)
+        return lines[0], parse_headers(lines[1:], unfold)
+    fields = _FIELD.findall(rfile.read(plain.end()).decode("latin-1"))
+    _check_size(len(first) + plain.end(), len(fields) + 1)
+    return first.rstrip(b"\r\n").decode("latin-1"), Headers.of_fields(fields)
 
 
 def _read_lines(rfile: HeadReader, lines: list[str]) -> list[str]:
@@ -273,23 +309,23 @@ class UpstreamConnection:
             self.sock.sendall(head + body if body else head)
             if meanwhile is not None:
                 meanwhile()
-            lines = self._answer_head()
+            status, fields = self._answer_head()
         except (BrokenPipeError, ConnectionResetError) as exc:
             raise Closed(f"upstream {self.host} closed the connection: {exc}") from exc
         self.exchanges += 1
-        answer = UpstreamAnswer(self, method, lines)
+        answer = UpstreamAnswer(self, method, status, fields)
         self.streamed = answer.chunked
         return answer
 
-    def _answer_head(self) -> list[str]:
-        """The head of the final answer (interim 1xx answers skipped)."""
+    def _answer_head(self) -> tuple[str, Headers]:
+        """The status line and fields of the final answer (interim 1xx answers skipped)."""
         while True:
-            lines = read_head_from_upstream(self.rfile)
-            if not lines:
+            head = read_head_from_upstream(self.rfile)
+            if head is None:
                 raise Closed(f"upstream {self.host} closed the connection without an answer")
-            code = lines[0][9:12]
+            code = head[0][9:12]
             if not code.startswith("1") or code == "101":  # 100 Continue, 103 Early Hints: skipped
-                return lines
+                return head
 
     def closed_by_peer(self) -> bool:
         """Whether an idle connection has something to read: the upstream's close (or bytes nobody asked
@@ -307,9 +343,10 @@ class UpstreamConnection:
             self.sock.close()
 
 
-def read_head_from_upstream(rfile: HeadReader) -> list[str]:
+def read_head_from_upstream(rfile: HeadReader) -> tuple[str, Headers] | None:
+    """An answer's status line and fields (folded lines joined); None when the upstream closed first."""
     try:
-        return read_head(rfile)
+        return read_message_head(rfile, rfile.readline(MAX_LINE + 1), unfold=True)
     except BadHead as exc:
         raise ProtocolError(f"upstream answered a malformed head: {exc}") from exc
 
@@ -319,10 +356,10 @@ class UpstreamAnswer:
     (the body decoded: chunks without their framing), ``read``, and ``finished`` once the body was read
     to its end (the connection may then carry another request)."""
 
-    def __init__(self, conn: UpstreamConnection, method: str, lines: list[str]) -> None:
+    def __init__(self, conn: UpstreamConnection, method: str, status: str, headers: Headers) -> None:
         self.conn = conn
-        self.version, self.status_code = _status(lines[0])
-        self.headers = parse_headers(lines[1:], unfold=True)
+        self.version, self.status_code = _status(status)
+        self.headers = headers
         self.will_close = _will_close(self.version, self.headers)
         self._left: int | None = None  # bytes of the body (or of the current chunk) still to read
         self._mode = _body_mode(method, self.status_code, self.headers)
