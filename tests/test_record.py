@@ -84,7 +84,10 @@ class FakeOpenAI(BaseHTTPRequestHandler):
             return self._stream(self.path, word)
         if word == "WAIT":
             assert self.server.release.wait(10)
-        self._json(200, _answer(self.path))
+        answer = _answer(self.path)
+        if word == "ODD":  # a finish reason no trace can hold (a number)
+            answer["choices"][0]["finish_reason"] = 7
+        self._json(200, answer)
 
     def _chunk(self, obj: Any) -> None:
         data = b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n\n"
@@ -97,6 +100,8 @@ class FakeOpenAI(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         chunks = _stream_chunks(path)
+        if word == "ODD":
+            chunks[-1]["choices"][0]["finish_reason"] = 7
         for i, chunk in enumerate(chunks):
             if word == "DIE" and i == 2:
                 self.connection.shutdown(socket.SHUT_RDWR)  # upstream dies mid-stream
@@ -112,7 +117,7 @@ class FakeOpenAI(BaseHTTPRequestHandler):
 
 def _magic(body: dict[str, Any]) -> str | None:
     text = body["messages"][-1]["content"] if "messages" in body else str(body.get("prompt"))
-    return next((w for w in ("DIE", "WAIT", "FAIL") if w in text), None)
+    return next((w for w in ("DIE", "WAIT", "FAIL", "ODD") if w in text), None)
 
 
 TIMINGS = {"prompt_n": 5, "prompt_ms": 1.5, "predicted_n": 3, "predicted_ms": 6.0}
@@ -937,3 +942,23 @@ def test_a_body_or_answer_is_read_as_the_json_reader_reads_it(data: bytes) -> No
         except BadRequest as exc:
             outcomes.append(f"BadRequest: {exc}")
     assert outcomes[0] == outcomes[1]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_answer_no_trace_can_hold_is_relayed_whole_said_and_not_recorded(
+    proxy: Any, stream: bool, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """An engine whose answer our decoder refuses (a finish reason that is a number): the client still gets the
+    whole answer, the turn is said as not recorded (one line naming the field), no traceback, nothing written."""
+    r = httpx.post(proxy.url + "/v1/chat/completions", json=chat("ODD", stream=stream))
+    assert r.status_code == 200
+    if stream:
+        assert b'"finish_reason": 7' in r.content and r.content.endswith(b"data: [DONE]\n\n")  # read to its end
+    else:
+        assert r.json()["choices"][0]["finish_reason"] == 7
+    assert proxy.errors == [
+        "turn not recorded: the engine's answer on /v1/chat/completions holds what no trace can: "
+        "finish_reason: Input should be a valid string"
+    ]
+    assert "Traceback" not in capfd.readouterr().err
+    assert not proxy.recorder.out.exists()

@@ -56,6 +56,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from frankenstein.engines.http import TransportError
 from frankenstein.engines.response import StreamAssembler, canonical_endpoint, output_from_response, server_timings
 from frankenstein.errors import FrankError, TraceError
@@ -387,10 +389,22 @@ class _Handler(LeanHandler):
             return body, exc
 
     def _record(
-        self, output: RecordedOutput, server: dict[str, Any], t0: float, ttft: float | None, gone: bool
+        self, endpoint: str, answer: dict[str, Any] | StreamAssembler, t0: float, ttft: float | None, gone: bool
     ) -> None:
         """The turn written (between the answer's last two bytes: only what the line needs); ``gone``: the
-        client closed its side."""
+        client closed its side. An answer our decoder refuses is said, not recorded."""
+        try:
+            if isinstance(answer, StreamAssembler):
+                output, server = answer.output(), answer.timings
+            else:
+                output, server = output_from_response(endpoint, answer), server_timings(answer)
+        except ValidationError as exc:
+            where = ".".join(str(p) for p in exc.errors()[0]["loc"])
+            why = f"{where}: {exc.errors()[0]['msg']}"
+            self.server.note_error(
+                f"turn not recorded: the engine's answer on {endpoint} holds what no trace can: {why}"
+            )
+            return
         timings = MeasuredTimings(server, ttft, round((time.perf_counter() - t0) * 1e3, 3))
         self._written = self.server.record(self._prepared, output, timings, gone)
 
@@ -402,7 +416,7 @@ class _Handler(LeanHandler):
         self._reply(200, resp.headers, data[:-1], length=len(data))
         answer = _answer_object(data)
         if answer is not None:
-            self._record(output_from_response(endpoint, answer), server_timings(answer), t0, None, gone)
+            self._record(endpoint, answer, t0, None, gone)
         self._write(data[-1:])
         self._after_turn()
         if answer is None:
@@ -427,7 +441,7 @@ class _Handler(LeanHandler):
         if not asm.finished:
             why = f"upstream stream on {endpoint} ended without finishing" + (f": {asm.error}" if asm.error else "")
             self._fail_stream(why, framing)
-        self._record(asm.output(), asm.timings, t0, ttft, self._peer_closed())
+        self._record(endpoint, asm, t0, ttft, self._peer_closed())
         self._write(b"0\r\n\r\n")  # the end of the answer, only once its turn is in the trace
         self._after_turn()
 
