@@ -52,9 +52,9 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
@@ -154,8 +154,7 @@ class GroupCommit:
         os.close(self._fd)
 
 
-@dataclass(frozen=True, slots=True)
-class RecordedTurn:
+class RecordedTurn(NamedTuple):
     """What ``on_turn`` is told of a turn just written to the trace."""
 
     turn_id: str
@@ -263,7 +262,7 @@ class _Handler(LeanHandler):
 
     def _handle(self) -> None:
         self.client_gone = False
-        endpoint = canonical_endpoint(self.path) if self.command == "POST" else None
+        endpoint = _endpoint_of(self.path) if self.command == "POST" else None
         try:
             raw = read_body(self, self.server.max_body_bytes)
         except BadRequest as exc:
@@ -460,6 +459,13 @@ class _Handler(LeanHandler):
             self._write(b"%x\r\n%s\r\n" % (len(event), event))
         self.close_connection = True
         raise _UpstreamFailed(reason)
+
+
+@lru_cache(maxsize=256)
+def _endpoint_of(path: str) -> str | None:
+    """:func:`~frankenstein.engines.response.canonical_endpoint`, remembered for the last 256 paths (a client
+    sends the same one or two on every request: no ``urlsplit`` on the request's path)."""
+    return canonical_endpoint(path)
 
 
 def _json_object(raw: bytes) -> dict[str, Any] | None:
