@@ -318,11 +318,11 @@ class _Handler(LeanHandler):
 
     def _relay_framed(self, resp: PooledAnswer) -> None:
         """The engine's chunks as the bytes it sent, each read sent on at once: no decoding and re-chunking.
-        The final 0-chunk reaches the client only if the framing before it was whole (a broken or cut
-        stream ends without it)."""
-        for piece in resp.iter_framed():
-            self.wfile.write(piece)
-            self.wfile.flush()
+        The head goes first, as soon as the engine's came (the client reads it while the engine works), then each
+        piece straight to the socket. The final 0-chunk reaches the client only if the framing before it was whole
+        (a broken or cut stream ends without it)."""
+        self.wfile.flush()
+        resp.pump_framed(self.connection.sendall)
 
     # ------------------------------------------------------------------ plumbing
     def _read_body(self) -> bytes:

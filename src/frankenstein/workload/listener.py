@@ -424,6 +424,9 @@ class PooledAnswer:
     def iter_framed(self, size: int = READ_BUFFER, framing: ChunkFraming | None = None) -> Iterator[bytes]:
         return self._answer.iter_framed(size, framing)
 
+    def pump_framed(self, send: Callable[[bytes], object], framing: ChunkFraming | None = None) -> None:
+        self._answer.pump_framed(send, framing)
+
     def read(self) -> bytes:
         return self._answer.read()
 

@@ -398,6 +398,25 @@ class UpstreamAnswer:
             self.conn.reusable = False  # bytes after the answer that nobody asked for
         self.finished = True
 
+    def pump_framed(self, send: Callable[[bytes], object], framing: ChunkFraming | None = None) -> None:
+        """:meth:`iter_framed` with each piece handed to ``send`` in one loop (no generator between the read and
+        the send: a stream's pieces are relayed with the fewest Python frames); the same errors, raised after the
+        good bytes before them were sent."""
+        framing = framing or ChunkFraming()
+        read1, feed = self.conn.rfile.read1, framing.feed
+        while not framing.done:
+            data = read1(READ_BUFFER)
+            if not data:
+                raise ProtocolError("upstream closed the connection inside a chunked body")
+            out = feed(data)
+            if out:
+                send(out)
+            if framing.broken is not None:
+                raise ProtocolError(f"upstream sent {framing.broken}")
+        if framing.surplus:
+            self.conn.reusable = False  # bytes after the answer that nobody asked for
+        self.finished = True
+
     @property
     def chunked(self) -> bool:
         return self._mode == "chunked"
