@@ -45,6 +45,7 @@ What is recorded, and when:
 from __future__ import annotations
 
 import json
+from json.scanner import make_scanner
 import os
 import select
 import socket
@@ -155,11 +156,16 @@ class GroupCommit:
 
 
 class RecordedTurn(NamedTuple):
-    """What ``on_turn`` is told of a turn just written to the trace."""
+    """What ``on_turn`` is told of a turn just written to the trace (its id made only when asked for)."""
 
-    turn_id: str
+    session_id: str
+    turn_index: int
     endpoint: str
     output: RecordedOutput
+
+    @property
+    def turn_id(self) -> str:
+        return make_turn_id(self.session_id, self.turn_index)
 
 
 class TurnRecorder:
@@ -222,7 +228,7 @@ class TurnRecorder:
             self._file.append(line)
             self._next[p.session_id] = index + 1
             self.recorded += 1
-        return RecordedTurn(make_turn_id(p.session_id, index), p.endpoint, output)
+        return RecordedTurn(p.session_id, index, p.endpoint, output)
 
     def sync_soon(self) -> None:
         """Have the writer thread fsync what was written (off the answer's path: after its last byte)."""
@@ -474,16 +480,16 @@ def _json_object(raw: bytes) -> dict[str, Any] | None:
     decoder's scanner at once; any other is read as ``json.loads`` reads it (:func:`_plain_json_object`)."""
     try:
         text = raw.decode()
-        value, end = _DECODE(text)
+        value, end = _SCAN(text, 0)
         whole = end == len(text)
-    except (ValueError, RecursionError):
+    except (StopIteration, ValueError, RecursionError):  # the scanner's "no JSON value here" is a StopIteration
         whole = False
     if not whole:
         return _plain_json_object(raw)
     return value if isinstance(value, dict) else None
 
 
-_DECODE = json.JSONDecoder().raw_decode
+_SCAN = make_scanner(json.JSONDecoder())  # type: ignore[arg-type]  # the scanner json.loads runs, unwrapped
 
 
 def _plain_json_object(raw: bytes) -> dict[str, Any] | None:

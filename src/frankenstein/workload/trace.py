@@ -264,15 +264,6 @@ class MeasuredTimings(NamedTuple):
     ttft_ms: float | None
     e2e_ms: float | None
 
-    def json(self) -> dict[str, Any]:
-        """``RecordedTimings(...).model_dump(mode="json", exclude_none=True)`` for values JSON can hold."""
-        out: dict[str, Any] = {"server": self.server}
-        if self.ttft_ms is not None:
-            out["ttft_ms"] = self.ttft_ms
-        if self.e2e_ms is not None:
-            out["e2e_ms"] = self.e2e_ms
-        return out
-
 
 def recorded_line(
     p: PreparedRequest,
@@ -286,9 +277,14 @@ def recorded_line(
     the same values, made without building one (the recorder writes it between the answer's last two bytes).
     ``output`` is our decoder's, valid already; the request was checked by :func:`prepare_request`. A value JSON cannot
     hold (an engine's NaN timing) goes through the :class:`Turn`, which writes it as ``null``."""
+    times: dict[str, Any] = {"server": timings.server}  # RecordedTimings's JSON: None left out
+    if timings.ttft_ms is not None:
+        times["ttft_ms"] = timings.ttft_ms
+    if timings.e2e_ms is not None:
+        times["e2e_ms"] = timings.e2e_ms
     tail = {
         "output": _output_json(output),
-        "timings": timings.json(),
+        "timings": times,
         "client_disconnected": client_disconnected,
         "recorded_at": recorded_at,
         "source": "record",
