@@ -962,3 +962,25 @@ def test_an_answer_no_trace_can_hold_is_relayed_whole_said_and_not_recorded(
     ]
     assert "Traceback" not in capfd.readouterr().err
     assert not proxy.recorder.out.exists()
+
+
+def test_a_recorder_refused_at_its_start_lets_the_trace_go(upstream: Any, tmp_path: Path) -> None:
+    """A recorder that takes an existing trace at its start and is then refused (an invalid trace, a busy
+    port) lets it go again: the next recorder is refused for the trace's own fault, or takes it."""
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"frank_trace": 1}\n')
+    for _ in range(2):  # the second time is the same message, not "another writer"
+        with pytest.raises(TraceError, match="line 1: turn_id: missing"):
+            TurnRecorder(bad)
+    out = tmp_path / "t.jsonl"
+    rec = TurnRecorder(out)
+    rec.record("/v1/chat/completions", chat("a"), "s", OK_OUTPUT, RecordedTimings())
+    rec.close()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        with pytest.raises(FrankError, match="cannot listen on"):
+            serve_recorder(upstream.url, "127.0.0.1", s.getsockname()[1], out)
+    with serve_recorder(upstream.url, out=out) as srv:
+        httpx.post(srv.url + "/v1/chat/completions", json=chat("b"), headers={"X-Frank-Session": "s"})
+    assert [t.turn_id for t in load_trace(out).turns] == ["s-0000", "s-0001"]
