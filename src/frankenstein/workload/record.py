@@ -4,7 +4,10 @@ An OpenAI-compatible HTTP proxy that forwards every request to the upstream unch
 each finished generation turn (``/v1/chat/completions``, ``/v1/completions``, llama.cpp
 ``/completion``; streamed or not) to a trace: each turn is written (one whole line, in the kernel) before
 the client sees the end of its response, and a writer thread ``fsync``s what was written in groups, off
-the request path (:class:`GroupCommit`): ``kill -9`` of the recorder loses no completed turn.
+the request path (:class:`GroupCommit`): ``kill -9`` of the recorder loses no completed turn. One
+recorder per trace: it holds the file's lock from its first turn until it stops. Between the answer's last
+two bytes only the line is made (:func:`~frankenstein.workload.trace.recorded_line`, from the request side
+prepared while the engine worked) and written; the fsync is woken after the last byte.
 Every other path (``/tokenize``, ``/detokenize``, ``/v1/models``, ``/health``, ``/metrics``,
 token-count calls, ...) is passed through and not recorded.
 
@@ -45,7 +48,6 @@ What is recorded, and when:
 from __future__ import annotations
 
 import json
-from json.scanner import make_scanner
 import os
 import select
 import socket
@@ -54,6 +56,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from functools import lru_cache
+from json.scanner import make_scanner
 from pathlib import Path
 from typing import Any, NamedTuple
 
