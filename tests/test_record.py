@@ -84,10 +84,7 @@ class FakeOpenAI(BaseHTTPRequestHandler):
             return self._stream(self.path, word)
         if word == "WAIT":
             assert self.server.release.wait(10)
-        answer = _answer(self.path)
-        if word == "ODD":  # a finish reason no trace can hold (a number)
-            answer["choices"][0]["finish_reason"] = 7
-        self._json(200, answer)
+        self._json(200, _answer(self.path))
 
     def _chunk(self, obj: Any) -> None:
         data = b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n\n"
@@ -100,8 +97,6 @@ class FakeOpenAI(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         chunks = _stream_chunks(path)
-        if word == "ODD":
-            chunks[-1]["choices"][0]["finish_reason"] = 7
         for i, chunk in enumerate(chunks):
             if word == "DIE" and i == 2:
                 self.connection.shutdown(socket.SHUT_RDWR)  # upstream dies mid-stream
@@ -117,7 +112,7 @@ class FakeOpenAI(BaseHTTPRequestHandler):
 
 def _magic(body: dict[str, Any]) -> str | None:
     text = body["messages"][-1]["content"] if "messages" in body else str(body.get("prompt"))
-    return next((w for w in ("DIE", "WAIT", "FAIL", "ODD") if w in text), None)
+    return next((w for w in ("DIE", "WAIT", "FAIL") if w in text), None)
 
 
 TIMINGS = {"prompt_n": 5, "prompt_ms": 1.5, "predicted_n": 3, "predicted_ms": 6.0}
@@ -944,24 +939,84 @@ def test_a_body_or_answer_is_read_as_the_json_reader_reads_it(data: bytes) -> No
     assert outcomes[0] == outcomes[1]
 
 
-@pytest.mark.parametrize("stream", [False, True])
-def test_an_answer_no_trace_can_hold_is_relayed_whole_said_and_not_recorded(
-    proxy: Any, stream: bool, capfd: pytest.CaptureFixture[str]
+class OddEngineTestDouble(BaseHTTPRequestHandler):
+    """TEST DOUBLE of an engine that answers every POST with ``server.answer``: JSON bytes with a length, or a
+    list of SSE event objects sent chunked (then ``[DONE]`` and the final chunk)."""
+
+    protocol_version = "HTTP/1.1"
+    server: Any
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        answer = self.server.answer
+        self.send_response(200)
+        if isinstance(answer, bytes):
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+            return
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for event in [json.dumps(e).encode() for e in answer] + [b"[DONE]"]:
+            data = b"data: " + event + b"\n\n"
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.write(b"0\r\n\r\n")
+
+
+def _delta(delta: Any, finish: Any = "stop", **extra: Any) -> dict[str, Any]:
+    return {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
+
+
+ODD_ANSWERS = [
+    ({"choices": [{"message": {"content": "x"}, "finish_reason": 7}]}, "finish_reason: Input should be a valid string"),
+    ({"choices": {"a": 1}}, "KeyError: 0"),
+    ({"choices": ["x"]}, "AttributeError: 'str' object has no attribute 'get'"),
+    ({"choices": [{"message": {"tool_calls": [5]}}]}, "AttributeError: 'int' object has no attribute 'get'"),
+    ({"choices": [{"message": {"content": "x"}}], "usage": [1]}, "AttributeError: 'list' object has no attribute"),
+    ({"choices": [{"message": {"content": "x"}, "token_ids": "abc"}]}, "token_ids: Input should be a valid list"),
+    ([_delta({"content": "x"}, 7)], "finish_reason: Input should be a valid string"),
+    ([_delta({"content": 5})], "TypeError: "),
+    ([_delta({"tool_calls": [{"index": 0, "function": {"arguments": 5}}]})], "TypeError: "),
+    ([_delta("x")], "AttributeError: 'str' object has no attribute 'get'"),
+]
+
+
+@pytest.mark.parametrize(
+    ("answer", "why"), [(json.dumps(a).encode() if isinstance(a, dict) else a, w) for a, w in ODD_ANSWERS]
+)
+def test_an_answer_our_decoder_cannot_read_is_relayed_whole_said_and_not_recorded(
+    answer: Any, why: str, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    """An engine whose answer our decoder refuses (a finish reason that is a number): the client still gets the
-    whole answer, the turn is said as not recorded (one line naming the field), no traceback, nothing written."""
-    r = httpx.post(proxy.url + "/v1/chat/completions", json=chat("ODD", stream=stream))
+    """An engine (an untrusted part) answers in a shape our decoder refuses or cannot read: a number where
+    text belongs, a string where an object does, streamed or not. The client still gets the whole answer as
+    the engine sent it (the final chunk included), the turn is said as not recorded in one line, no
+    traceback, nothing is written."""
+    engine = ThreadingHTTPServer(("127.0.0.1", 0), OddEngineTestDouble)
+    engine.answer = answer  # type: ignore[attr-defined]
+    threading.Thread(target=engine.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        with serve_recorder(f"http://127.0.0.1:{engine.server_address[1]}", out=tmp_path / "t.jsonl") as srv:
+            r = httpx.post(srv.url + "/v1/chat/completions", json=chat("hi", stream=not isinstance(answer, bytes)))
+            errors = list(srv.errors)
+    finally:
+        engine.shutdown()
+        engine.server_close()
     assert r.status_code == 200
-    if stream:
-        assert b'"finish_reason": 7' in r.content and r.content.endswith(b"data: [DONE]\n\n")  # read to its end
+    if isinstance(answer, bytes):
+        assert r.content == answer
     else:
-        assert r.json()["choices"][0]["finish_reason"] == 7
-    assert proxy.errors == [
-        "turn not recorded: the engine's answer on /v1/chat/completions holds what no trace can: "
-        "finish_reason: Input should be a valid string"
-    ]
+        assert r.content.endswith(b"data: [DONE]\n\n") and r.content.count(b"data: ") == len(answer) + 1
+    assert len(errors) == 1 and errors[0].startswith(
+        "turn not recorded: the engine's answer on /v1/chat/completions is not one a trace holds ("
+    )
+    assert why in errors[0], errors
     assert "Traceback" not in capfd.readouterr().err
-    assert not proxy.recorder.out.exists()
+    assert not (tmp_path / "t.jsonl").exists()
 
 
 def test_a_recorder_refused_at_its_start_lets_the_trace_go(upstream: Any, tmp_path: Path) -> None:

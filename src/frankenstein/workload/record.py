@@ -258,6 +258,12 @@ class _UpstreamFailed(Exception):
     pass
 
 
+# What our decoder (engines/response.py) raises on an answer of a shape it does not expect: a string where an
+# object belongs, a number where text does (pydantic's ValidationError is a ValueError). The answer still
+# reaches the client whole; the turn is said, not recorded.
+DECODER_ERRORS = (ValueError, TypeError, AttributeError, LookupError)
+
+
 class _Handler(LeanHandler):
     server: _ProxyServer
 
@@ -406,15 +412,20 @@ class _Handler(LeanHandler):
                 output, server = answer.output(), answer.timings
             else:
                 output, server = output_from_response(endpoint, answer), server_timings(answer)
-        except ValidationError as exc:
-            where = ".".join(str(p) for p in exc.errors()[0]["loc"])
-            why = f"{where}: {exc.errors()[0]['msg']}"
-            self.server.note_error(
-                f"turn not recorded: the engine's answer on {endpoint} holds what no trace can: {why}"
-            )
+        except DECODER_ERRORS as exc:
+            self._unreadable(endpoint, exc)
             return
         timings = MeasuredTimings(server, ttft, round((time.perf_counter() - t0) * 1e3, 3))
         self._written = self.server.record(self._prepared, output, timings, gone)
+
+    def _unreadable(self, endpoint: str, exc: Exception) -> None:
+        """An answer our decoder cannot read, said once (the client gets it as the engine sent it)."""
+        if isinstance(exc, ValidationError):
+            first = exc.errors()[0]
+            why = f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
+        else:
+            why = f"{type(exc).__name__}: {exc}"
+        self.server.note_error(f"turn not recorded: the engine's answer on {endpoint} is not one a trace holds ({why})")
 
     def _relay_json(self, endpoint: str, resp: PooledAnswer, t0: float) -> None:
         """All of the answer but its last byte goes to the client at once (it reads the head meanwhile); the last
@@ -435,23 +446,36 @@ class _Handler(LeanHandler):
         self.send_fields(resp.headers)
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
-        asm, ttft = StreamAssembler(endpoint), None
+        asm, ttft, unread = StreamAssembler(endpoint), None, None
         framing = ChunkFraming(hold_final=True, decode=resp.chunked)
         try:
             for piece in resp.iter_framed(framing=framing) if resp.chunked else resp.iter_raw():
                 arrived = time.perf_counter()
                 self._write(piece if resp.chunked else b"%x\r\n%s\r\n" % (len(piece), piece))  # relayed first
-                asm.feed(framing.data if resp.chunked else piece)  # parsing is off the client's path
+                if unread is None:
+                    unread = self._feed(asm, framing.data if resp.chunked else piece)  # off the client's path
                 if ttft is None and asm.has_output:
                     ttft = round((arrived - t0) * 1e3, 3)
         except TransportError as exc:
             self._fail_stream(f"upstream died mid-stream on {endpoint}: {exc!r}", framing)
-        if not asm.finished:
+        if unread is not None:  # relayed to its end as the engine sent it, not recorded
+            self._unreadable(endpoint, unread)
+        elif not asm.finished:
             why = f"upstream stream on {endpoint} ended without finishing" + (f": {asm.error}" if asm.error else "")
             self._fail_stream(why, framing)
-        self._record(endpoint, asm, t0, ttft, self._peer_closed())
+        else:
+            self._record(endpoint, asm, t0, ttft, self._peer_closed())
         self._write(b"0\r\n\r\n")  # the end of the answer, only once its turn is in the trace
         self._after_turn()
+
+    @staticmethod
+    def _feed(asm: StreamAssembler, data: bytes) -> Exception | None:
+        """``data`` into the decoder; what it raised on an event it cannot read (None: read)."""
+        try:
+            asm.feed(data)
+        except DECODER_ERRORS as exc:
+            return exc
+        return None
 
     def _after_turn(self) -> None:
         """Once the answer's last byte is out: the writer thread woken to fsync the turn."""
