@@ -521,7 +521,10 @@ ANSWERS: list[tuple[str, dict[str, Any], RecordedOutput]] = [
 
 
 @pytest.mark.parametrize(("endpoint", "body", "output"), ANSWERS)
-@pytest.mark.parametrize("server", [{}, {"prompt_n": 5, "predicted_ms": 4.5}, ODD_TIMINGS])
+@pytest.mark.parametrize(
+    "server",
+    [{}, {"prompt_n": 5, "predicted_ms": 4.5}, ODD_TIMINGS, {"set": {3}, "bytes": b"b", "deep": {"x": [float("nan")]}}],
+)
 def test_the_recorders_line_is_byte_for_byte_the_line_of_its_turn(
     endpoint: str, body: dict[str, Any], output: RecordedOutput, server: dict[str, Any]
 ) -> None:

@@ -275,8 +275,9 @@ def recorded_line(
 ) -> bytes:
     """The trace line of turn ``index`` of ``p``'s session, byte for byte ``turn_line`` of the :class:`Turn` of
     the same values, made without building one (the recorder writes it between the answer's last two bytes).
-    ``output`` is our decoder's, valid already; the request was checked by :func:`prepare_request`. A value JSON cannot
-    hold (an engine's NaN timing) goes through the :class:`Turn`, which writes it as ``null``."""
+    ``output`` is our decoder's, valid already; the request was checked by :func:`prepare_request`. A value
+    JSON cannot hold (an engine's NaN timing) goes through the :class:`Turn`, which writes it as ``null``; so
+    does one only pydantic writes (a set or bytes in timings an API caller gave ``TurnRecorder.record``)."""
     times: dict[str, Any] = {"server": timings.server}  # RecordedTimings's JSON: None left out
     if timings.ttft_ms is not None:
         times["ttft_ms"] = timings.ttft_ms
@@ -293,7 +294,7 @@ def recorded_line(
         tail["redacted"] = p.redacted
     try:
         text = _compact(tail)
-    except ValueError:
+    except (ValueError, TypeError):  # NaN, or (an API caller's timings) a value only pydantic writes as JSON
         return _line_of_turn(p, index, output, timings, client_disconnected, recorded_at)
     return b"%s%04d%s%d%s%s\n" % (p.line_head, index, p.line_session, index, p.line_request, text[1:].encode("utf-8"))
 
