@@ -323,6 +323,7 @@ def _line_of_turn(
     client_disconnected: bool,
     recorded_at: float,
 ) -> bytes:
+    """:func:`recorded_line` through a :class:`Turn` (the way for values only pydantic writes as JSON)."""
     turn = Turn(
         turn_id=make_turn_id(p.session_id, index),
         session_id=p.session_id,
