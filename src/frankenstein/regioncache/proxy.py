@@ -40,6 +40,7 @@ from frankenstein.regioncache.observe import ServedLog
 from frankenstein.regioncache.render import Renderer, Unrenderable
 from frankenstein.workload.listener import (
     HOP_HEADERS,
+    READ_BUFFER,
     MAX_BODY_BYTES,
     BadRequest,
     LeanHandler,
@@ -297,12 +298,13 @@ class _Handler(LeanHandler):
 
     def _relay_body(self, resp: PooledAnswer) -> None:
         if resp.length is not None:
-            self.send_header("Content-Length", str(resp.length))
-            self.end_headers()
+            head = self.head_ending(b"Content-Length: %d\r\n" % resp.length)
+            if resp.length <= READ_BUFFER:  # head and body in one send, no buffered writer between
+                self.connection.sendall(head + resp.read())
+                return
+            self.connection.sendall(head)
             for piece in resp.iter_raw():
-                self.wfile.write(piece)
-                self.wfile.flush()
-            self.wfile.flush()  # an empty body: the head alone
+                self.connection.sendall(piece)
             return
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()

@@ -42,8 +42,8 @@ from frankenstein.workload.wire import (
     Headers,
     UpstreamAnswer,
     UpstreamConnection,
-    http_date,
     read_message_head,
+    server_and_date,
     status_line,
 )
 
@@ -215,6 +215,8 @@ class LeanHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     wbufsize = WRITE_BUFFER  # headers and body leave in one send (each write is followed by a flush)
     raw_requestline: bytes  # the request line, read by handle_one_request
+    _headers_buffer: list[bytes]  # the head being made (send_response, send_header, send_fields)
+
     headers: Headers  # type: ignore[assignment]  # wire.Headers: get(), items(), iteration, as handlers use them
 
     def parse_request(self) -> bool:
@@ -252,11 +254,19 @@ class LeanHandler(BaseHTTPRequestHandler):
         :meth:`send_response`; ``send_header`` would make each its own)."""
         self._headers_buffer.append(headers.lines(drop).encode("latin-1"))
 
+    def head_ending(self, fields: bytes = b"") -> bytes:
+        """The head begun by :meth:`send_response` with ``fields`` (whole ``Name: value\\r\\n`` lines) and its
+        empty line, as bytes for the caller to send (with the body: one send); the head's buffer is emptied."""
+        self._headers_buffer.append(fields + b"\r\n")
+        head = b"".join(self._headers_buffer)
+        self._headers_buffer = []
+        return head
+
     def send_response(self, code: int, message: str | None = None) -> None:
         """The status line, ``Server`` and ``Date`` into the head's buffer (written by ``end_headers``)."""
         self._headers_buffer = [
             status_line(self.protocol_version, code, message),
-            f"Server: {self.version_string()}\r\nDate: {http_date()}\r\n".encode("latin-1"),
+            server_and_date(self.version_string()),
         ]
 
 

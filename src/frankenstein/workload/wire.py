@@ -243,6 +243,8 @@ def _unfolded(lines: list[str]) -> list[str]:
 # ---------------------------------------------------------------- writing a head
 
 _date = (0, "")
+_server_date: tuple[int, str, bytes] = (0, "", b"")
+_status_lines: dict[tuple[str, int, str | None], bytes] = {}
 
 
 def http_date() -> str:
@@ -254,10 +256,28 @@ def http_date() -> str:
     return _date[1]
 
 
+def server_and_date(server: str) -> bytes:
+    """The ``Server`` and ``Date`` head lines as bytes, made once per second (a head is begun on every answer's
+    path)."""
+    global _server_date
+    now = int(time.time())
+    if _server_date[0] != now or _server_date[1] != server:
+        _server_date = (now, server, f"Server: {server}\r\nDate: {http_date()}\r\n".encode("latin-1"))
+    return _server_date[2]
+
+
 def status_line(version: str, code: int, reason: str | None = None) -> bytes:
-    if reason is None:
-        reason = HTTPStatus(code).phrase if code in HTTPStatus._value2member_map_ else ""
-    return f"{version} {code} {reason}\r\n".encode("latin-1")
+    """``HTTP/1.1 200 OK\\r\\n``; the lines of the standard phrases are made once."""
+    key = (version, code, reason)
+    line = _status_lines.get(key)
+    if line is None:
+        phrase = (
+            reason if reason is not None else HTTPStatus(code).phrase if code in HTTPStatus._value2member_map_ else ""
+        )
+        line = f"{version} {code} {phrase}\r\n".encode("latin-1")
+        if reason is None:
+            _status_lines[key] = line
+    return line
 
 
 def request_head(method: str, path: str, host: str, headers: dict[str, str] | str, length: int | None) -> bytes:
@@ -377,7 +397,14 @@ class UpstreamAnswer:
             yield from self._until_close(size)
 
     def read(self) -> bytes:
-        return b"".join(self.iter_raw())
+        """The whole body (with a length: one read of it)."""
+        if self._mode != "length":
+            return b"".join(self.iter_raw())
+        data = self.conn.rfile.read(self._left) if self._left else b""
+        if len(data) != self._left:
+            raise ProtocolError(f"upstream body ended {(self._left or 0) - len(data)} bytes short")
+        self._left, self.finished = 0, True
+        return data
 
     def iter_framed(self, size: int = READ_BUFFER, framing: ChunkFraming | None = None) -> Iterator[bytes]:
         """A chunked body's bytes as they arrive, framing included (sizes, the final 0-chunk): one read, one
