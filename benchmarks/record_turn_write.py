@@ -70,44 +70,64 @@ def _event(delta: dict[str, object], finish: str | None = None, **extra: object)
     return b"data: " + json.dumps(chunk).encode() + b"\n\n"
 
 
-STREAM = (
+EVENTS = (
     [_event({"role": "assistant", "content": None})]
     + [_event({"content": w}) for w in WORDS]
     + [_event({}, "length", usage={"completion_tokens": 8, "prompt_tokens": 32, "total_tokens": 40}, timings=TIMINGS)]
-    + [b"data: [DONE]\n\n"]
 )
+DONE = b"data: [DONE]\n\n"
+STREAM = [b"%x\r\n%s\r\n" % (len(e), e) for e in EVENTS] + [b"%x\r\n%s\r\n0\r\n\r\n" % (len(DONE), DONE)]
 
 
 class AnswerTestDouble:
-    """A test double of the pool's answer (``PooledAnswer``): status 200, a JSON body or an SSE stream as the
-    engine's bytes (not chunk-framed: the relay frames it)."""
+    """A test double of the pool's answer (``PooledAnswer``): status 200, a JSON body with its length, or an SSE
+    stream chunk-framed as llama-server sends it (the final chunk in the last read), read through the relay's
+    own ``ChunkFraming``."""
 
-    def __init__(self, content_type: str, parts: list[bytes], headers: object) -> None:
+    def __init__(self, parts: list[bytes], headers: object, chunked: bool) -> None:
         self.status_code, self.headers, self._parts = 200, headers, parts
-        self.chunked, self.length = False, None
+        self.chunked, self.length = chunked, None if chunked else len(b"".join(parts))
 
     def read(self) -> bytes:
         return b"".join(self._parts)
 
-    def iter_raw(self, size: int = 0) -> Iterator[bytes]:
-        return iter(self._parts)
+    def iter_framed(self, size: int = 0, framing=None) -> Iterator[bytes]:  # noqa: ANN001 - either package's
+        for part in self._parts:
+            if out := framing.feed(part):
+                yield out
+
+    def pump_framed(self, send, framing) -> None:  # noqa: ANN001 - either package's
+        for out in self.iter_framed(0, framing):
+            send(out)
 
     def close(self) -> None:
         pass
 
 
 class TimedClientTestDouble:
-    """The client's end of the connection: notes when each write came, keeps no bytes."""
+    """The client's end of the connection, as the handler's ``wfile`` and as its socket's ``sendall``: notes
+    when each write came and keeps no bytes (no send either way); ``fileno``/``recv`` are the real socket's
+    (the relay asks whether the client closed)."""
 
-    def __init__(self) -> None:
+    def __init__(self, sock: socket.socket) -> None:
         self.times: list[float] = []
+        self._sock = sock
 
     def write(self, data: bytes) -> int:
         self.times.append(time.perf_counter())
         return len(data)
 
+    def sendall(self, data: bytes) -> None:
+        self.times.append(time.perf_counter())
+
     def flush(self) -> None:
         pass
+
+    def fileno(self) -> int:
+        return self._sock.fileno()
+
+    def recv(self, n: int, flags: int = 0) -> bytes:
+        return self._sock.recv(n, flags)
 
 
 def _handler(folder: Path):  # noqa: ANN202 - the package measured is chosen at run time
@@ -118,7 +138,7 @@ def _handler(folder: Path):  # noqa: ANN202 - the package measured is chosen at 
     )
     h = record._Handler.__new__(record._Handler)
     h.server, h.command, h.request_version, h.path = server, "POST", "HTTP/1.1", "/v1/chat/completions"
-    h.connection, h._peer = socket.socketpair()
+    h.sock, h._peer = socket.socketpair()
     h.headers = wire.parse_headers(["Host: x", "Content-Type: application/json"])
     h.close_connection, h.client_gone = False, False
     h.prepare = lambda: trace.prepare_request("/v1/chat/completions", CHAT, None)
@@ -139,12 +159,13 @@ def _request_side(h, wait: float = 0.0) -> float:  # noqa: ANN001
 def _one(h, wire, stream: bool, wait: float = 0.0) -> float:  # noqa: ANN001
     """One answer relayed; the seconds between its last two writes to the client. ``wait``: the engine's work,
     after the request side was prepared (an idle wait: the thread sleeps and the caches go cold)."""
-    h.wfile, h._body = TimedClientTestDouble(), dict(CHAT)
+    h.wfile, h._body = TimedClientTestDouble(h.sock), dict(CHAT)
+    h.connection = h.wfile
     h._prepared = h.prepare()
     if wait:
         time.sleep(wait)
     kind = "text/event-stream" if stream else "application/json"
-    resp = AnswerTestDouble(kind, STREAM if stream else [ANSWER], wire.parse_headers([f"Content-Type: {kind}"]))
+    resp = AnswerTestDouble(STREAM if stream else [ANSWER], wire.parse_headers([f"Content-Type: {kind}"]), stream)
     relay = h._relay_stream if stream else h._relay_json
     if h.takes_body:  # the code of a4c45ae passes the body along too
         relay("/v1/chat/completions", h._body, resp, time.perf_counter())

@@ -442,40 +442,44 @@ class _Handler(LeanHandler):
             raise _UpstreamFailed(f"upstream answered non-JSON on {endpoint}")
 
     def _relay_stream(self, endpoint: str, resp: PooledAnswer, t0: float) -> None:
+        """The head at once (the client reads it while the engine works), then each piece of the stream straight
+        to the client's socket as it comes and into our decoder after; the final chunk once the turn is in the
+        trace."""
         self.send_response(200)
         self.send_fields(resp.headers)
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
-        asm, ttft, unread = StreamAssembler(endpoint), None, None
+        self.wfile.flush()
         framing = ChunkFraming(hold_final=True, decode=resp.chunked)
+        relayed = _Relayed(endpoint, self._send, framing, t0)
         try:
-            for piece in resp.iter_framed(framing=framing) if resp.chunked else resp.iter_raw():
-                arrived = time.perf_counter()
-                self._write(piece if resp.chunked else b"%x\r\n%s\r\n" % (len(piece), piece))  # relayed first
-                if unread is None:
-                    unread = self._feed(asm, framing.data if resp.chunked else piece)  # off the client's path
-                if ttft is None and asm.has_output:
-                    ttft = round((arrived - t0) * 1e3, 3)
+            if resp.chunked:
+                resp.pump_framed(relayed.framed, framing)
+            else:
+                for piece in resp.iter_raw():
+                    relayed.piece(b"%x\r\n%s\r\n" % (len(piece), piece), piece)
         except TransportError as exc:
             self._fail_stream(f"upstream died mid-stream on {endpoint}: {exc!r}", framing)
-        if unread is not None:  # relayed to its end as the engine sent it, not recorded
-            self._unreadable(endpoint, unread)
+        asm = relayed.asm
+        if relayed.unread is not None:  # relayed to its end as the engine sent it, not recorded
+            self._unreadable(endpoint, relayed.unread)
         elif not asm.finished:
             why = f"upstream stream on {endpoint} ended without finishing" + (f": {asm.error}" if asm.error else "")
             self._fail_stream(why, framing)
         else:
-            self._record(endpoint, asm, t0, ttft, self._peer_closed())
-        self._write(b"0\r\n\r\n")  # the end of the answer, only once its turn is in the trace
+            self._record(endpoint, asm, t0, relayed.ttft, self._peer_closed())
+        self._send(b"0\r\n\r\n")  # the end of the answer, only once its turn is in the trace
         self._after_turn()
 
-    @staticmethod
-    def _feed(asm: StreamAssembler, data: bytes) -> Exception | None:
-        """``data`` into the decoder; what it raised on an event it cannot read (None: read)."""
+    def _send(self, data: bytes) -> None:
+        """``data`` straight to the client's socket (what was written to ``wfile`` is flushed already)."""
+        if self.client_gone:
+            return
         try:
-            asm.feed(data)
-        except DECODER_ERRORS as exc:
-            return exc
-        return None
+            self.connection.sendall(data)
+        except OSError:
+            self.client_gone = True
+            self.close_connection = True
 
     def _after_turn(self) -> None:
         """Once the answer's last byte is out: the writer thread woken to fsync the turn."""
@@ -499,6 +503,34 @@ def _endpoint_of(path: str) -> str | None:
     """:func:`~frankenstein.engines.response.canonical_endpoint`, remembered for the last 256 paths (a client
     sends the same one or two on every request: no ``urlsplit`` on the request's path)."""
     return canonical_endpoint(path)
+
+
+class _Relayed:
+    """A stream's pieces as they are relayed: each sent to the client first, then read by our decoder (off the
+    client's path); the time to the first output (TTFT, from ``t0``) and what the decoder could not read."""
+
+    __slots__ = ("asm", "ttft", "unread", "_send", "_framing", "_t0")
+
+    def __init__(self, endpoint: str, send: Callable[[bytes], None], framing: ChunkFraming, t0: float) -> None:
+        self.asm = StreamAssembler(endpoint)
+        self.ttft: float | None = None
+        self.unread: Exception | None = None
+        self._send, self._framing, self._t0 = send, framing, t0
+
+    def framed(self, out: bytes) -> None:
+        """A piece of a chunked answer as the engine framed it (its data decoded by the framing)."""
+        self.piece(out, self._framing.data)
+
+    def piece(self, out: bytes, data: bytes) -> None:
+        arrived = time.perf_counter()
+        self._send(out)
+        if self.unread is None:
+            try:
+                self.asm.feed(data)
+            except DECODER_ERRORS as exc:
+                self.unread = exc
+        if self.ttft is None and self.asm.has_output:
+            self.ttft = round((arrived - self._t0) * 1e3, 3)
 
 
 def _json_object(raw: bytes) -> dict[str, Any] | None:
