@@ -1039,3 +1039,25 @@ def test_a_recorder_refused_at_its_start_lets_the_trace_go(upstream: Any, tmp_pa
     with serve_recorder(upstream.url, out=out) as srv:
         httpx.post(srv.url + "/v1/chat/completions", json=chat("b"), headers={"X-Frank-Session": "s"})
     assert [t.turn_id for t in load_trace(out).turns] == ["s-0000", "s-0001"]
+
+
+@pytest.mark.parametrize("answer", [b"1", b"{}"])
+def test_a_tiny_answer_reaches_the_client_head_first(answer: bytes, tmp_path: Path) -> None:
+    """The last byte goes straight to the socket: an answer of one byte (all of it the last byte) still follows
+    its head, and one of two bytes (``{}``, an object with nothing to record) is whole."""
+    engine = ThreadingHTTPServer(("127.0.0.1", 0), OddEngineTestDouble)
+    engine.answer = answer  # type: ignore[attr-defined]
+    threading.Thread(target=engine.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        with serve_recorder(f"http://127.0.0.1:{engine.server_address[1]}", out=tmp_path / "t.jsonl") as srv:
+            with socket.create_connection(("127.0.0.1", int(srv.url.rsplit(":", 1)[1])), timeout=10) as s:
+                body = json.dumps(chat("hi")).encode()
+                s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n")
+                s.sendall(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+                got = b""
+                while chunk := s.recv(65536):
+                    got += chunk
+    finally:
+        engine.shutdown()
+        engine.server_close()
+    assert got.startswith(b"HTTP/1.1 200 ") and got.endswith(b"\r\n\r\n" + answer)

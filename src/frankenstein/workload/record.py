@@ -436,7 +436,8 @@ class _Handler(LeanHandler):
         answer = _answer_object(data)
         if answer is not None:
             self._record(endpoint, answer, t0, None, gone)
-        self._write(data[-1:])
+        self.wfile.flush()  # the head, when the answer is one byte (nothing else was written with it)
+        self._send(data[-1:])
         self._after_turn()
         if answer is None:
             raise _UpstreamFailed(f"upstream answered non-JSON on {endpoint}")
