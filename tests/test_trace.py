@@ -10,12 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from frankenstein.engines.response import StreamAssembler, output_from_response
 from frankenstein.errors import TraceError
 from frankenstein.workload.trace import (
+    DecodedOutput,
+    exact_output_json,
     CHAT,
     MeasuredTimings,
     PreparedRequest,
@@ -617,3 +620,49 @@ def test_every_check_a_turn_makes_of_its_request_is_made_when_it_is_prepared(
     refuses (while the engine works), and so does the Turn still (a trace line read back)."""
     with pytest.raises(ValueError, match=re.escape(why)):
         prepare_request(endpoint, body, None)
+
+
+# ------------------------------------------------------------------ the decoder's output, checked by hand or by pydantic
+class _Text(str):
+    """A str subclass: pydantic takes it as a str; the hand check must leave it to pydantic."""
+
+
+_ANY_TEXT = st.one_of(
+    st.text(max_size=8), st.builds(_Text, st.text(max_size=4)), st.integers(), st.none(), st.binary(max_size=3)
+)
+_ANY_COUNT = st.one_of(st.none(), st.integers(-3, 10**12), st.booleans(), st.floats(-1, 5), st.sampled_from(["3", "x"]))
+_ANY_IDS = st.one_of(
+    st.none(), st.lists(st.one_of(st.integers(-5, 10**6), st.booleans(), st.sampled_from([1.0, 2.5, "7"])), max_size=4)
+)
+_ANY_CALL = st.one_of(
+    st.fixed_dictionaries({k: _ANY_TEXT for k in ("id", "type", "name", "arguments")}),
+    st.fixed_dictionaries({"id": st.text(max_size=3), "name": st.text(max_size=3)}),  # keys missing: defaults
+    st.fixed_dictionaries({k: st.text(max_size=3) for k in ("id", "type", "name", "arguments", "extra")}),
+)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    text=_ANY_TEXT,
+    reasoning=_ANY_TEXT,
+    token_ids=_ANY_IDS,
+    tool_calls=st.lists(_ANY_CALL, max_size=2),
+    finish_reason=st.one_of(st.none(), st.sampled_from(["stop", "length"]), st.integers()),
+    prompt_tokens=_ANY_COUNT,
+    completion_tokens=_ANY_COUNT,
+)
+def test_the_output_checked_by_hand_is_the_models_or_refused_as_the_model_refuses(**fields: Any) -> None:
+    """The recorder writes an output's JSON by hand when every value has its field's exact type; it must be what
+    pydantic's model writes, and any other output must be coerced or refused exactly as the model does."""
+    try:
+        model = RecordedOutput(**fields)
+    except ValidationError:
+        with pytest.raises(ValidationError):
+            DecodedOutput(fields)
+        return
+    decoded = DecodedOutput(fields)
+    assert decoded.json == model.model_dump(mode="json", exclude_none=True)
+    assert list(decoded.json) == list(model.model_dump(mode="json", exclude_none=True))  # the line's key order
+    assert decoded.model == model
+    if exact_output_json(fields) is not None:  # taken by hand: every value as the model holds it
+        assert all(type(getattr(model, k)) is type(v) or v is None for k, v in fields.items() if k != "tool_calls")

@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from frankenstein.engines.sse import SseParser
-from frankenstein.workload.trace import CHAT, RecordedOutput, ToolCall
+from frankenstein.workload.trace import CHAT, RecordedOutput
 
 _ALIASES = {
     "/v1/chat/completions": "/v1/chat/completions",
@@ -71,53 +71,52 @@ def server_timings(resp: Mapping[str, Any]) -> dict[str, Any]:
     return {}
 
 
-def _tool_calls(raw: Any) -> list[ToolCall]:
-    calls = []
-    for c in raw or []:
-        fn = c.get("function") or {}
-        calls.append(
-            ToolCall(
-                id=c.get("id") or "",
-                type=c.get("type") or "function",
-                name=fn.get("name") or "",
-                arguments=fn.get("arguments") or "",
-            )
-        )
-    return calls
+def _tool_calls(raw: Any) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": c.get("id") or "",
+            "type": c.get("type") or "function",
+            "name": (c.get("function") or {}).get("name") or "",
+            "arguments": (c.get("function") or {}).get("arguments") or "",
+        }
+        for c in raw or []
+    ]
 
 
 def output_from_response(endpoint: str, resp: Mapping[str, Any]) -> RecordedOutput:
     """Choice 0 of a non-streamed answer (chat, completions, or llama.cpp ``/completion``)."""
+    return RecordedOutput(**output_fields(endpoint, resp))
+
+
+def output_fields(endpoint: str, resp: Mapping[str, Any]) -> dict[str, Any]:
+    """The :class:`RecordedOutput` fields of choice 0 of a non-streamed answer, as the answer gives them (not
+    yet checked; tool calls as dicts): ``RecordedOutput(**output_fields(...))`` is :func:`output_from_response`."""
     prompt, completion = _usage(resp)
     if endpoint == "/completion" or "choices" not in resp:  # llama.cpp's shape, or a native one (SGLang /generate)
         stop = resp.get("stop_type")
-        return RecordedOutput(
-            text=resp.get("content") or resp.get("text") or "",
-            token_ids=resp.get("tokens") or None,
-            finish_reason=_LLAMA_STOP.get(str(stop), stop),
-            prompt_tokens=prompt,
-            completion_tokens=completion,
-        )
+        text = resp.get("content") or resp.get("text") or ""
+        return _fields(text, "", resp.get("tokens") or None, [], _LLAMA_STOP.get(str(stop), stop), prompt, completion)
     choice = (resp.get("choices") or [{}])[0]
-    ids = choice.get("token_ids") or None
+    ids, finish = choice.get("token_ids") or None, choice.get("finish_reason")
     if endpoint == CHAT:
         msg = choice.get("message") or {}
-        return RecordedOutput(
-            text=msg.get("content") or "",
-            reasoning=msg.get("reasoning_content") or "",
-            tool_calls=_tool_calls(msg.get("tool_calls")),
-            token_ids=ids,
-            finish_reason=choice.get("finish_reason"),
-            prompt_tokens=prompt,
-            completion_tokens=completion,
-        )
-    return RecordedOutput(
-        text=choice.get("text") or "",
-        token_ids=ids,
-        finish_reason=choice.get("finish_reason"),
-        prompt_tokens=prompt,
-        completion_tokens=completion,
-    )
+        text, reasoning, calls = msg.get("content") or "", msg.get("reasoning_content") or "", msg.get("tool_calls")
+        return _fields(text, reasoning, ids, _tool_calls(calls), finish, prompt, completion)
+    return _fields(choice.get("text") or "", "", ids, [], finish, prompt, completion)
+
+
+def _fields(
+    text: Any, reasoning: Any, ids: Any, calls: list[dict[str, Any]], finish: Any, prompt: Any, completion: Any
+) -> dict[str, Any]:
+    return {
+        "text": text,
+        "reasoning": reasoning,
+        "token_ids": ids,
+        "tool_calls": calls,
+        "finish_reason": finish,
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+    }
 
 
 @dataclass
@@ -226,8 +225,12 @@ class StreamAssembler:
         return self.error is None and self.finish_reason is not None
 
     def output(self) -> RecordedOutput:
+        return RecordedOutput(**self.fields())
+
+    def fields(self) -> dict[str, Any]:
+        """The :class:`RecordedOutput` fields of what was fed, not yet checked (tool calls as dicts)."""
         calls = [
-            ToolCall(id=c["id"], type=c["type"], name=c["name"], arguments="".join(c["args"]))
+            {"id": c["id"], "type": c["type"], "name": c["name"], "arguments": "".join(c["args"])}
             for _, c in sorted(self._calls.items())
         ]
         prompt, completion = _from_timings(
@@ -235,12 +238,5 @@ class StreamAssembler:
         )
         if completion is None and self._ids:
             completion = len(self._ids)
-        return RecordedOutput(
-            text="".join(self._text),
-            reasoning="".join(self._reasoning),
-            token_ids=list(self._ids) or None,
-            tool_calls=calls,
-            finish_reason=self.finish_reason,
-            prompt_tokens=prompt,
-            completion_tokens=completion,
-        )
+        text, reasoning, ids = "".join(self._text), "".join(self._reasoning), list(self._ids) or None
+        return _fields(text, reasoning, ids, calls, self.finish_reason, prompt, completion)

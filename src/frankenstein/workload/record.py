@@ -63,7 +63,7 @@ from typing import Any, NamedTuple
 from pydantic import ValidationError
 
 from frankenstein.engines.http import TransportError
-from frankenstein.engines.response import StreamAssembler, canonical_endpoint, output_from_response, server_timings
+from frankenstein.engines.response import StreamAssembler, canonical_endpoint, output_fields, server_timings
 from frankenstein.errors import FrankError, TraceError
 from frankenstein.workload.listener import (
     HOP_HEADERS,
@@ -78,6 +78,7 @@ from frankenstein.workload.listener import (
     read_body,
 )
 from frankenstein.workload.trace import (
+    DecodedOutput,
     MeasuredTimings,
     PreparedRequest,
     RecordedOutput,
@@ -159,16 +160,21 @@ class GroupCommit:
 
 
 class RecordedTurn(NamedTuple):
-    """What ``on_turn`` is told of a turn just written to the trace (its id made only when asked for)."""
+    """What ``on_turn`` is told of a turn just written to the trace (its id and output model made only when
+    asked for: by frank record's printer thread, off the answer's path)."""
 
     session_id: str
     turn_index: int
     endpoint: str
-    output: RecordedOutput
+    decoded: RecordedOutput | DecodedOutput
 
     @property
     def turn_id(self) -> str:
         return make_turn_id(self.session_id, self.turn_index)
+
+    @property
+    def output(self) -> RecordedOutput:
+        return self.decoded.model if isinstance(self.decoded, DecodedOutput) else self.decoded
 
 
 class TurnRecorder:
@@ -219,7 +225,11 @@ class TurnRecorder:
         return turn
 
     def write(
-        self, p: PreparedRequest, output: RecordedOutput, timings: MeasuredTimings, client_disconnected: bool
+        self,
+        p: PreparedRequest,
+        output: RecordedOutput | DecodedOutput,
+        timings: MeasuredTimings,
+        client_disconnected: bool,
     ) -> RecordedTurn:
         """The turn's line (:func:`~frankenstein.workload.trace.recorded_line`) in the file when this returns;
         not synced until :meth:`sync_soon`."""
@@ -409,9 +419,10 @@ class _Handler(LeanHandler):
         client closed its side. An answer our decoder refuses is said, not recorded."""
         try:
             if isinstance(answer, StreamAssembler):
-                output, server = answer.output(), answer.timings
+                fields, server = answer.fields(), answer.timings
             else:
-                output, server = output_from_response(endpoint, answer), server_timings(answer)
+                fields, server = output_fields(endpoint, answer), server_timings(answer)
+            output = DecodedOutput(fields)  # its line's JSON; a model only when on_turn's reader asks
         except DECODER_ERRORS as exc:
             self._unreadable(endpoint, exc)
             return
@@ -602,7 +613,7 @@ class _ProxyServer(ProxyHTTPServer):
     def record(
         self,
         prepared: PreparedRequest | Exception | None,
-        output: RecordedOutput,
+        output: RecordedOutput | DecodedOutput,
         timings: MeasuredTimings,
         client_gone: bool,
     ) -> bool:
