@@ -22,6 +22,7 @@ import argparse
 import inspect
 import json
 import os
+import select
 import socket
 import statistics
 import subprocess
@@ -141,6 +142,8 @@ def _handler(folder: Path):  # noqa: ANN202 - the package measured is chosen at 
     h.sock, h._peer = socket.socketpair()
     h.headers = wire.parse_headers(["Host: x", "Content-Type: application/json"])
     h.close_connection, h.client_gone = False, False
+    h._readable = select.poll()  # what the handler's setup() makes per connection (unused by older code)
+    h._readable.register(h.sock, select.POLLIN)
     h.prepare = lambda: trace.prepare_request("/v1/chat/completions", CHAT, None)
     h.takes_body = "body" in inspect.signature(h._relay_json).parameters
     return h, wire

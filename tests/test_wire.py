@@ -461,6 +461,80 @@ def test_record_holds_a_streams_final_chunk_until_its_turn_is_in_the_trace(tmp_p
     assert rest == b"0\r\n\r\n"
 
 
+class HeldEndUpstreamTestDouble:
+    """A test double for an engine that streams a chat answer through its ``[DONE]`` event, then waits for
+    ``release`` before it sends the final 0-chunk (``die``: closes instead): the gap llama-server leaves between its
+    last event and its last bytes, made long enough to look into."""
+
+    EVENTS = (
+        b'data: {"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}\n\n',
+        b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n',
+        b"data: [DONE]\n\n",
+    )
+
+    def __init__(self, die: bool = False) -> None:
+        self.release, self.die = threading.Event(), die
+        self._sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        conn, _ = self._sock.accept()
+        with conn, conn.makefile("rb") as rfile:
+            ScriptedUpstreamTestDouble._read_request(rfile)
+            head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+            conn.sendall(head + b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in self.EVENTS))
+            self.release.wait(10)
+            if not self.die:
+                conn.sendall(b"0\r\n\r\n")
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+def _stream_through_record(tmp_path: Path, upstream: HeldEndUpstreamTestDouble) -> tuple[bytes, list[str], bool]:
+    """A streamed chat through frank record; the engine releases its end once the turn is in the trace (or after
+    10 s). (what the client got, the recorder's errors, whether the turn was in the trace before the end)."""
+    chat = b'{"messages": [{"role": "user", "content": "hello"}], "stream": true}'
+    trace = tmp_path / "t.jsonl"
+    with serve_recorder(upstream.url, out=trace) as rec:
+        with socket.create_connection(("127.0.0.1", port_of(rec.url)), timeout=10) as s:
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n")
+            s.sendall(b"Content-Length: %d\r\n\r\n%s" % (len(chat), chat))
+            deadline = time.monotonic() + 10
+            while not (trace.exists() and trace.read_bytes().endswith(b"\n")) and time.monotonic() < deadline:
+                time.sleep(0.01)  # until the turn is written: the event under test, not to make it pass
+            written_before_the_end = trace.exists() and trace.read_bytes().endswith(b"\n")
+            upstream.release.set()
+            got = b""
+            while chunk := s.recv(65536):
+                got += chunk
+        errors = list(rec.errors)
+    upstream.close()
+    return got, errors, written_before_the_end
+
+
+def test_record_writes_a_streams_turn_at_its_last_event_while_the_engine_sends_its_end(tmp_path: Path) -> None:
+    """The turn is whole at the stream's [DONE]: it is in the trace before the engine's final chunk came (the
+    recorder writes it in the gap llama-server leaves there), and the client's answer ends as the engine's did."""
+    got, errors, written_before_the_end = _stream_through_record(tmp_path, HeldEndUpstreamTestDouble())
+    assert written_before_the_end and errors == []
+    assert got.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n")
+    turn = json.loads((tmp_path / "t.jsonl").read_text())
+    assert turn["output"]["text"] == "hi" and turn["output"]["finish_reason"] == "stop"
+
+
+def test_a_stream_that_dies_after_its_last_event_keeps_its_whole_turn_and_fails_the_clients_read(
+    tmp_path: Path,
+) -> None:
+    """The engine closes after [DONE] without its final chunk: the client's answer ends without one (its read
+    fails), the error is said, and the turn written at [DONE] (its output whole) stays in the trace."""
+    got, errors, written_before_the_end = _stream_through_record(tmp_path, HeldEndUpstreamTestDouble(die=True))
+    assert written_before_the_end and not got.endswith(b"0\r\n\r\n") and b"data: [DONE]" in got
+    assert len(errors) == 1 and "died mid-stream" in errors[0]
+    assert json.loads((tmp_path / "t.jsonl").read_text())["output"]["text"] == "hi"
+
+
 def test_a_lying_size_through_the_front_ends_without_the_final_chunk_and_drops_the_connection() -> None:
     lying = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nhello\r\n0\r\n\r\n"
     ok = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + PLAIN

@@ -37,12 +37,16 @@ What is recorded, and when:
   kept, never the raw chunks, so memory stays bounded by the output itself;
 - client disconnects: the proxy stops writing to the client but reads the upstream to its end, and
   the turn is recorded complete with ``client_disconnected: true``;
+- a stream's turn is written at its last event (``data: [DONE]``, llama.cpp's ``stop``), when its output
+  is whole: in the gap the engine leaves before its final framing bytes (llama-server sends ``0\r\n``
+  and ``\r\n`` in writes of their own), so it costs the answer's end nothing there;
 - an upstream that fails (unreachable, non-200, dies mid-stream or ends a stream without a finish)
   records nothing: the trace holds only complete turns. The client gets the upstream's error, a
   502, or — mid-stream — an SSE ``error`` event and a connection closed without the final chunk,
-  so its HTTP read fails. Each failure is counted in ``server.errors``.
+  so its HTTP read fails. Each failure is counted in ``server.errors``. A stream that breaks after its
+  last event keeps its turn (the output was whole); the client's read fails all the same.
 - ``ttft_ms``/``e2e_ms`` are measured at the proxy (request sent upstream → first output delta /
-  last byte), the engine's own ``timings`` are stored beside them.
+  last byte; a stream's last event), the engine's own ``timings`` are stored beside them.
 """
 
 from __future__ import annotations
@@ -309,13 +313,17 @@ class _Handler(LeanHandler):
         except OSError:  # the client went away while headers were being written
             self.close_connection = True
 
+    def setup(self) -> None:
+        super().setup()
+        self._readable = select.poll()  # the client's side, asked by _peer_closed: one C call per turn
+        self._readable.register(self.connection, select.POLLIN)
+
     def _peer_closed(self) -> bool:
         """The client closed its side (it sends nothing else while waiting for an answer)."""
         if self.client_gone:
             return True
         try:
-            readable, _, _ = select.select([self.connection], [], [], 0)
-            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+            return bool(self._readable.poll(0)) and self.connection.recv(1, socket.MSG_PEEK) == b""
         except OSError:
             return True
 
@@ -442,12 +450,13 @@ class _Handler(LeanHandler):
         """All of the answer but its last byte goes to the client at once (it reads the head meanwhile); the last
         byte only after the turn is in the trace: a client that has its answer can read the turn."""
         data = resp.read()
-        gone = self._peer_closed()  # a client waiting for its answer sends nothing: as well known before it
-        self._reply(200, resp.headers, data[:-1], length=len(data))
+        self.send_response(200)
+        self.send_fields(resp.headers)
+        self._send(self.head_ending(b"Content-Length: %d\r\n" % len(data)) + data[:-1])  # one send, no buffer
+        gone = self._peer_closed()  # a client waiting for its answer sends nothing
         answer = _answer_object(data)
         if answer is not None:
             self._record(endpoint, answer, t0, None, gone)
-        self.wfile.flush()  # the head, when the answer is one byte (nothing else was written with it)
         self._send(data[-1:])
         self._after_turn()
         if answer is None:
@@ -463,7 +472,11 @@ class _Handler(LeanHandler):
         self.end_headers()
         self.wfile.flush()
         framing = ChunkFraming(hold_final=True, decode=resp.chunked)
-        relayed = _Relayed(endpoint, self._send, framing, t0)
+
+        def ended(r: _Relayed) -> None:  # the stream's last event: the turn is whole, written now
+            self._record(endpoint, r.asm, t0, r.ttft, self._peer_closed())
+
+        relayed = _Relayed(endpoint, self._send, framing, t0, ended)
         try:
             if resp.chunked:
                 resp.pump_framed(relayed.framed, framing)
@@ -471,6 +484,7 @@ class _Handler(LeanHandler):
                 for piece in resp.iter_raw():
                     relayed.piece(b"%x\r\n%s\r\n" % (len(piece), piece), piece)
         except TransportError as exc:
+            self._after_turn()  # a turn written at its last event stays: its output is whole
             self._fail_stream(f"upstream died mid-stream on {endpoint}: {exc!r}", framing)
         asm = relayed.asm
         if relayed.unread is not None:  # relayed to its end as the engine sent it, not recorded
@@ -478,7 +492,7 @@ class _Handler(LeanHandler):
         elif not asm.finished:
             why = f"upstream stream on {endpoint} ended without finishing" + (f": {asm.error}" if asm.error else "")
             self._fail_stream(why, framing)
-        else:
+        elif not relayed.ended:  # a stream that ends without a last event ([DONE], llama.cpp's stop)
             self._record(endpoint, asm, t0, relayed.ttft, self._peer_closed())
         self._send(b"0\r\n\r\n")  # the end of the answer, only once its turn is in the trace
         self._after_turn()
@@ -519,15 +533,25 @@ def _endpoint_of(path: str) -> str | None:
 
 class _Relayed:
     """A stream's pieces as they are relayed: each sent to the client first, then read by our decoder (off the
-    client's path); the time to the first output (TTFT, from ``t0``) and what the decoder could not read."""
+    client's path); the time to the first output (TTFT, from ``t0``) and what the decoder could not read.
+    ``on_end`` is called once, at the stream's last event (``[DONE]``, llama.cpp's ``stop``) when the stream
+    finished: the turn is whole then, and is written while the engine still sends its last framing bytes."""
 
-    __slots__ = ("asm", "ttft", "unread", "_send", "_framing", "_t0")
+    __slots__ = ("asm", "ttft", "unread", "ended", "_send", "_framing", "_t0", "_on_end")
 
-    def __init__(self, endpoint: str, send: Callable[[bytes], None], framing: ChunkFraming, t0: float) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        send: Callable[[bytes], None],
+        framing: ChunkFraming,
+        t0: float,
+        on_end: Callable[[_Relayed], None],
+    ) -> None:
         self.asm = StreamAssembler(endpoint)
         self.ttft: float | None = None
         self.unread: Exception | None = None
-        self._send, self._framing, self._t0 = send, framing, t0
+        self.ended = False
+        self._send, self._framing, self._t0, self._on_end = send, framing, t0, on_end
 
     def framed(self, out: bytes) -> None:
         """A piece of a chunked answer as the engine framed it (its data decoded by the framing)."""
@@ -543,6 +567,9 @@ class _Relayed:
                 self.unread = exc
         if self.ttft is None and self.asm.has_output:
             self.ttft = round((arrived - self._t0) * 1e3, 3)
+        if self.asm.done and not self.ended and self.unread is None and self.asm.finished:
+            self.ended = True
+            self._on_end(self)
 
 
 def _json_object(raw: bytes) -> dict[str, Any] | None:
