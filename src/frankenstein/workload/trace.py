@@ -299,21 +299,12 @@ def exact_output_json(f: Mapping[str, Any]) -> dict[str, Any] | None:
         return None
     if not all(type(c) is dict and c.keys() == _CALL_KEYS and all(type(v) is str for v in c.values()) for c in calls):
         return None
-    out: dict[str, Any] = {"text": f["text"], "reasoning": f["reasoning"]}
-    if ids is not None:
-        out["token_ids"] = ids
-    out["tool_calls"] = [
-        {"id": c["id"], "type": c["type"], "name": c["name"], "arguments": c["arguments"]} for c in calls
-    ]
-    finish, counts = f["finish_reason"], (f["prompt_tokens"], f["completion_tokens"])
+    finish, prompt, completion = f["finish_reason"], f["prompt_tokens"], f["completion_tokens"]
     if finish is not None and type(finish) is not str:
         return None
-    if not all(n is None or (type(n) is int and n >= 0) for n in counts):
+    if not all(n is None or (type(n) is int and n >= 0) for n in (prompt, completion)):
         return None
-    for key, value in (("finish_reason", finish), ("prompt_tokens", counts[0]), ("completion_tokens", counts[1])):
-        if value is not None:
-            out[key] = value
-    return out
+    return _output_dict(f["text"], f["reasoning"], ids, calls, finish, prompt, completion)
 
 
 _CALL_KEYS = {"id", "type", "name", "arguments"}
@@ -355,15 +346,27 @@ def recorded_line(
 
 def _output_json(o: RecordedOutput) -> dict[str, Any]:
     """``o.model_dump(mode="json", exclude_none=True)``, by hand."""
-    out: dict[str, Any] = {"text": o.text, "reasoning": o.reasoning}
-    if o.token_ids is not None:
-        out["token_ids"] = o.token_ids
-    out["tool_calls"] = [{"id": c.id, "type": c.type, "name": c.name, "arguments": c.arguments} for c in o.tool_calls]
-    for key, value in (
-        ("finish_reason", o.finish_reason),
-        ("prompt_tokens", o.prompt_tokens),
-        ("completion_tokens", o.completion_tokens),
-    ):
+    calls = [{"id": c.id, "type": c.type, "name": c.name, "arguments": c.arguments} for c in o.tool_calls]
+    return _output_dict(o.text, o.reasoning, o.token_ids, calls, o.finish_reason, o.prompt_tokens, o.completion_tokens)
+
+
+def _output_dict(
+    text: str,
+    reasoning: str,
+    ids: list[int] | None,
+    calls: list[dict[str, str]],
+    finish: str | None,
+    prompt: int | None,
+    completion: int | None,
+) -> dict[str, Any]:
+    """A :class:`RecordedOutput`'s JSON in its field order, ``None`` left out (tool calls' keys in theirs)."""
+    out: dict[str, Any] = {"text": text, "reasoning": reasoning}
+    if ids is not None:
+        out["token_ids"] = ids
+    out["tool_calls"] = [
+        {"id": c["id"], "type": c["type"], "name": c["name"], "arguments": c["arguments"]} for c in calls
+    ]
+    for key, value in (("finish_reason", finish), ("prompt_tokens", prompt), ("completion_tokens", completion)):
         if value is not None:
             out[key] = value
     return out
