@@ -424,13 +424,10 @@ class PooledAnswer:
         self.status_code = answer.status_code
         self.headers = answer.headers
         self.length = answer.length  # the body's Content-Length; None when chunked or ended by a close
-        self.chunked = answer.chunked  # iter_framed gives the body's raw bytes, framing included
+        self.chunked = answer.chunked  # pump_framed gives the body's raw bytes, framing included
 
     def iter_raw(self, size: int = READ_BUFFER) -> Iterator[bytes]:
         return self._answer.iter_raw(size)
-
-    def iter_framed(self, size: int = READ_BUFFER, framing: ChunkFraming | None = None) -> Iterator[bytes]:
-        return self._answer.iter_framed(size, framing)
 
     def pump_framed(self, send: Callable[[bytes], object], framing: ChunkFraming | None = None) -> None:
         self._answer.pump_framed(send, framing)

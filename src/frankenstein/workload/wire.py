@@ -406,29 +406,13 @@ class UpstreamAnswer:
         self._left, self.finished = 0, True
         return data
 
-    def iter_framed(self, size: int = READ_BUFFER, framing: ChunkFraming | None = None) -> Iterator[bytes]:
-        """A chunked body's bytes as they arrive, framing included (sizes, the final 0-chunk): one read, one
-        piece, unchanged when the framing is plain (:class:`ChunkFraming`, which also finds the end, so the
-        connection can carry the next request). A broken frame: the good bytes before it, then
-        :class:`ProtocolError`; the upstream's close before the end: :class:`ProtocolError`. ``framing``: one
-        made by the caller (to hold the final chunk back, or read each piece's decoded ``data``)."""
-        framing = framing or ChunkFraming()
-        while not framing.done:
-            data = self.conn.rfile.read1(size)
-            if not data:
-                raise ProtocolError("upstream closed the connection inside a chunked body")
-            if out := framing.feed(data):
-                yield out
-            if framing.broken is not None:
-                raise ProtocolError(f"upstream sent {framing.broken}")
-        if framing.surplus:
-            self.conn.reusable = False  # bytes after the answer that nobody asked for
-        self.finished = True
-
     def pump_framed(self, send: Callable[[bytes], object], framing: ChunkFraming | None = None) -> None:
-        """:meth:`iter_framed` with each piece handed to ``send`` in one loop (no generator between the read and
-        the send: a stream's pieces are relayed with the fewest Python frames); the same errors, raised after the
-        good bytes before them were sent."""
+        """A chunked body's bytes handed to ``send`` as they arrive, framing included (sizes, the final 0-chunk):
+        one read, one piece, unchanged when the framing is plain (:class:`ChunkFraming`, which also finds the
+        end, so the connection can carry the next request), from one loop (no generator between the read and the
+        send). A broken frame: the good bytes before it, then :class:`ProtocolError`; the upstream's close before
+        the end: :class:`ProtocolError`. ``framing``: one made by the caller (to hold the final chunk back, or
+        read each piece's decoded ``data``)."""
         framing = framing or ChunkFraming()
         read1, feed = self.conn.rfile.read1, framing.feed
         while not framing.done:
