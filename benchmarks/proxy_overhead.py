@@ -19,7 +19,8 @@ so a pair of measurements is a few milliseconds apart. Request kinds:
 * ``/count``: ``frank serve``'s count, against the engine's ``/tokenize`` of the same text (the question
   a client would otherwise ask the engine); ``frank record`` has no ``/count``: not measured.
 
-Targets: ``direct``; ``serve`` and ``record`` (this checkout); ``relay``, the floor of a Python hop: a
+Targets: ``direct``; ``serve``, ``record`` and ``record-after`` (``frank record --turn-after-answer``: each turn
+written after its answer's end) of this checkout; ``relay``, the floor of a Python hop: a
 bare relay that forwards bytes both ways and parses nothing (a thread per direction, ``TCP_NODELAY``);
 with ``--baseline-src DIR`` also ``serve@base`` and ``record@base``, the same commands run from the
 ``frankenstein`` package in ``DIR`` (old code against new, A B A B in one run).
@@ -68,7 +69,7 @@ LONG_CHAT = {
     "max_tokens": 8,
     "temperature": 0.0,
 }
-PROXIES = ("relay", "serve", "serve@base", "record", "record@base")
+PROXIES = ("relay", "serve", "serve@base", "record", "record@base", "record-after")
 
 
 def _post(conn: http.client.HTTPConnection, path: str, body: dict[str, object]) -> http.client.HTTPResponse:
@@ -221,7 +222,7 @@ def _spawn(args: list[str], src: str | None = None) -> subprocess.Popen[bytes]:
 
 
 def _proxies(
-    base_url: str, tmp: str, src: str | None, suffix: str, tiny: bool = True
+    base_url: str, tmp: str, src: str | None, suffix: str, tiny: bool = True, after: bool = False
 ) -> dict[str, tuple[int, subprocess.Popen[bytes]]]:
     """``serve`` and ``record`` in front of ``base_url`` (from ``src`` when given), by target name; another model
     than the tiny one is counted with the tokenizer serve finds for it (from the GGUF's metadata)."""
@@ -231,10 +232,16 @@ def _proxies(
     serve += ["--tokenizer", str(data_path("tiny-tokenizer.json"))] if tiny else []
     record = ["record", "--upstream", base_url, "--listen", listen.format(record_port)]
     record += ["--out", os.path.join(tmp, f"overhead{suffix}.jsonl")]
-    return {
+    procs = {
         "serve" + suffix: (serve_port, _spawn(serve, src)),
         "record" + suffix: (record_port, _spawn(record, src)),
     }
+    if after:  # frank record --turn-after-answer: each turn written after its answer's end
+        after_port = free_port()
+        after_args = ["record", "--upstream", base_url, "--listen", listen.format(after_port), "--turn-after-answer"]
+        after_args += ["--out", os.path.join(tmp, f"overhead-after{suffix}.jsonl")]
+        procs["record-after" + suffix] = (after_port, _spawn(after_args, src))
+    return procs
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -269,7 +276,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, start_engine(recipe, Path(tmp)) as eng:
         relay_port = free_port()
         relay = subprocess.Popen([sys.executable, __file__, "--relay", str(relay_port), str(eng.port)])
-        procs = {"relay": (relay_port, relay), **_proxies(eng.base_url, tmp, None, "", tiny)}
+        procs = {"relay": (relay_port, relay), **_proxies(eng.base_url, tmp, None, "", tiny, after=True)}
         if args.baseline_src:
             procs.update(_proxies(eng.base_url, tmp, os.path.abspath(args.baseline_src), "@base", tiny))
         ports = {"direct": eng.port or 0, **{name: port for name, (port, _) in procs.items()}}

@@ -461,6 +461,39 @@ def test_record_holds_a_streams_final_chunk_until_its_turn_is_in_the_trace(tmp_p
     assert rest == b"0\r\n\r\n"
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_record_after_answer_sends_the_whole_answer_before_its_turn(tmp_path: Path, stream: bool) -> None:
+    """With ``after_answer`` (``frank record --turn-after-answer``) the client gets its whole answer, final chunk
+    included, while the turn is not yet in the trace (held here by an ``on_turn`` that waits); then it is."""
+    events = [b'data: {"content": "hi", "tokens": [1], "stop": false}\n\n', b'data: {"content": "", "stop": true}\n\n']
+    json_answer = json.dumps({"content": "hi", "stop": True, "stop_type": "eos"}).encode()
+    if stream:
+        body = b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events) + b"0\r\n\r\n"
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+        end = b"0\r\n\r\n"
+    else:
+        body, end = json_answer, json_answer
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+    upstream = ScriptedUpstreamTestDouble([head + body])
+    gate, turns = threading.Event(), []
+    request = b'{"prompt": "hello", "stream": %s}' % (b"true" if stream else b"false")
+    trace = tmp_path / "t.jsonl"
+    with serve_recorder(
+        upstream.url, out=trace, on_turn=lambda t: (turns.append(t), gate.wait(10)), after_answer=True
+    ) as rec:
+        with socket.create_connection(("127.0.0.1", port_of(rec.url)), timeout=10) as s:
+            s.sendall(b"POST /completion HTTP/1.1\r\nHost: x\r\nConnection: close\r\n")
+            s.sendall(b"Content-Length: %d\r\n\r\n%s" % (len(request), request))
+            got = b""
+            while not got.endswith(end):  # the whole answer while on_turn holds: a recv timeout fails it
+                chunk = s.recv(65536)
+                assert chunk, got  # closed before the whole answer came
+                got += chunk
+            gate.set()
+    upstream.close()
+    assert len(turns) == 1 and json.loads(trace.read_text())["output"]["text"] == "hi"
+
+
 class HeldEndUpstreamTestDouble:
     """A test double for an engine that streams a chat answer through its ``[DONE]`` event, then waits for
     ``release`` before it sends the final 0-chunk (``die``: closes instead): the gap llama-server leaves between its

@@ -31,6 +31,13 @@ def record(
     max_body_mb: int = typer.Option(
         32, "--max-body-mb", min=1, help="Largest request body accepted, MiB; a larger one is answered 413."
     ),
+    turn_after_answer: bool = typer.Option(
+        False,
+        "--turn-after-answer",
+        help="Write each turn after its answer's end (the answer waits for nothing; a kill -9 can lose the turns "
+        "whose answers were just sent). Default: before the answer's last byte, so a client that has its answer "
+        "can read its turn.",
+    ),
 ) -> None:
     """Record turns through an OpenAI-compatible proxy until Ctrl-C.
 
@@ -51,7 +58,15 @@ def record(
         while not stop.wait(0.1):
             _drain(lines)
 
-    srv = serve_recorder(upstream, host, port, out, on_turn=on_turn, max_body_bytes=max_body_mb * 1024 * 1024)
+    srv = serve_recorder(
+        upstream,
+        host,
+        port,
+        out,
+        on_turn=on_turn,
+        max_body_bytes=max_body_mb * 1024 * 1024,
+        after_answer=turn_after_answer,
+    )
     typer.echo(f"recording {srv.url} -> {upstream}, turns appended to {out} (Ctrl-C to stop)")
     printer = threading.Thread(target=print_turns, name="frank-record-lines", daemon=True)
     printer.start()

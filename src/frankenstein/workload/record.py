@@ -4,7 +4,9 @@ An OpenAI-compatible HTTP proxy that forwards every request to the upstream unch
 each finished generation turn (``/v1/chat/completions``, ``/v1/completions``, llama.cpp
 ``/completion``; streamed or not) to a trace: each turn is written (one whole line, in the kernel) before
 the client sees the end of its response, and a writer thread ``fsync``s what was written in groups, off
-the request path (:class:`GroupCommit`): ``kill -9`` of the recorder loses no completed turn. One
+the request path (:class:`GroupCommit`): ``kill -9`` of the recorder loses no completed turn. With
+``--turn-after-answer`` (``after_answer``) the turn is written once the answer's end was sent: the answer
+waits for nothing, and a ``kill -9`` loses at most the turns whose answers were in flight. One
 recorder per trace: it holds the file's lock from its first turn until it stops. Between the answer's last
 two bytes only the line is made (:func:`~frankenstein.workload.trace.recorded_line`, from the request side
 prepared while the engine worked) and written; the fsync is woken after the last byte.
@@ -448,16 +450,20 @@ class _Handler(LeanHandler):
 
     def _relay_json(self, endpoint: str, resp: PooledAnswer, t0: float) -> None:
         """All of the answer but its last byte goes to the client at once (it reads the head meanwhile); the last
-        byte only after the turn is in the trace: a client that has its answer can read the turn."""
+        byte only after the turn is in the trace: a client that has its answer can read the turn. After the
+        answer (``--turn-after-answer``): the whole answer first, then the turn."""
         data = resp.read()
+        after = self.server.after_answer
         self.send_response(200)
         self.send_fields(resp.headers)
-        self._send(self.head_ending(b"Content-Length: %d\r\n" % len(data)) + data[:-1])  # one send, no buffer
+        held = b"" if after else data[-1:]
+        self._send(self.head_ending(b"Content-Length: %d\r\n" % len(data)) + data[: len(data) - len(held)])
         gone = self._peer_closed()  # a client waiting for its answer sends nothing
         answer = _answer_object(data)
         if answer is not None:
             self._record(endpoint, answer, t0, None, gone)
-        self._send(data[-1:])
+        if held:
+            self._send(held)
         self._after_turn()
         if answer is None:
             raise _UpstreamFailed(f"upstream answered non-JSON on {endpoint}")
@@ -473,8 +479,11 @@ class _Handler(LeanHandler):
         self.wfile.flush()
         framing = ChunkFraming(hold_final=True, decode=resp.chunked)
 
+        after = self.server.after_answer
+
         def ended(r: _Relayed) -> None:  # the stream's last event: the turn is whole, written now
-            self._record(endpoint, r.asm, t0, r.ttft, self._peer_closed())
+            if not after:
+                self._record(endpoint, r.asm, t0, r.ttft, self._peer_closed())
 
         relayed = _Relayed(endpoint, self._send, framing, t0, ended)
         try:
@@ -492,6 +501,11 @@ class _Handler(LeanHandler):
         elif not asm.finished:
             why = f"upstream stream on {endpoint} ended without finishing" + (f": {asm.error}" if asm.error else "")
             self._fail_stream(why, framing)
+        elif after:  # the end of the answer first, then its turn
+            self._send(b"0\r\n\r\n")
+            self._record(endpoint, asm, t0, relayed.ttft, self._peer_closed())
+            self._after_turn()
+            return
         elif not relayed.ended:  # a stream that ends without a last event ([DONE], llama.cpp's stop)
             self._record(endpoint, asm, t0, relayed.ttft, self._peer_closed())
         self._send(b"0\r\n\r\n")  # the end of the answer, only once its turn is in the trace
@@ -614,11 +628,13 @@ class _ProxyServer(ProxyHTTPServer):
         recorder: TurnRecorder,
         timeout_s: float,
         on_turn: Callable[[RecordedTurn], None] | None,
+        after_answer: bool = False,
     ) -> None:
         super().__init__(addr, _Handler)
         self.upstream = upstream.rstrip("/")
         self.recorder = recorder
         self.on_turn = on_turn
+        self.after_answer = after_answer  # each turn written after its answer's end (--turn-after-answer)
         self.timeout_s = timeout_s
         self.pool = UpstreamPool(self.upstream, timeout_s)
         self.errors: list[str] = []
@@ -705,17 +721,20 @@ def serve_recorder(
     timeout_s: float = 600.0,
     on_turn: Callable[[RecordedTurn], None] | None = None,
     max_body_bytes: int = MAX_BODY_BYTES,
+    after_answer: bool = False,
 ) -> RecorderServer:
     """Start the recording proxy in a background thread and return it (see the module docstring).
 
     ``upstream``: base URL of the OpenAI-compatible server; ``port=0``: a free port; ``on_turn``:
     called after each turn is appended; ``timeout_s``: upstream read timeout; a request body above
-    ``max_body_bytes`` is answered 413."""
+    ``max_body_bytes`` is answered 413. ``after_answer``: each turn is written after its answer's end, not
+    before it: the answer is not held, but a ``kill -9`` can lose the turns whose answers were just sent
+    (one per client in flight)."""
     if not upstream.startswith(("http://", "https://")):
         raise FrankError(f"--upstream {upstream!r}: expected an http:// or https:// URL")
     recorder = TurnRecorder(out)
     try:
-        httpd = _ProxyServer((host, port), upstream, recorder, timeout_s, on_turn)
+        httpd = _ProxyServer((host, port), upstream, recorder, timeout_s, on_turn, after_answer)
     except OSError as exc:
         recorder.close()  # the trace is let go
         raise FrankError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
