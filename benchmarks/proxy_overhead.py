@@ -8,8 +8,9 @@ differences from one run are compared).
     .venv/bin/python benchmarks/proxy_overhead.py --baseline-src /tmp/base/src
 
 One client, one keep-alive connection per target (``http.client``), one request at a time. Each
-round sends each request kind to each target back to back (the targets' order rotates every round),
-so a pair of measurements is a few milliseconds apart. Request kinds:
+round sends each request kind to each target back to back, in an order drawn anew each round (seeded: no
+target always follows the same one, so the work a recorder does after an answer, its fsync, falls on every
+target alike), so a pair of measurements is a few milliseconds apart. Request kinds:
 
 * ``chat``: ``POST /v1/chat/completions``, 8 tokens, not streamed: time to the last byte;
 * ``chat-stream TTFT`` and ``chat-stream e2e``: the same, ``stream: true``: time to the first SSE
@@ -36,6 +37,7 @@ import argparse
 import http.client
 import json
 import os
+import random
 import socket
 import statistics
 import subprocess
@@ -126,16 +128,22 @@ def _once(
 
 
 def _measure(
-    ports: dict[str, int], rounds: int, kinds: tuple[str, ...] = KINDS
+    ports: dict[str, int], rounds: int, kinds: tuple[str, ...] = KINDS, seed: int = 33, gap_s: float = 0.0
 ) -> dict[tuple[str, str], list[tuple[float, ...]]]:
     conns = {t: http.client.HTTPConnection("127.0.0.1", p, timeout=900) for t, p in ports.items()}
     out: dict[tuple[str, str], list[tuple[float, ...]]] = {}
     order = list(ports)
+    rng = random.Random(seed)
     for r in range(rounds + 5):  # the first 5 rounds warm every path and are dropped
         for kind in kinds:
-            for target in order[r % len(order) :] + order[: r % len(order)]:
+            rng.shuffle(order)  # a new order each round: no target always follows the same one (a recorder's
+            for target in order:  # fsync after its answer lands on whichever request comes next)
                 if kind == "/count" and target.startswith(("record", "relay")):
                     continue
+                if gap_s:
+                    time.sleep(
+                        gap_s
+                    )  # what the last request left (a recorder's fsync) is over, as after an agent's tool call
                 value = _once(_request(kind, target), conns[target])
                 if r >= 5:
                     out.setdefault((kind, target), []).append(value)
@@ -258,6 +266,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=150)
     ap.add_argument("--baseline-src", help="a directory holding an older frankenstein package, measured too")
     ap.add_argument("--model", default=str(data_path("tiny-target.gguf")), help="the engine's model (GGUF)")
+    ap.add_argument("--gap-ms", type=float, default=0.0, help="idle time before each request (default 0: back to back)")
     ap.add_argument("--kinds", nargs="+", default=list(KINDS), choices=[*KINDS, "chat-long"], help="request kinds")
     ap.add_argument("--relay", nargs=2, type=int, metavar=("LISTEN", "UPSTREAM"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -286,10 +295,10 @@ def main() -> None:
                     _wait_up(f"http://127.0.0.1:{port}", proc)
             time.sleep(0.5)  # the relay listens within milliseconds of its start
             print(
-                f"llama-server {eng.version} ({Path(args.model).name}); loopback; {os.cpu_count()} CPUs; {args.rounds} rounds"
+                f"llama-server {eng.version} ({Path(args.model).name}); loopback; {os.cpu_count()} CPUs; {args.rounds} rounds; {args.gap_ms} ms idle before each request; order drawn each round"
             )
             print(f"load average {os.getloadavg()[0]:.2f} at the start")
-            _report(_measure(ports, args.rounds, tuple(args.kinds)))
+            _report(_measure(ports, args.rounds, tuple(args.kinds), gap_s=args.gap_ms / 1000))
             print(f"load average {os.getloadavg()[0]:.2f} at the end")
         finally:
             for _, proc in procs.values():
