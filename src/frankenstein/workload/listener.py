@@ -344,8 +344,7 @@ class UpstreamPool:
                 conn = self._idle.pop() if self._idle else None
             if conn is None or not conn.closed_by_peer():
                 return conn
-            if conn.streamed:
-                self.closes_after_streams = True
+            self.closes_after_streams |= conn.streamed
             conn.close()
             self.dropped += 1
             self.stale += 1

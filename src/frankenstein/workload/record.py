@@ -307,11 +307,8 @@ class _Handler(LeanHandler):
         except TransportError as exc:
             self.server.note_error(f"upstream: {exc!r}")
             if not self.client_gone:
-                self._reply(
-                    502,
-                    {"content-type": "application/json"},
-                    json.dumps({"error": {"message": f"upstream failed: {exc}", "type": "upstream"}}).encode(),
-                )
+                error = {"error": {"message": f"upstream failed: {exc}", "type": "upstream"}}
+                self._reply(502, _JSON_HEAD, json.dumps(error).encode())  # no body to a HEAD request
         except OSError:  # the client went away while headers were being written
             self.close_connection = True
 
@@ -334,16 +331,11 @@ class _Handler(LeanHandler):
         """The client's fields less the hop-by-hop ones, as head lines; the answer asked for uncompressed."""
         return self.headers.lines(HOP_HEADERS) + "Accept-Encoding: identity\r\n"
 
-    def _reply(self, status: int, headers: Mapping[str, str] | Headers, data: bytes, length: int | None = None) -> None:
-        """The head and ``data``; ``length``: the whole body's, when only its start is ``data``."""
+    def _reply(self, status: int, headers: Headers, data: bytes) -> None:
+        """The engine's answer: its head (less the hop-by-hop fields) and ``data``."""
         self.send_response(status)
-        if isinstance(headers, Headers):
-            self.send_fields(headers)
-        else:
-            for k, v in headers.items():
-                if k.lower() not in HOP_HEADERS:
-                    self.send_header(k, v)
-        self.send_header("Content-Length", str(len(data) if length is None else length))
+        self.send_fields(headers)
+        self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self._write(data if self.command != "HEAD" else b"")
 
@@ -584,6 +576,9 @@ class _Relayed:
         if self.asm.done and not self.ended and self.unread is None and self.asm.finished:
             self.ended = True
             self._on_end(self)
+
+
+_JSON_HEAD = Headers([("Content-Type", "application/json")])
 
 
 def _json_object(raw: bytes) -> dict[str, Any] | None:
