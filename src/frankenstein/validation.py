@@ -6,7 +6,8 @@
     field_error(path, exc, error_cls)   the one formatter: the file, the first bad field, what is wrong
     read_toml(path, error_cls)          a TOML file as a dict, or one error naming the file
     read_text(path, error_cls)          a UTF-8 file's text; missing, a directory or not UTF-8 is one error
-    http_root(url)                      (host, port) of http://HOST:PORT, else ValueError saying what is wrong
+    http_root(url, tls)                 (host, port) of http://HOST:PORT (https:// too with ``tls``), else
+                                        ValueError saying what is wrong
 
 Every loader validates with these, so bad input reads the same everywhere:
 ``frank.toml: recipes.base.engine: Input should be 'llamacpp', ...``.
@@ -120,16 +121,19 @@ def listen_address(value: str) -> tuple[str, int]:
     return host or "127.0.0.1", int(port)
 
 
-def http_root(url: str) -> tuple[str, int]:
+def http_root(url: str, tls: bool = False) -> tuple[str, int]:
     """(host, port) of a server's root, ``http://HOST:PORT``; anything else is a ValueError saying what is
-    wrong (only plain http: the one stdlib client, :mod:`frankenstein.engines.http`)."""
+    wrong. ``tls``: ``https://HOST:PORT`` too (``frank serve --upstream``: the proxies' upstream client and
+    :mod:`frankenstein.engines.http` speak TLS); elsewhere only plain http (engines frank starts or replays)."""
     parts = urlsplit(url.strip())
-    if parts.scheme != "http" or not parts.hostname:
-        raise ValueError(f"{url!r}: expected http://HOST:PORT (only plain http is supported)")
+    schemes = ("http", "https") if tls else ("http",)
+    if parts.scheme not in schemes or not parts.hostname:
+        wanted = "http://HOST:PORT or https://HOST:PORT" if tls else "http://HOST:PORT (only plain http is supported)"
+        raise ValueError(f"{url!r}: expected {wanted}")
     if parts.path.strip("/") or parts.query:
-        raise ValueError(f"{url!r}: give the server's root, without a path (http://HOST:PORT)")
+        raise ValueError(f"{url!r}: give the server's root, without a path ({parts.scheme}://HOST:PORT)")
     try:
-        port = parts.port or 80
+        port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError as exc:
         raise ValueError(f"{url!r}: the port is not a number") from exc
     return parts.hostname, port

@@ -10,13 +10,14 @@ from frankenstein.cli.app import app, check_listen
 
 
 def _check_upstream(value: str | None) -> str | None:
-    """``http://HOST:PORT``, the server's root; anything else is a usage error naming --upstream."""
+    """``http://HOST:PORT`` or ``https://HOST:PORT``, the server's root; anything else is a usage error naming
+    --upstream."""
     if value is None:
         return None
     from frankenstein.validation import http_root
 
     try:
-        http_root(value)
+        http_root(value, tls=True)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     return value.strip().rstrip("/")
@@ -44,7 +45,8 @@ def serve(
     upstream: str | None = typer.Option(
         None,
         "--upstream",
-        help="Front an engine already running at this URL (http://HOST:PORT) instead of starting the recipe.",
+        help="Front an engine already running at this URL (http://HOST:PORT, or https://HOST:PORT: its certificate "
+        "checked against the system's CAs, or SSL_CERT_FILE) instead of starting the recipe.",
         callback=_check_upstream,
     ),
     cache_mb: int = typer.Option(256, "--cache-mb", min=1, help="Memory budget of the region cache, MiB."),

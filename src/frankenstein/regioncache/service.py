@@ -28,6 +28,7 @@ campaign's served step; an engine that names a model other than the served recip
 from __future__ import annotations
 
 import os
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -222,11 +223,17 @@ def _counter(
 def _engine_props(url: str) -> dict[str, Any] | None:
     """llama.cpp's ``GET /props`` (chat template, model file), or None from another engine."""
     try:
-        r = httpx.get(url + "/props", timeout=30.0, trust_env=False)
+        r = _get(url + "/props")
         data = r.json() if r.status_code == 200 else None
     except (httpx.HTTPError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def _get(url: str) -> httpx.Response:
+    """A GET to the engine; an ``https://`` one checked as the proxies' upstream client checks it (the default
+    context: the system's CAs, or ``SSL_CERT_FILE``), not by httpx's own CA bundle."""
+    return httpx.get(url, timeout=30.0, trust_env=False, verify=ssl.create_default_context())
 
 
 def _engine_model(url: str, props: dict[str, Any] | None) -> str | None:
@@ -237,7 +244,7 @@ def _engine_model(url: str, props: dict[str, Any] | None) -> str | None:
     if isinstance(path, str) and path:
         return path
     try:
-        r = httpx.get(url + "/v1/models", timeout=30.0, trust_env=False)
+        r = _get(url + "/v1/models")
         root = listed_model(r.json()) if r.status_code == 200 else None
     except (httpx.HTTPError, ValueError):
         return None
