@@ -13,8 +13,9 @@ target always follows the same one, so the work a recorder does after an answer,
 target alike), so a pair of measurements is a few milliseconds apart. Request kinds:
 
 * ``chat``: ``POST /v1/chat/completions``, 8 tokens, not streamed: time to the last byte;
-* ``chat-stream TTFT`` and ``chat-stream e2e``: the same, ``stream: true``: time to the first SSE
-  ``data:`` line with a token, and to the end of the stream;
+* ``chat-stream TTFT``, ``chat-stream [DONE]`` and ``chat-stream e2e``: the same, ``stream: true``: time to
+  the first SSE ``data:`` line with a token, to the ``data: [DONE]`` line (where an OpenAI client stops
+  reading), and to the end of the stream (its final 0-chunk: where a client reading to the end is done);
 * ``/tokenize``: llama.cpp's ``{"content": ...}``; ``frank serve`` answers it from its own tokenizer,
   ``frank record`` passes it through;
 * ``/count``: ``frank serve``'s count, against the engine's ``/tokenize`` of the same text (the question
@@ -90,17 +91,21 @@ def _timed_json(conn: http.client.HTTPConnection, path: str, body: dict[str, obj
 
 
 def _timed_stream(conn: http.client.HTTPConnection) -> tuple[float, ...]:
-    """(TTFT, e2e) in ms: the first ``data:`` line carrying content, and the end of the stream."""
+    """(TTFT, e2e, [DONE]) in ms: the first ``data:`` line carrying content, the end of the stream (its final
+    0-chunk, where a client reading the answer to its end, as ``http.client`` does, is done), and the
+    ``data: [DONE]`` line (where an OpenAI client stops reading)."""
     t0 = time.perf_counter()
     resp = _post(conn, "/v1/chat/completions", {**CHAT, "stream": True})
-    ttft = None
+    ttft = done = None
     while line := resp.readline():
         if ttft is None and line.startswith(b"data:") and b'"content":"' in line:
             ttft = (time.perf_counter() - t0) * 1e3
+        elif line.startswith(b"data: [DONE]"):
+            done = (time.perf_counter() - t0) * 1e3
     e2e = (time.perf_counter() - t0) * 1e3
-    if resp.status != 200 or ttft is None:
-        raise SystemExit(f"stream: HTTP {resp.status}, no token seen")
-    return (ttft, e2e)
+    if resp.status != 200 or ttft is None or done is None:
+        raise SystemExit(f"stream: HTTP {resp.status}, no token or no [DONE] seen")
+    return (ttft, e2e, done)
 
 
 def _request(kind: str, target: str) -> Callable[[http.client.HTTPConnection], tuple[float, ...]]:
@@ -190,7 +195,8 @@ def _report(results: dict[tuple[str, str], list[tuple[float, ...]]]) -> None:
         f"{'request':<18} {'proxy':<11} {'p50 ms':>8} {'p99 ms':>8} {'direct p50':>11} {'direct p99':>11} "
         f"{'added p50':>10} {'added p99':>10}"
     )
-    rows = [("chat", 0, "chat"), ("chat-stream", 0, "chat-stream TTFT"), ("chat-stream", 1, "chat-stream e2e")]
+    rows = [("chat", 0, "chat"), ("chat-stream", 0, "chat-stream TTFT"), ("chat-stream", 2, "chat-stream [DONE]")]
+    rows += [("chat-stream", 1, "chat-stream e2e")]
     rows += [("/tokenize", 0, "/tokenize"), ("/count", 0, "/count"), ("chat-long", 0, "chat-long (16 KB)")]
     for kind, i, label in rows:
         if (kind, "direct") not in results:
@@ -252,6 +258,16 @@ def _proxies(
     return procs
 
 
+def _pin(engine_pid: int | None) -> None:
+    """Every thread of the engine on the last CPU; this process (and so the proxies it starts) on the others."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if engine_pid is None or len(cpus) < 2:
+        raise SystemExit("--pin needs the engine's pid and two CPUs")
+    for task in os.listdir(f"/proc/{engine_pid}/task"):
+        os.sched_setaffinity(int(task), {cpus[-1]})
+    os.sched_setaffinity(0, set(cpus[:-1]))
+
+
 def _stop(proc: subprocess.Popen[bytes]) -> None:
     proc.terminate()
     try:
@@ -268,6 +284,11 @@ def main() -> None:
     ap.add_argument("--model", default=str(data_path("tiny-target.gguf")), help="the engine's model (GGUF)")
     ap.add_argument("--gap-ms", type=float, default=0.0, help="idle time before each request (default 0: back to back)")
     ap.add_argument("--kinds", nargs="+", default=list(KINDS), choices=[*KINDS, "chat-long"], help="request kinds")
+    ap.add_argument(
+        "--pin",
+        action="store_true",
+        help="the engine's threads on the last CPU, this client and the proxies on the others (a workstation whose engine has cores, or a GPU, of its own)",
+    )
     ap.add_argument("--relay", nargs=2, type=int, metavar=("LISTEN", "UPSTREAM"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.relay:
@@ -283,6 +304,8 @@ def main() -> None:
     )
     tiny = Path(args.model) == data_path("tiny-target.gguf")
     with tempfile.TemporaryDirectory() as tmp, start_engine(recipe, Path(tmp)) as eng:
+        if args.pin:
+            _pin(eng.pid)
         relay_port = free_port()
         relay = subprocess.Popen([sys.executable, __file__, "--relay", str(relay_port), str(eng.port)])
         procs = {"relay": (relay_port, relay), **_proxies(eng.base_url, tmp, None, "", tiny, after=True)}

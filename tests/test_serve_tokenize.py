@@ -182,7 +182,7 @@ def test_tokenizer_json_inside_a_model_directory_or_beside_a_model_file(tmp_path
     assert choose_tokenizer(None, str(bare)).source == f"no tokenizer.json in the model directory {bare}"
 
 
-@pytest.mark.parametrize("url", ["foo", "https://127.0.0.1:1", "http://127.0.0.1:1/v1", "http://127.0.0.1:x"])
+@pytest.mark.parametrize("url", ["foo", "ftp://127.0.0.1:1", "http://127.0.0.1:1/v1", "http://127.0.0.1:x"])
 def test_a_bad_upstream_url_is_a_usage_error_naming_the_option(url: str, tmp_path: Path) -> None:
     r = subprocess.run(
         [sys.executable, "-m", "frankenstein", "serve", "--upstream", url, "--listen", f"127.0.0.1:{free_port()}"],

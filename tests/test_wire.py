@@ -428,6 +428,68 @@ def test_between_chunks_is_false_inside_a_chunk_and_after_its_data_without_the_c
     assert framing.broken is None and not framing.done  # "x" begins a size line, held until it is whole
 
 
+_EVENTS = (b'data: {"n":1}\n\n', b'data: {"n":2}\n\n', b"data: [DONE]\n\n")
+_SSE = b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in _EVENTS)
+
+
+@pytest.mark.parametrize("hold", [False, True])
+def test_an_event_streams_answer_ends_with_the_piece_that_brings_its_done_event(hold: bool) -> None:
+    """The final 0-chunk goes with the [DONE] piece (held: the caller's to send); the engine's own, after it,
+    is followed to the body's end and given back to nobody."""
+    framing = ChunkFraming(hold_final=hold, end_at_done=True)
+    assert framing.feed(_SSE) == _SSE + (b"" if hold else b"0\r\n\r\n") and framing.ended and not framing.done
+    assert framing.feed(b"0\r\n") == b"" and framing.feed(b"\r\n") == b""
+    assert framing.done and framing.late == 0 and framing.surplus == 0
+
+
+def test_chunks_after_the_done_event_are_followed_counted_and_not_given_back() -> None:
+    framing = ChunkFraming(end_at_done=True)
+    framing.feed(_SSE)
+    assert framing.feed(b"9\r\nlate data\r\n0\r\n\r\n") == b"" and framing.done and framing.late == 14
+
+
+@pytest.mark.parametrize(
+    "last",
+    [b"xdata: [DONE]\n\n", b"data: [DONE]\n", b"data:[DONE]\n\n", b"data: [DONE]\n\ndata: {}\n\n", b"[DONE]\n\n"],
+)
+def test_only_a_piece_that_ends_with_a_whole_done_event_ends_the_answer(last: bytes) -> None:
+    body = _SSE[: -len(b"e\r\ndata: [DONE]\n\n\r\n")] + b"%x\r\n%s\r\n" % (len(last), last)
+    framing = ChunkFraming(end_at_done=True)
+    assert framing.feed(body) == body and not framing.ended
+
+
+def test_a_done_event_cut_across_pieces_or_without_end_at_done_waits_for_the_engines_final_chunk() -> None:
+    cut, plain = ChunkFraming(end_at_done=True), ChunkFraming()
+    assert cut.feed(_SSE[:-3]) + cut.feed(_SSE[-3:]) == _SSE and not cut.ended
+    assert plain.feed(_SSE) == _SSE and not plain.ended
+    assert cut.feed(b"0\r\n\r\n") == plain.feed(b"0\r\n\r\n") == b"0\r\n\r\n"
+
+
+@pytest.mark.parametrize("hold", [False, True])
+def test_ending_at_done_gives_back_the_bytes_the_engines_own_end_gives_however_the_stream_is_cut(hold: bool) -> None:
+    """Against an engine that keeps the protocol (nothing but its final chunk after [DONE]), ending at [DONE]
+    changes when the final chunk is given back, never what is given back: 2,000 random event streams, cut at
+    at random (half of them only between chunks, where engines cut), framed plainly or not, through both."""
+    rng = random.Random(33)
+    ended = 0
+    for _ in range(2000):
+        events = [b"data: " + bytes(rng.randrange(32, 127) for _ in range(rng.randrange(0, 30))) + b"\n\n"]
+        events = events * rng.randrange(0, 4) + [b"data: [DONE]\n\n"]
+        size = rng.choice([b"%x", b"%x", b"%x", b"%X", b"%x;e=1"])
+        chunks = [size % len(e) + b"\r\n" + e + b"\r\n" for e in events]
+        body = b"".join(chunks) + rng.choice([b"0\r\n\r\n", b"0\r\n\r\n", b"0\r\nX: y\r\n\r\n"])
+        if rng.random() < 0.5:  # where engines cut: between chunks (one event per write)
+            cuts = [sum(map(len, chunks[: i + 1])) for i in range(len(chunks)) if rng.random() < 0.7]
+        else:
+            cuts = sorted(rng.sample(range(1, len(body)), min(len(body) - 1, rng.randrange(0, 4))))
+        early, late = ChunkFraming(hold, end_at_done=True), ChunkFraming(hold)
+        pieces = split_at(body, *cuts)
+        assert b"".join(early.feed(p) for p in pieces) == b"".join(late.feed(p) for p in pieces), (body, cuts)
+        assert early.done and late.done and early.late == 0 and not late.ended
+        ended += early.ended
+    assert ended > 200  # the early end was taken often (a plain piece that ends with the [DONE] chunk)
+
+
 def test_record_holds_a_streams_final_chunk_until_its_turn_is_in_the_trace(tmp_path: Path) -> None:
     """Relayed raw, the stream's chunks reach the client as they come, with extensions dropped; the final
     0-chunk leaves only once the turn is in the trace (held here by an ``on_turn`` that waits)."""
@@ -505,8 +567,8 @@ class HeldEndUpstreamTestDouble:
         b"data: [DONE]\n\n",
     )
 
-    def __init__(self, die: bool = False) -> None:
-        self.release, self.die = threading.Event(), die
+    def __init__(self, die: bool = False, tail: bytes = b"0\r\n\r\n") -> None:
+        self.release, self.die, self.tail = threading.Event(), die, tail
         self._sock = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
         threading.Thread(target=self._serve, daemon=True).start()
@@ -517,55 +579,100 @@ class HeldEndUpstreamTestDouble:
             ScriptedUpstreamTestDouble._read_request(rfile)
             head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
             conn.sendall(head + b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in self.EVENTS))
-            self.release.wait(10)
+            self.release.wait(30)  # longer than a client waits (10 s): a client that needs the end times out
             if not self.die:
-                conn.sendall(b"0\r\n\r\n")
+                conn.sendall(self.tail)
 
     def close(self) -> None:
         self._sock.close()
 
 
-def _stream_through_record(tmp_path: Path, upstream: HeldEndUpstreamTestDouble) -> tuple[bytes, list[str], bool]:
-    """A streamed chat through frank record; the engine releases its end once the turn is in the trace (or after
-    10 s). (what the client got, the recorder's errors, whether the turn was in the trace before the end)."""
+def _stream_through_record(tmp_path: Path, upstream: HeldEndUpstreamTestDouble) -> tuple[bytes, list[str], bool, bytes]:
+    """A streamed chat through frank record; the client reads its answer to the final chunk while the engine
+    holds its own (10 s at most), then the engine sends its end. (what the client got meanwhile, the recorder's
+    errors, whether the turn was in the trace then, what the client got after)."""
     chat = b'{"messages": [{"role": "user", "content": "hello"}], "stream": true}'
     trace = tmp_path / "t.jsonl"
     with serve_recorder(upstream.url, out=trace) as rec:
         with socket.create_connection(("127.0.0.1", port_of(rec.url)), timeout=10) as s:
             s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n")
             s.sendall(b"Content-Length: %d\r\n\r\n%s" % (len(chat), chat))
-            deadline = time.monotonic() + 10
-            while not (trace.exists() and trace.read_bytes().endswith(b"\n")) and time.monotonic() < deadline:
-                time.sleep(0.01)  # until the turn is written: the event under test, not to make it pass
+            got = _read_to_the_final_chunk(s)
             written_before_the_end = trace.exists() and trace.read_bytes().endswith(b"\n")
             upstream.release.set()
-            got = b""
+            rest = b""
             while chunk := s.recv(65536):
-                got += chunk
+                rest += chunk
         errors = list(rec.errors)
     upstream.close()
-    return got, errors, written_before_the_end
+    return got, errors, written_before_the_end, rest
+
+
+def _read_to_the_final_chunk(s: socket.socket) -> bytes:
+    """What ``s`` brings up to a final 0-chunk, or up to its close or a 10 s timeout (a socket.timeout then)."""
+    got = b""
+    while not got.endswith(b"\r\n0\r\n\r\n"):
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        got += chunk
+    return got
 
 
 def test_record_writes_a_streams_turn_at_its_last_event_while_the_engine_sends_its_end(tmp_path: Path) -> None:
-    """The turn is whole at the stream's [DONE]: it is in the trace before the engine's final chunk came (the
-    recorder writes it in the gap llama-server leaves there), and the client's answer ends as the engine's did."""
-    got, errors, written_before_the_end = _stream_through_record(tmp_path, HeldEndUpstreamTestDouble())
-    assert written_before_the_end and errors == []
+    """The turn is whole at the stream's [DONE]: it is in the trace, and the client has its whole answer, before
+    the engine's final chunk came (the recorder writes it in the gap llama-server leaves there)."""
+    got, errors, written_before_the_end, rest = _stream_through_record(tmp_path, HeldEndUpstreamTestDouble())
+    assert written_before_the_end and errors == [] and rest == b""
     assert got.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n")
     turn = json.loads((tmp_path / "t.jsonl").read_text())
     assert turn["output"]["text"] == "hi" and turn["output"]["finish_reason"] == "stop"
 
 
-def test_a_stream_that_dies_after_its_last_event_keeps_its_whole_turn_and_fails_the_clients_read(
+def test_a_stream_whose_engine_dies_after_its_done_event_gave_the_client_and_the_trace_the_whole_answer(
     tmp_path: Path,
 ) -> None:
-    """The engine closes after [DONE] without its final chunk: the client's answer ends without one (its read
-    fails), the error is said, and the turn written at [DONE] (its output whole) stays in the trace."""
-    got, errors, written_before_the_end = _stream_through_record(tmp_path, HeldEndUpstreamTestDouble(die=True))
-    assert written_before_the_end and not got.endswith(b"0\r\n\r\n") and b"data: [DONE]" in got
-    assert len(errors) == 1 and "died mid-stream" in errors[0]
+    """The engine closes after [DONE] without its final chunk: the answer was whole at [DONE] and ended there
+    for the client, and the turn written then stays in the trace."""
+    got, errors, written_before_the_end, rest = _stream_through_record(tmp_path, HeldEndUpstreamTestDouble(die=True))
+    assert written_before_the_end and got.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n") and rest == b""
+    assert errors == []
     assert json.loads((tmp_path / "t.jsonl").read_text())["output"]["text"] == "hi"
+
+
+def test_chunks_an_engine_sends_after_its_done_event_reach_no_client_and_are_said(tmp_path: Path) -> None:
+    """An engine that breaks the protocol, sending an event after [DONE]: the client's answer ended at [DONE]
+    and gets none of it (nothing lands after the answer's end), and the recorder says how many bytes it dropped."""
+    late = b"9\r\nlate data\r\n0\r\n\r\n"
+    got, errors, _, rest = _stream_through_record(tmp_path, HeldEndUpstreamTestDouble(tail=late))
+    assert got.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n") and rest == b""
+    assert errors == ["the engine sent 14 bytes after [DONE] on /v1/chat/completions: dropped"]
+
+
+def test_serve_ends_an_event_stream_at_its_done_event_while_the_engine_holds_its_final_chunk(tmp_path: Path) -> None:
+    """Through the front: the client reads its whole answer (to the final chunk) while the engine still holds its
+    own; chunks the engine sends after [DONE] reach nobody (the next answer on the same connection is clean)
+    and count as an engine error."""
+    camp = init_campaign(tmp_path / "c")
+    log = ServedLog(camp.store, step=None, flush_s=60)
+    answers = []
+    for upstream in (HeldEndUpstreamTestDouble(), HeldEndUpstreamTestDouble(tail=b"9\r\nlate data\r\n0\r\n\r\n")):
+        with start_front(upstream.url, RegionCache(tok()), observe=log) as f:
+            with socket.create_connection(("127.0.0.1", port_of(f.url)), timeout=10) as s:
+                s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+                answers.append(_read_to_the_final_chunk(s))
+                upstream.release.set()
+                s.sendall(
+                    b'POST /tokenize HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 17\r\n\r\n{"content": "hi"}'
+                )
+                answers.append(b"".join(iter(lambda: s.recv(65536), b"")))
+        upstream.close()
+    log.close()
+    got = [(r.route, r.engine_error) for r in camp.store.served_requests()]
+    camp.close()
+    assert all(a.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n") for a in answers[::2])
+    assert all(a.startswith(b"HTTP/1.1 200 ") and b"late" not in a for a in answers[1::2])
+    assert [e for r, e in got if r == "chat"] == [False, True]
 
 
 def test_a_lying_size_through_the_front_ends_without_the_final_chunk_and_drops_the_connection() -> None:

@@ -322,9 +322,14 @@ class _Handler(LeanHandler):
         """The engine's chunks as the bytes it sent, each read sent on at once: no decoding and re-chunking.
         The head goes first, as soon as the engine's came (the client reads it while the engine works), then each
         piece straight to the socket. The final 0-chunk reaches the client only if the framing before it was whole
-        (a broken or cut stream ends without it)."""
+        (a broken or cut stream ends without it). An event stream's final chunk goes with its ``data: [DONE]``
+        event; what the engine sends after that event is read to its end, and chunks among it (none from an
+        engine that keeps the protocol) count as an engine error."""
         self.wfile.flush()
-        resp.pump_framed(self.connection.sendall)
+        framing = resp.framing()
+        resp.pump_framed(self.connection.sendall, framing)
+        if framing.late:
+            self._engine_error = True
 
     # ------------------------------------------------------------------ plumbing
     def _read_body(self) -> bytes:

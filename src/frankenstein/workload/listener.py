@@ -428,6 +428,12 @@ class PooledAnswer:
     def iter_raw(self, size: int = READ_BUFFER) -> Iterator[bytes]:
         return self._answer.iter_raw(size)
 
+    def framing(self, hold_final: bool = False, decode: bool = False) -> ChunkFraming:
+        """What follows this answer's chunks for :meth:`pump_framed`; an event stream's (``text/event-stream``)
+        ends at its ``data: [DONE]`` event (:class:`ChunkFraming`'s ``end_at_done``)."""
+        sse = self.headers.get("content-type", "").startswith("text/event-stream")
+        return ChunkFraming(hold_final=hold_final, decode=decode, end_at_done=sse)
+
     def pump_framed(self, send: Callable[[bytes], object], framing: ChunkFraming | None = None) -> None:
         self._answer.pump_framed(send, framing)
 

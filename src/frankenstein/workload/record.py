@@ -469,13 +469,20 @@ class _Handler(LeanHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         self.wfile.flush()
-        framing = ChunkFraming(hold_final=True, decode=resp.chunked)
-
+        framing = resp.framing(hold_final=True, decode=resp.chunked)
         after = self.server.after_answer
+        answered = False
 
         def ended(r: _Relayed) -> None:  # the stream's last event: the turn is whole, written now
+            nonlocal answered
             if not after:
                 self._record(endpoint, r.asm, t0, r.ttft, self._peer_closed())
+            if framing.ended:  # [DONE]: only the engine's final chunk follows, the answer ends here
+                self._send(b"0\r\n\r\n")
+                answered = True
+                if after:
+                    self._record(endpoint, r.asm, t0, r.ttft, self._peer_closed())
+                self._after_turn()
 
         relayed = _Relayed(endpoint, self._send, framing, t0, ended)
         try:
@@ -485,8 +492,15 @@ class _Handler(LeanHandler):
                 for piece in resp.iter_raw():
                     relayed.piece(b"%x\r\n%s\r\n" % (len(piece), piece), piece)
         except TransportError as exc:
+            if answered:  # the engine broke after its answer's end: the client and the trace have it whole
+                self.close_connection = True
+                return
             self._after_turn()  # a turn written at its last event stays: its output is whole
             self._fail_stream(f"upstream died mid-stream on {endpoint}: {exc!r}", framing)
+        if answered:
+            if framing.late:
+                self.server.note_error(f"the engine sent {framing.late} bytes after [DONE] on {endpoint}: dropped")
+            return
         asm = relayed.asm
         if relayed.unread is not None:  # relayed to its end as the engine sent it, not recorded
             self._unreadable(endpoint, relayed.unread)

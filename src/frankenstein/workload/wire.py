@@ -417,6 +417,9 @@ class UpstreamAnswer:
         read1, feed = self.conn.rfile.read1, framing.feed
         while not framing.done:
             data = read1(READ_BUFFER)
+            if not data and framing.ended:  # closed after [DONE]: the answer was whole, the connection is spent
+                self.conn.reusable = False
+                break
             if not data:
                 raise ProtocolError("upstream closed the connection inside a chunked body")
             out = feed(data)
@@ -514,6 +517,8 @@ def _length(headers: Headers) -> int:
 # ---------------------------------------------------------------- a chunked body's framing
 
 _HEX_DIGITS = b"0123456789abcdefABCDEF"
+_DONE_TAIL = b"data: [DONE]\n\n\r\n"  # the last event of an OpenAI-style stream, then its chunk's CRLF
+_LF = ord("\n")  # before it: the end of the chunk's size line or of the event before, in the same chunk
 
 
 def chunk_size(line: bytes) -> int | None:
@@ -532,7 +537,8 @@ class ChunkFraming:
     trailers dropped (as a decoding relay would), a bare LF made CRLF. ``done`` after the final 0-chunk's
     empty line (``surplus``: bytes fed after it), ``broken`` says what was wrong (nothing of it is given
     back). ``hold_final``: the final 0-chunk is not given back (the caller sends ``0\\r\\n\\r\\n`` when it
-    is ready to end the answer); ``decode``: each feed's chunk data is also in ``data``::
+    is ready to end the answer); ``decode``: each feed's chunk data is also in ``data``; ``end_at_done``: an
+    event stream's answer ends at its ``data: [DONE]`` event (see :meth:`feed`)::
 
         framing = ChunkFraming()
         framing.feed(b"5;x=1\\r\\nhel")           # b"5\\r\\nhel"
@@ -541,12 +547,15 @@ class ChunkFraming:
 
     __slots__ = (
         *("_left", "_line", "_expect", "_trailers", "_out", "_mark", "_hold", "_decode"),
-        *("done", "broken", "surplus", "data"),
+        *("done", "broken", "surplus", "data", "_at_done", "ended", "late"),
     )
 
-    def __init__(self, hold_final: bool = False, decode: bool = False) -> None:
+    def __init__(self, hold_final: bool = False, decode: bool = False, end_at_done: bool = False) -> None:
         self._hold = hold_final  # the final 0-chunk and its empty line are not given back (the caller sends them)
         self._decode = decode  # each feed's chunk data, without framing, in ``data``
+        self._at_done = end_at_done  # the answer ends at a piece whose last chunk ends with ``data: [DONE]``
+        self.ended = False  # the answer's end was given back (or is the caller's to send, with hold_final)
+        self.late = 0  # bytes of chunks after the answer's end (given back to nobody)
         self.data = b""
         self._left = 0  # chunk data still to come
         self._line = b""  # a framing line begun in an earlier piece (held back until whole)
@@ -559,7 +568,20 @@ class ChunkFraming:
         self.surplus = 0
 
     def feed(self, data: bytes) -> bytes:
-        """The part of ``data`` to send on (see the class); stops at the body's end or at a broken frame."""
+        """The part of ``data`` to send on (see the class); stops at the body's end or at a broken frame.
+
+        With ``end_at_done``, a piece of whole plain chunks whose last chunk ends with the event ``data: [DONE]``
+        ends the answer: it is given back with the final 0-chunk after it (``ended``; with ``hold_final`` the
+        caller sends that). An engine sends nothing but its own final chunk after ``[DONE]``; those bytes are
+        followed to the body's end (so the connection can carry the next request) and given back to nobody, and
+        any chunk data among them is counted in ``late``. The client's answer then ends ~40 µs earlier, before
+        the engine's last two writes (measured on llama-server; docs/benchmarks.md)."""
+        if self.ended:
+            self.late += len(self._feed(data))
+            return b""
+        return self._feed(data)
+
+    def _feed(self, data: bytes) -> bytes:
         if not self._left and self._expect == "size" and not self._line:
             whole = self._whole_chunks(data)
             if whole is not None:
@@ -609,7 +631,14 @@ class ChunkFraming:
             pos = stop + 2
         self.surplus = 0
         self.data = b"".join(parts)
-        return data if end else None
+        if not end:
+            return None
+        if self._at_done and data.endswith(_DONE_TAIL) and data[-len(_DONE_TAIL) - 1] == _LF:
+            self.ended = True  # what follows is the engine's final chunk: not given back (``late`` otherwise)
+            if not self._hold:
+                self._hold = True
+                return data + b"0\r\n\r\n"
+        return data
 
     def _line_at(self, data: bytes, pos: int) -> int:
         """Past the framing line at ``pos``; a line that continues in the next piece is held back; at ``pos``
