@@ -19,10 +19,10 @@ Load: after the warm-up turns (always sent one at a time), the measured turns go
 most ``concurrency`` in flight. With ``rate`` (requests/s) each is also due at a time from
 :func:`send_offsets`, a pure function of ``seed``, ``rate``, ``arrivals`` and the turn count (``poisson``:
 exponential gaps; ``fixed``: 1/rate apart): a request due while ``concurrency`` are in flight waits for a slot
-(as AIPerf's ``--concurrency`` with ``--request-rate``), and its row keeps when it was due and when it went
-out (``due_ms``, ``sent_ms``). The start's wall span (first measured send to last measured completion) gives
-``output_tokens_per_s``, ``requests_per_s`` and, with ``goodput`` targets, ``goodput``
-(:func:`frankenstein.measure.timings.start_rates`).
+(as AIPerf's ``--concurrency`` with ``--request-rate``), and its row keeps when it was due, when it went out
+and when the replay had its answer (``due_ms``, ``sent_ms``, ``done_ms``). The start's wall span (first measured
+send to last measured completion, on the replay's clock around each request) gives ``output_tokens_per_s``,
+``requests_per_s`` and, with ``goodput`` targets, ``goodput`` (:func:`frankenstein.measure.timings.start_rates`).
 """
 
 from __future__ import annotations
@@ -355,16 +355,22 @@ def _pooled(send: Callable[[int], None], indices: list[int], due: dict[int, floa
 def _mark_times(
     rows: list[dict[str, Any] | None], clock: dict[int, tuple[float, float]], due: dict[int, float]
 ) -> None:
-    """A rate design's measured rows keep when each request was due and when it went out, in ms after the first
-    was due (how long a request waited for a free slot is their difference)."""
+    """A rate design's measured rows keep when each request was due, when it went out and when the replay had its
+    answer, in ms after the first was due: how long a request waited for a free slot is ``sent_ms - due_ms``, and
+    the start's wall span (:func:`_span`) is the last ``done_ms`` less the first ``sent_ms``, to the µs."""
     if not due:
         return
     t0 = min(due.values())
     for i, when in due.items():
         row = rows[i]
         if row is not None and i in clock:
-            row["due_ms"] = round((when - t0) * 1000.0, 3)
-            row["sent_ms"] = round((clock[i][0] - t0) * 1000.0, 3)
+            sent, done = clock[i]
+            row.update(due_ms=_ms_after(t0, when), sent_ms=_ms_after(t0, sent), done_ms=_ms_after(t0, done))
+
+
+def _ms_after(t0: float, t: float) -> float:
+    """Monotonic seconds ``t`` as ms after ``t0``, rounded to 1 µs."""
+    return round((t - t0) * 1000.0, 3)
 
 
 def _span(clock: dict[int, tuple[float, float]], warm: int) -> float | None:
