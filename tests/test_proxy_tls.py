@@ -181,7 +181,8 @@ def test_record_answers_502_naming_an_untrusted_certificate(
     engine: str, certs: dict[str, tuple[Path, Path]], tmp_path: Path
 ) -> None:
     """The terminator shows a certificate frank does not trust: the client gets a 502 saying so at once (no
-    hang), nothing reaches the engine, and frank record's summary counts the upstream error; no traceback."""
+    hang), nothing reaches the engine, frank record says it in one line on stderr (no traceback) and its
+    summary counts the upstream error."""
     relay = TlsRelayTestDouble(int(engine.rsplit(":", 1)[1]), server_context(*certs["other"]))
     p = start_proxy("record", relay.url, certs["trusted"][0], tmp_path)
     try:
@@ -196,7 +197,10 @@ def test_record_answers_502_naming_an_untrusted_certificate(
     assert message.startswith("upstream failed: ") and "CERTIFICATE_VERIFY_FAILED" in message, message
     assert relay.refused >= 1 and relay.requests == 0
     assert out.endswith("recorded 0 turns to " + str(tmp_path / "turns.jsonl") + "; 1 upstream errors\n"), out
-    assert "Traceback" not in err and not (tmp_path / "turns.jsonl").exists()
+    said, stopped = err.splitlines()  # one line as it happened, one at the stop
+    assert said.startswith("frank record: upstream: SSLCertVerificationError(") and "CERTIFICATE_VERIFY_FAILED" in said
+    assert stopped == "frank: interrupted; engines stopped"
+    assert not (tmp_path / "turns.jsonl").exists()
 
 
 def test_serve_refuses_to_start_before_an_untrusted_certificate(
