@@ -5,8 +5,8 @@ the engine keeps generating for nobody, and how long the next request waits for 
     .venv/bin/python benchmarks/serve_client_leaves.py --rounds 1 --tokens 500
 
 A real llama-server on the tiny model, one thread, one slot (``--parallel 1``: a request waits while the slot
-generates), ``frank serve --upstream`` and ``frank record`` in front of it (the real CLI). Each round, per
-target and way of leaving:
+generates), ``frank serve --upstream`` and ``frank record`` in front of it (the real CLI); ``direct`` is the
+client at llama-server itself. Each round, per target and way of leaving:
 
 * ``stream-fin`` / ``stream-rst``: a streamed chat asked for ``--tokens`` tokens (``ignore_eos``), five events
   read, the socket closed (FIN; RST with ``SO_LINGER`` 0);
@@ -168,7 +168,7 @@ def main() -> None:
         )
         record, record_url = _spawn(["record", "--upstream", eng.base_url, "--out", os.path.join(tmp, "t.jsonl")])
         try:
-            targets = {"serve": serve_url, "record": record_url}
+            targets = {"direct": eng.base_url, "serve": serve_url, "record": record_url}
             rows, whole = [], []
             for i in range(args.rounds):
                 rows.append(_round(targets, eng.base_url, args.tokens))

@@ -114,17 +114,23 @@ def busy(engine: str) -> bool:
     return bool(httpx.get(engine + "/slots", timeout=10, trust_env=False).json()[0]["is_processing"])
 
 
+def send_raw(url: str, body: dict[str, object]) -> socket.socket:
+    """A chat request sent on a new raw socket, left open."""
+    host, port = url.removeprefix("http://").split(":")
+    data = json.dumps(body).encode()
+    s = socket.create_connection((host, int(port)), timeout=30)
+    s.sendall(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(data), data)
+    )
+    return s
+
+
 def leave_mid_stream(url: str, engine: str, events: int, reset: bool) -> None:
     """Send the long streamed chat on a raw socket, read until ``events`` SSE events came, then close the
     socket: a FIN, or with ``reset`` an RST (``SO_LINGER`` on with 0 s). The engine is generating then (so a
     check that it stopped can fail)."""
-    host, port = url.removeprefix("http://").split(":")
-    body = json.dumps(LONG).encode()
-    s = socket.create_connection((host, int(port)), timeout=30)
-    s.sendall(
-        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
-    )
+    s = send_raw(url, LONG)
     seen = b""
     while seen.count(b"data: ") < events:
         data = s.recv(65536)
@@ -137,9 +143,9 @@ def leave_mid_stream(url: str, engine: str, events: int, reset: bool) -> None:
     s.close()
 
 
-def chat_timed(url: str) -> tuple[str, float]:
+def chat_timed(url: str, body: dict[str, object] = SHORT) -> tuple[str, float]:
     t0 = time.monotonic()
-    r = httpx.post(url + "/v1/chat/completions", json=SHORT, timeout=120, trust_env=False)
+    r = httpx.post(url + "/v1/chat/completions", json=body, timeout=120, trust_env=False)
     assert r.status_code == 200, r.text
     return str(r.json()["choices"][0]["message"]["content"]), time.monotonic() - t0
 
@@ -163,6 +169,60 @@ def test_a_client_leaving_mid_stream_frees_the_engine_and_the_next_answer_is_cle
     released = [int(line.split("n_tokens = ")[1].split(",")[0]) for line in lines if "stop processing" in line]
     assert released and released[0] < 4000, lines  # prompt + tokens made, of 4,000 asked
     assert not busy(engine.url)
+    assert serve.proc.poll() is None and serve.stderr.read_text() == ""
+
+
+@pytest.mark.parametrize("reset", [False, True], ids=["fin", "rst"])
+def test_a_client_leaving_before_a_non_streamed_answer_frees_the_engine(
+    serve: Serve, engine: Engine, reset: bool
+) -> None:
+    """The same chat not streamed: the engine sends nothing until the whole answer is made, so serve watches
+    the client's socket while it waits and, when the client is gone, closes the upstream connection; the
+    engine cancels (as it does for a client that leaves it directly) instead of making 4,000 tokens for
+    nobody, and the next request, sent at once, gets the direct answer."""
+    want, _ = chat_timed(engine.url)
+    offset = engine.log.stat().st_size
+    s = send_raw(serve.url, LONG | {"stream": False})
+    deadline = time.monotonic() + 30
+    while not busy(engine.url):  # the engine has the request
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    if reset:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    s.close()
+    answer, next_s = chat_timed(serve.url)
+    lines = engine.lines_after(offset, "cancel task")
+    print(f"reset={reset}: the next chat took {next_s:.3f} s; engine: {[x for x in lines if 'release' in x][:1]}")
+    assert answer == want
+    assert any("cancel task" in line for line in lines), lines
+    released = [int(line.split("n_tokens = ")[1].split(",")[0]) for line in lines if "stop processing" in line]
+    assert released and released[0] < 4000, lines
+    assert serve.proc.poll() is None and serve.stderr.read_text() == ""
+
+
+def test_a_pipelined_request_is_not_taken_for_a_client_that_left(serve: Serve, engine: Engine) -> None:
+    """A client that sends its next request while the first is still being made (pipelining) has not left:
+    serve stops watching it, and both are answered, in order, as going direct answers them."""
+    first = SHORT | {"max_tokens": 300, "ignore_eos": True}
+    want = [chat_timed(engine.url, first)[0], chat_timed(engine.url)[0]]
+    s = send_raw(serve.url, first)
+    deadline = time.monotonic() + 30
+    while not busy(engine.url):  # serve is waiting for the first answer
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    data = json.dumps(SHORT).encode()
+    s.sendall(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(data), data)
+    )
+    got = b""
+    while chunk := s.recv(65536):
+        got += chunk
+    s.close()
+    parts = got.split(b"HTTP/1.1 ")[1:]
+    assert [p[:4] for p in parts] == [b"200 ", b"200 "], got[:300]
+    answers = [json.loads(p.split(b"\r\n\r\n", 1)[1]) for p in parts]
+    assert [a["choices"][0]["message"]["content"] for a in answers] == want
     assert serve.proc.poll() is None and serve.stderr.read_text() == ""
 
 
