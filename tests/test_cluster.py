@@ -187,23 +187,41 @@ def _each_slot_once(root: Path, design_id: str, blocks: int) -> list[StartRow]:
 
 
 def _engine_groups(node: Node) -> list[int]:
-    """Process groups of the command arms and engines live on ``node`` now (its pid files)."""
-    return (
-        [json.loads(p.read_text())["pgid"] for p in node.runtime_dir.glob("*.json")]
-        if node.runtime_dir.exists()
-        else []
-    )
+    """Process groups of the command arms and engines on ``node`` now (its pid files). A file gone between the
+    listing and its read is a start that ended: its group was stopped before its file went."""
+    groups = []
+    for p in node.runtime_dir.glob("*.json"):
+        try:
+            groups.append(json.loads(p.read_text())["pgid"])
+        except FileNotFoundError:
+            continue
+    return groups
+
+
+def _live_groups(lc: LocalCluster, nodes: list[str]) -> list[int]:
+    """The engine groups on ``nodes`` with a live process (read from /proc)."""
+    return [g for name in nodes for g in _engine_groups(lc.node(name)) if group_members(g)]
 
 
 def _wait_for_engine(lc: LocalCluster, nodes: list[str], timeout_s: float = 60) -> tuple[Node, list[int]]:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         for name in nodes:
-            groups = [g for g in _engine_groups(lc.node(name)) if group_members(g)]
-            if groups:
+            if groups := _live_groups(lc, [name]):
                 return lc.node(name), groups
         time.sleep(0.05)
     raise AssertionError(f"no engine started on {nodes} within {timeout_s} s")
+
+
+def _wait_for_engines(lc: LocalCluster, timeout_s: float = 60) -> list[int]:
+    """Every live engine group on the cluster, once there is one. A host between two starts has none: under
+    load all of them may be there at once, the next start's engine not up yet."""
+    deadline = time.monotonic() + timeout_s
+    while not (groups := _live_groups(lc, [n.name for n in lc.nodes])):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no engine running on the cluster within {timeout_s} s")
+        time.sleep(0.05)
+    return groups
 
 
 def _gone(groups: list[int], timeout_s: float = 30) -> list[int]:
@@ -660,7 +678,8 @@ def _wait_dead(lc: LocalCluster, name: str, timeout_s: float = 90) -> None:
 def test_kill_9_of_the_driver_leaves_no_engine_and_resume_keeps_blocks_on_their_hosts(
     cluster: LocalCluster, tmp_path: Path
 ) -> None:
-    """kill -9 of the driver once blocks have a recorded start on two hosts: no engine is left; one of those
+    """kill -9 of the driver once blocks have a recorded start on two hosts and an engine runs: no engine is left
+    (a host between starts has none: the test waits for one, as a busy machine may start it late); one of those
     hosts then leaves the cluster. --resume sends each interrupted block whose host is still there back to
     it (all its starts on one host), runs the other elsewhere, and the note names that block as run on two
     hosts."""
@@ -678,7 +697,7 @@ def test_kill_9_of_the_driver_leaves_no_engine_and_resume_keeps_blocks_on_their_
             return len(on) >= 2 and bool(on - {head})
 
         lines.until(two_hosts)
-        groups = [g for n in cluster.nodes for g in _engine_groups(n) if group_members(g)]
+        groups = _wait_for_engines(cluster)  # the kill comes while an engine runs, or it shows nothing
     finally:
         p.kill()
         p.wait()
