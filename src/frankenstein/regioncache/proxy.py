@@ -52,7 +52,6 @@ from frankenstein.workload.listener import (
     read_body,
     send_json,
 )
-from frankenstein.workload.wire import ClientGone
 
 _NO_BODY = {204, 304}
 
@@ -264,17 +263,10 @@ class _Handler(LeanHandler):
     # ------------------------------------------------------------------ pass-through
     def _pass_through(self, raw: bytes) -> None:
         """To the engine: the head is the client's fields less the hop-by-hop ones, sent before anything else is
-        done (the count of passed requests is kept after the answer). A client that leaves before the answer
-        begins is not answered, and its upstream connection is closed (``watch``)."""
+        done (the count of passed requests is kept after the answer)."""
         headers = self.headers.lines(HOP_HEADERS)
         try:
-            resp = self.server.pool.open(
-                self.command, self.path, raw or None, headers, self.server.upstream_slots, watch=self.connection
-            )
-        except ClientGone:  # its upstream connection is closed: the engine stops, as if the client had left it
-            self.close_connection = True
-            self.server.tally(local=False)
-            return
+            resp = self.server.pool.open(self.command, self.path, raw or None, headers, self.server.upstream_slots)
         except TransportError as exc:
             self._engine_error = True
             self._json(502, {"error": {"message": f"upstream {self.server.upstream}: {exc}", "type": "bad_gateway"}})

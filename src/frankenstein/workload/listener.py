@@ -308,15 +308,12 @@ class UpstreamPool:
         headers: dict[str, str] | str,
         slots: SlotsLike,
         meanwhile: Callable[[], None] | None = None,
-        watch: socket.socket | None = None,
     ) -> PooledAnswer:
         """Send one request and return its answer unread; :meth:`PooledAnswer.close` gives the connection back.
-        ``meanwhile`` runs once the request is sent, before its answer is read (again if it is sent again);
-        ``watch``: the client's socket, whose close before the answer begins drops the upstream connection
-        (:class:`~frankenstein.workload.wire.ClientGone`)."""
+        ``meanwhile`` runs once the request is sent, before its answer is read (again if it is sent again)."""
         slots.acquire()
         try:
-            answer = self._send(method, path, body, headers, meanwhile, watch)
+            answer = self._send(method, path, body, headers, meanwhile)
         except BaseException:
             slots.release()
             raise
@@ -329,16 +326,15 @@ class UpstreamPool:
         body: bytes | None,
         headers: dict[str, str] | str,
         meanwhile: Callable[[], None] | None,
-        watch: socket.socket | None = None,
     ) -> UpstreamAnswer:
         conn = self._live_idle()
         if conn is not None:
             try:
-                return self._exchange(conn, method, path, body, headers, meanwhile, watch)
+                return self._exchange(conn, method, path, body, headers, meanwhile)
             except Closed:
                 self.resent += 1  # closed by the upstream just as it was reused: sent again on a fresh connection
                 self.closes_after_streams |= conn.streamed
-        return self._exchange(self._connect(), method, path, body, headers, meanwhile, watch)
+        return self._exchange(self._connect(), method, path, body, headers, meanwhile)
 
     def _live_idle(self) -> UpstreamConnection | None:
         """An idle connection the upstream has not closed meanwhile (llama-server closes one after every
@@ -361,10 +357,9 @@ class UpstreamPool:
         body: bytes | None,
         headers: dict[str, str] | str,
         meanwhile: Callable[[], None] | None,
-        watch: socket.socket | None = None,
     ) -> UpstreamAnswer:
         try:
-            return conn.exchange(method, path, headers, body, meanwhile, watch)
+            return conn.exchange(method, path, headers, body, meanwhile)
         except BaseException:
             conn.close()
             raise

@@ -67,11 +67,6 @@ class Closed(ConnectionError):
     """A reused connection that the upstream closed before answering anything (safe to send again)."""
 
 
-class ClientGone(Exception):
-    """The client closed its connection while its request's answer was awaited (``exchange(watch=)``): the
-    upstream connection is dropped, so the engine sees its request abandoned, as it would going direct."""
-
-
 class Headers:
     """Header fields in arrival order; lookups by name ignore case. ``get`` returns the first value
     (as ``email.message.Message`` does), ``items`` every pair with repeats, iteration the names;
@@ -324,20 +319,16 @@ class UpstreamConnection:
         headers: dict[str, str] | str,
         body: bytes | None,
         meanwhile: Callable[[], None] | None = None,
-        watch: socket.socket | None = None,
     ) -> UpstreamAnswer:
         """Send one request (head and body in one ``sendall``), run ``meanwhile`` (work for while the engine
         works: it may run again if the request is sent again), and read its answer's head; the body is left to
-        the :class:`UpstreamAnswer`. A reused connection closed before any answer raises :class:`Closed`.
-        ``watch``: the client's socket, watched until the answer begins (:meth:`_await_answer`)."""
+        the :class:`UpstreamAnswer`. A reused connection closed before any answer raises :class:`Closed`."""
         length = len(body) if body is not None else (0 if method in ("POST", "PUT", "PATCH") else None)
         head = request_head(method, path, self.host, headers, length)
         try:
             self.sock.sendall(head + body if body else head)
             if meanwhile is not None:
                 meanwhile()
-            if watch is not None:
-                self._await_answer(watch)
             status, fields = self._answer_head()
         except (BrokenPipeError, ConnectionResetError) as exc:
             raise Closed(f"upstream {self.host} closed the connection: {exc}") from exc
@@ -345,25 +336,6 @@ class UpstreamConnection:
         answer = UpstreamAnswer(self, method, status, fields)
         self.streamed = answer.chunked
         return answer
-
-    def _await_answer(self, client: socket.socket) -> None:
-        """Wait until the upstream sends something, watching the client meanwhile: a client that closed its
-        side (it sends nothing else while it waits; nginx reads the same as an abort) raises
-        :class:`ClientGone`; one that sends more (a pipelined request) is watched no more. An engine that
-        makes a whole non-streamed answer before its first byte would otherwise make it for nobody."""
-        timeout = self.sock.gettimeout()
-        ready = select.poll()
-        ready.register(self.sock, select.POLLIN)
-        ready.register(client, select.POLLIN)
-        while True:
-            events = ready.poll(None if timeout is None else timeout * 1000)
-            if not events:
-                raise TimeoutError(f"upstream {self.host} sent no answer in {timeout} s")
-            if any(fd == self.sock.fileno() for fd, _ in events):
-                return
-            if _left(client):
-                raise ClientGone(f"the client left before upstream {self.host} answered")
-            ready.unregister(client)
 
     def _answer_head(self) -> tuple[str, Headers]:
         """The status line and fields of the final answer (interim 1xx answers skipped)."""
@@ -389,16 +361,6 @@ class UpstreamConnection:
             self.rfile.close()
         finally:
             self.sock.close()
-
-
-def _left(client: socket.socket) -> bool:
-    """Whether a readable client socket is closed (an end of file or a reset), not a next request."""
-    try:
-        return client.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
-    except BlockingIOError:
-        return False
-    except OSError:
-        return True
 
 
 def read_head_from_upstream(rfile: HeadReader) -> tuple[str, Headers] | None:
