@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import frank, pids_of
+from frankenstein.engines.process import write_pid_file
 from helpers_campaign import TOML, make_campaign
 
 pytestmark = pytest.mark.engine
@@ -111,6 +112,39 @@ def test_leftovers_are_reaped_by_the_next_command(tmp_path: Path, llama_server_b
     )
     assert reap_leftovers() == [child.pid]
     assert child.wait(timeout=10) == -signal.SIGKILL
+
+
+REAP_LOOP = """
+import pathlib, sys
+from frankenstein.engines.process import reap_leftovers
+stop = pathlib.Path(sys.argv[1])
+print("reaping", flush=True)
+while not stop.exists():
+    reap_leftovers()
+"""
+
+
+def test_a_reaper_in_another_process_never_takes_a_pid_file_being_written(tmp_path: Path, _runtime_dir: Path) -> None:
+    """Another frank's reaper (a second process calling reap_leftovers in a loop, as every engine start and block
+    does) while this one writes 3,000 pid files: each is still there once written. The reaper deletes a file it
+    cannot read, so one written in place (empty for a moment) was taken from under a live engine: this failed
+    on that code (files lost in each of 3 runs). Every file names this live process as its owner, so the reaper
+    kills nothing."""
+    stop = tmp_path / "stop"
+    reaper = subprocess.Popen([sys.executable, "-c", REAP_LOOP, str(stop)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert reaper.stdout is not None and reaper.stdout.readline() == "reaping\n"
+        lost = []
+        for n in range(3000):
+            path = write_pid_file(4_000_000 + n, ["engine", "--flag"], "token")  # above any pid_max: no process
+            if not path.exists():
+                lost.append(path.name)
+            path.unlink(missing_ok=True)
+    finally:
+        stop.touch()
+        assert reaper.wait(timeout=30) == 0
+    assert lost == []
+    assert [p.name for p in _runtime_dir.iterdir()] == []  # no part file left behind either
 
 
 def _check(c_root: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

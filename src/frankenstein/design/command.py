@@ -37,8 +37,8 @@ from frankenstein.engines.process import (
     extra_env,
     kill_token,
     new_token,
-    runtime_dir,
     wait_group_gone,
+    write_pid_file,
 )
 from frankenstein.measure.memory import RssSampler
 from frankenstein.store import now_iso
@@ -120,9 +120,7 @@ def run_guarded(
         )
     if sampler is not None:
         sampler.start(proc.pid, skip=Path(command_guard.__file__).name)  # the guard and its watcher left out
-    pidfile = runtime_dir() / f"{proc.pid}.json"
-    info = {"pid": proc.pid, "pgid": proc.pid, "owner": os.getpid(), "argv": command[:3], "token": token}
-    pidfile.write_text(json.dumps(info))
+    pidfile = write_pid_file(proc.pid, command, token)
     try:
         return proc.wait(timeout=timeout_s)
     finally:

@@ -3,8 +3,9 @@
 No engine outlives the ``frank`` process that started it:
 - the child is started in a new session (its own process group) with a parent-death signal
   (``PR_SET_PDEATHSIG`` = SIGKILL), so ``kill -9`` of ``frank`` kills the engine too;
-- every live engine has a pid file in the runtime directory; :func:`reap_leftovers` kills groups whose
-  owner is gone (a second line of defence, e.g. for engines started through a wrapper script);
+- every live engine has a pid file in the runtime directory (renamed into place whole, :func:`write_pid_file`);
+  :func:`reap_leftovers` kills groups whose owner is gone (a second line of defence, e.g. for engines
+  started through a wrapper script);
 - :meth:`EngineProcess.stop` sends SIGTERM to the group, SIGKILL after a grace period, and waits;
 - every process of a start carries a token in its environment (:data:`TOKEN_VAR`), which a descendant keeps
   through ``setsid`` and double forks: the stop (and :func:`reap_leftovers`, for a start whose owner died)
@@ -35,7 +36,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
@@ -236,6 +237,19 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def write_pid_file(pid: int, argv: Sequence[str], token: str) -> Path:
+    """The pid file of a start's process group ``pid``, owned by this process: written whole under another name,
+    then renamed into place, so a reader (another frank's :func:`reap_leftovers`) finds no file or all of it. A
+    file written in place is empty for a moment, and the reaper deletes a file it cannot read: a live engine
+    lost its pid file that way."""
+    path = runtime_dir() / f"{pid}.json"
+    part = path.with_name(f"{pid}.json.part")  # not "*.json": no reader lists it
+    info = {"pid": pid, "pgid": pid, "owner": os.getpid(), "argv": list(argv[:3]), "token": token}
+    part.write_text(json.dumps(info))
+    os.replace(part, path)
+    return path
+
+
 def reap_leftovers() -> list[int]:
     """Kill engine process groups whose owning ``frank`` process is gone; return their pids."""
     killed = []
@@ -334,18 +348,7 @@ class EngineProcess:
             raise EngineStartError(f"{self.name}: cannot execute {self.argv[0]}: {exc.strerror}") from exc
         finally:
             log.close()
-        self._pidfile = runtime_dir() / f"{self.proc.pid}.json"
-        self._pidfile.write_text(
-            json.dumps(
-                {
-                    "pid": self.proc.pid,
-                    "pgid": self.proc.pid,
-                    "owner": os.getpid(),
-                    "argv": self.argv[:3],
-                    "token": self.token,
-                }
-            )
-        )
+        self._pidfile = write_pid_file(self.proc.pid, self.argv, self.token)
 
     def exited(self) -> int | None:
         return None if self.proc is None else self.proc.poll()
