@@ -252,7 +252,9 @@ def test_every_ray_listener_is_on_loopback_while_a_run_is_in_progress(cluster: L
     one that names its Ray temp dir, the driver, the arm) is inside it."""
     c = make_campaign(tmp_path / "c")
     c.close()
-    did = _registered(c.root, _command_design(c.root, "listen", 3, 4.0, str(tmp_path)))
+    # each start runs 20 s, the reads below well under 1 s: the arm is alive through them on a busy machine too
+    # (the driver is killed after them, so no start runs to its end)
+    did = _registered(c.root, _command_design(c.root, "listen", 3, 20.0, str(tmp_path)))
     argv = [sys.executable, "-m", "frankenstein", "run", did, "-c", str(c.root), "--ray", cluster.address]
     p = subprocess.Popen(cluster.command(argv), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -267,6 +269,7 @@ def test_every_ray_listener_is_on_loopback_while_a_run_is_in_progress(cluster: L
         p.kill()
         p.wait()
     assert engines_alive, "the arm ended before the listeners were read"
+    assert _gone(groups) == [], "an arm outlived the driver"  # none left to run on into the next test
     assert drivers, "the driver was not running in the namespace"
     assert [line.split(":")[1].strip() for line in links.splitlines()] == ["lo"]
     users = " ".join(u for _, _, u in listening)
