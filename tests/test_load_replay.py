@@ -176,7 +176,8 @@ def test_a_design_at_concurrency_4_with_a_rate_reports_throughput_and_goodput_pe
             assert [r["due_ms"] for r in rows] == pytest.approx([x * 1000 for x in due], abs=0.002)
             assert all(r["sent_ms"] >= r["due_ms"] - 0.001 for r in rows)  # never before it was due
             assert _in_flight(rows) <= 4
-            # each client e2e lies inside the replay's own clock readings around its request (1 µs of rounding)
+            # each client e2e lies inside the replay's own clock readings around its request (1 µs of rounding;
+            # time.perf_counter and time.monotonic are both CLOCK_MONOTONIC on Linux)
             assert all(r["sent_ms"] + r["e2e_ms"] <= r["done_ms"] + 0.001 for r in rows)
             span_s = (max(r["done_ms"] for r in rows) - min(r["sent_ms"] for r in rows)) / 1000
             assert s.metrics["output_tokens_per_s"] == _per_span(8 * 12, span_s)
