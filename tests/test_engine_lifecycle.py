@@ -114,6 +114,28 @@ def test_leftovers_are_reaped_by_the_next_command(tmp_path: Path, llama_server_b
     assert child.wait(timeout=10) == -signal.SIGKILL
 
 
+def test_a_pid_file_left_under_its_writing_name_is_reaped_once_whole_and_a_torn_one_after_a_minute(
+    _runtime_dir: Path,
+) -> None:
+    """frank killed between writing a pid file and renaming it leaves ``N.json.part``: whole, its group is killed as
+    for ``N.json``; not whole (killed mid-write), it is left to a writer for a minute (a live one renames it within
+    microseconds), then removed. A torn ``N.json`` is removed at once, as before."""
+    from frankenstein.engines.process import PART_GRACE_S, reap_leftovers
+
+    child = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    part = _runtime_dir / f"{child.pid}.json.part"
+    part.write_text(f'{{"pid": {child.pid}, "pgid": {child.pid}, "owner": 999999999, "argv": ["sleep"]}}')
+    torn_part, torn = _runtime_dir / "4000001.json.part", _runtime_dir / "4000002.json"
+    torn_part.write_text('{"pid": 40')
+    torn.write_text('{"pid": 40')
+    assert reap_leftovers() == [child.pid]
+    assert child.wait(timeout=10) == -signal.SIGKILL
+    assert sorted(p.name for p in _runtime_dir.iterdir()) == [torn_part.name]
+    old = time.time() - PART_GRACE_S - 1
+    os.utime(torn_part, (old, old))
+    assert reap_leftovers() == [] and list(_runtime_dir.iterdir()) == []
+
+
 REAP_LOOP = """
 import pathlib, sys
 from frankenstein.engines.process import reap_leftovers

@@ -198,7 +198,8 @@ def test_record_answers_502_naming_an_untrusted_certificate(
     assert relay.refused >= 1 and relay.requests == 0
     assert out.endswith("recorded 0 turns to " + str(tmp_path / "turns.jsonl") + "; 1 upstream errors\n"), out
     said, stopped = err.splitlines()  # one line as it happened, one at the stop
-    assert said.startswith("frank record: upstream: SSLCertVerificationError(") and "CERTIFICATE_VERIFY_FAILED" in said
+    assert said.startswith("frank record: upstream https://") and ": SSLCertVerificationError: [SSL: " in said
+    assert "CERTIFICATE_VERIFY_FAILED" in said and "(1, " not in said  # a sentence, not the exception's repr
     assert stopped == "frank: interrupted; engines stopped"
     assert not (tmp_path / "turns.jsonl").exists()
 

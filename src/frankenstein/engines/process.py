@@ -251,13 +251,17 @@ def write_pid_file(pid: int, argv: Sequence[str], token: str) -> Path:
 
 
 def reap_leftovers() -> list[int]:
-    """Kill engine process groups whose owning ``frank`` process is gone; return their pids."""
+    """Kill engine process groups whose owning ``frank`` process is gone; return their pids. A pid file still
+    under its writing name (``*.json.part``: its owner was killed between the write and the rename) counts the
+    same once whole; one not whole is left to its writer for a minute, then removed."""
     killed = []
-    for f in runtime_dir().glob("*.json"):
+    folder = runtime_dir()
+    for f in [*folder.glob("*.json"), *folder.glob("*.json.part")]:
         try:
             info = json.loads(f.read_text())
         except (OSError, ValueError):
-            f.unlink(missing_ok=True)
+            if f.suffix == ".json" or _older_than(f, PART_GRACE_S):
+                f.unlink(missing_ok=True)
             continue
         if _alive(info["owner"]):
             continue
@@ -271,6 +275,16 @@ def reap_leftovers() -> list[int]:
             kill_token(str(info["token"]))
         f.unlink(missing_ok=True)
     return killed
+
+
+PART_GRACE_S = 60.0  # a pid file being written is whole within microseconds; one not whole after this is a wreck
+
+
+def _older_than(path: Path, seconds: float) -> bool:
+    try:
+        return time.time() - path.stat().st_mtime > seconds
+    except OSError:
+        return False
 
 
 LAUNCH_PREFIX = "# frank launched: "  # the first line of every engine log (launch_line)

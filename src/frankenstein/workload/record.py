@@ -305,7 +305,7 @@ class _Handler(LeanHandler):
             else:
                 self._pass_through(raw)
         except TransportError as exc:
-            self.server.note_error(f"upstream: {exc!r}")
+            self.server.note_error(f"upstream {self.server.upstream}: {type(exc).__name__}: {exc}")
             if not self.client_gone:
                 error = {"error": {"message": f"upstream failed: {exc}", "type": "upstream"}}
                 self._reply(502, _JSON_HEAD, json.dumps(error).encode())  # no body to a HEAD request
