@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.frank-setup
 
-.PHONY: setup chromium strace demo test lint vllm-env aiperf-env clean-venv
+.PHONY: setup chromium strace openssl demo test lint vllm-env aiperf-env clean-venv
 
 VLLM_VENV  := .venv-vllm
 VLLM_PY    := $(VLLM_VENV)/bin/python
@@ -20,13 +20,19 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m frankenstein doctor
 	touch $(STAMP)
 
-setup: $(STAMP) chromium strace
+setup: $(STAMP) chromium strace openssl
 
 # strace (about 1 MB), for the test that watches each commit's fsyncs (tests/test_head_fsync.py); installed once.
 strace:
 	@command -v strace >/dev/null || (export DEBIAN_FRONTEND=noninteractive; \
 	  apt-get install -y -q strace || (apt-get update -q && apt-get install -y -q strace) || \
 	  (sudo apt-get update -q && sudo apt-get install -y -q strace))
+
+# the openssl CLI, for the TLS upstream tests' certificates (tests/tls_relay.py); installed once.
+openssl:
+	@command -v openssl >/dev/null || (export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get install -y -q openssl || (apt-get update -q && apt-get install -y -q openssl) || \
+	  (sudo apt-get update -q && sudo apt-get install -y -q openssl))
 
 # Debian's chromium, headless, for the HTML note's test (tests/test_report_published.py); installed once.
 chromium:

@@ -37,7 +37,7 @@ REQUEST_LINE = re.compile(rb"(?:GET|POST|PUT|PATCH|DELETE|HEAD|OPTIONS) /\S* HTT
 def make_cert(folder: Path, name: str = "relay") -> tuple[Path, Path]:
     """A self-signed certificate for ``localhost`` and 127.0.0.1 (P-256, one day) and its key, by the openssl CLI."""
     if shutil.which("openssl") is None:
-        pytest.skip("the openssl CLI is not installed: no certificate can be made for the TLS relay")
+        pytest.fail("the openssl CLI is not installed (`make setup` installs it): no certificate for the TLS relay")
     cert, key = folder / f"{name}.pem", folder / f"{name}.key"
     subprocess.run(
         ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
