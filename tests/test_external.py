@@ -9,10 +9,6 @@ primary metric registers, runs and analyzes, its facts saying the starts were no
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,8 +17,8 @@ import pytest
 from conftest import BASE_ARGS, frank
 
 from frankenstein.campaign import init_campaign, open_campaign
-from frankenstein.engines.process import free_port
 from frankenstein.shipped import data_path
+from tls_relay import llama_server
 
 pytestmark = pytest.mark.engine
 
@@ -65,27 +61,8 @@ start_timeout_s = 1
 @pytest.fixture(scope="module")
 def server(llama_server_bin: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """llama-server on the tiny target, started by the test (never by frank), killed at the end."""
-    port = free_port()
-    log = tmp_path_factory.mktemp("ext") / "llama.log"
-    cmd = [llama_server_bin, "-m", str(data_path("tiny-target.gguf")), "--host", "127.0.0.1", "--port", str(port)]
-    with log.open("w") as out:
-        proc = subprocess.Popen([*cmd, *BASE_ARGS], stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None, log.read_text()[-2000:]
-            try:
-                if httpx.get(url + "/health", timeout=2, trust_env=False).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "llama-server did not become ready"
-            time.sleep(0.2)
+    with llama_server(llama_server_bin, tmp_path_factory.mktemp("ext") / "llama.log") as url:
         yield url
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
 
 
 @pytest.fixture(scope="module")
