@@ -4,12 +4,13 @@ An OpenAI-compatible HTTP proxy that forwards every request to the upstream unch
 each finished generation turn (``/v1/chat/completions``, ``/v1/completions``, llama.cpp
 ``/completion``; streamed or not) to a trace: each turn is written (one whole line, in the kernel) before
 the client sees the end of its response, and a writer thread ``fsync``s what was written in groups, off
-the request path (:class:`GroupCommit`): ``kill -9`` of the recorder loses no completed turn. With
+the request path, within ``SYNC_DELAY_S`` (:class:`GroupCommit`): ``kill -9`` of the recorder loses no completed
+turn, a power cut at most the last 50 ms of them. With
 ``--turn-after-answer`` (``after_answer``) the turn is written once the answer's end was sent: the answer
 waits for nothing, and a ``kill -9`` loses at most the turns whose answers were in flight. One
 recorder per trace: it holds the file's lock from its first turn until it stops. Between the answer's last
 two bytes only the line is made (:func:`~frankenstein.workload.trace.recorded_line`, from the request side
-prepared while the engine worked) and written; the fsync is woken after the last byte.
+prepared while the engine worked) and written; the fsync thread is woken after the last byte (when it sleeps).
 Every other path (``/tokenize``, ``/detokenize``, ``/v1/models``, ``/health``, ``/metrics``,
 token-count calls, ...) is passed through and not recorded.
 
@@ -100,6 +101,9 @@ from frankenstein.workload.trace import (
 from frankenstein.workload.wire import ChunkFraming, Headers
 
 SESSION_HEADER = "X-Frank-Session"
+# How long the writer thread waits, once woken, for more turns before one fsync covers them all: the most a
+# power cut can lose (plus one fsync's time); a kill -9 loses nothing written (each turn is in the kernel).
+SYNC_DELAY_S = 0.05
 # ---------------------------------------------------------------- the recording core
 
 
@@ -110,11 +114,14 @@ class GroupCommit:
     :func:`~frankenstein.workload.trace.append_turn`, is refused) and checks its last line once.
     :meth:`append` writes one whole line into the kernel before it returns (``O_APPEND``, one ``write``; a
     short write is removed again): a recorder killed with ``kill -9`` afterwards loses none of it. ``fsync``
-    is the writer thread's: :meth:`sync_soon` wakes it, and it syncs all lines written by then with one call
-    (group commit), off the request path. A failed ``fsync`` is raised by the next :meth:`append` (that turn
-    is not recorded)."""
+    is the writer thread's, off the request path, in groups: the first :meth:`sync_soon` after a sync wakes
+    it; it waits ``delay_s`` for more lines (their :meth:`sync_soon` wakes nobody) and syncs all lines written
+    by then with one call. So a turn is on disk within ``delay_s`` plus one ``fsync`` of its answer, and a
+    stream of answers wakes the thread once per ``delay_s``, not once per turn (each wake-up of another
+    thread costs a context switch and a hand-over of the GIL). A failed ``fsync`` is raised by the next
+    :meth:`append` (that turn is not recorded)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, delay_s: float = SYNC_DELAY_S) -> None:
         created = not path.exists()
         self.path = path
         self._fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
@@ -125,8 +132,9 @@ class GroupCommit:
             raise
         if created:
             fsync_dir(path.parent)
-        self._dirty = threading.Event()
-        self._closed = False
+        self._delay_s = delay_s
+        self._dirty = threading.Event()  # set: lines written since the writer thread's last sync began
+        self._closing = threading.Event()
         self.failed: str | None = None
         self.syncs = 0
         self._thread = threading.Thread(target=self._run, name="frank-record-fsync", daemon=True)
@@ -138,13 +146,16 @@ class GroupCommit:
         self._size = write_line(self._fd, data, self._size, self.path)
 
     def sync_soon(self) -> None:
-        """Wake the writer thread: what was appended is fsynced (called after the answer's end)."""
-        self._dirty.set()
+        """What was appended is fsynced within ``delay_s`` (called after the answer's end). Only the first call
+        after a sync wakes the writer thread; the later ones find it woken (a flag read, no lock, no syscall):
+        their lines were written before it clears the flag, so its ``fsync`` covers them."""
+        if not self._dirty.is_set():
+            self._dirty.set()
 
     def _run(self) -> None:
         while True:
             self._dirty.wait()
-            if self._closed:
+            if self._closing.wait(self._delay_s):  # more turns come meanwhile; close() cuts the wait short
                 return
             self._dirty.clear()
             self._sync()
@@ -158,7 +169,7 @@ class GroupCommit:
 
     def close(self) -> None:
         """Stop the thread, sync what is left, close the file (its lock with it)."""
-        self._closed = True
+        self._closing.set()
         self._dirty.set()
         self._thread.join(timeout=30)
         self._sync()
@@ -187,20 +198,22 @@ class TurnRecorder:
     """Appends finished turns to ``out``, numbering them per session (thread-safe).
 
     Each turn is in the file (the kernel's) before :meth:`write` returns, so before the client sees the
-    end of its response; a :class:`GroupCommit` thread ``fsync``s once :meth:`sync_soon` is called. The
+    end of its response; a :class:`GroupCommit` thread ``fsync``s soon after :meth:`sync_soon` is called. The
     trace is taken at construction when it exists (another recorder on it is refused), else at the first
     turn. Appending to an existing trace resumes each session's turn index; an invalid existing trace is
-    refused at construction (never appended to). :meth:`close` syncs, closes and lets the file go."""
+    refused at construction (never appended to). :meth:`close` syncs, closes and lets the file go.
+    ``sync_delay_s``: how long the writer thread gathers turns before one ``fsync`` (:class:`GroupCommit`)."""
 
-    def __init__(self, out: str | Path) -> None:
+    def __init__(self, out: str | Path, sync_delay_s: float = SYNC_DELAY_S) -> None:
         self.out = Path(out)
+        self._delay_s = sync_delay_s
         self._lock = threading.Lock()
         self._next: dict[str, int] = {}
         self._file: GroupCommit | None = None
         self._synced_before = 0  # fsyncs of files closed already
         self.recorded = 0
         if self.out.exists() and self.out.stat().st_size:
-            self._file = GroupCommit(self.out)
+            self._file = GroupCommit(self.out, self._delay_s)
             try:
                 self._resume()
             except FrankError:
@@ -243,7 +256,7 @@ class TurnRecorder:
             index = self._next.get(p.session_id, 0)
             line = recorded_line(p, index, output, timings, client_disconnected, round(time.time(), 3))
             if self._file is None:
-                self._file = GroupCommit(self.out)
+                self._file = GroupCommit(self.out, self._delay_s)
             self._file.append(line)
             self._next[p.session_id] = index + 1
             self.recorded += 1
