@@ -77,7 +77,8 @@ EVENTS = (
     + [_event({}, "length", usage={"completion_tokens": 8, "prompt_tokens": 32, "total_tokens": 40}, timings=TIMINGS)]
 )
 DONE = b"data: [DONE]\n\n"
-STREAM = [b"%x\r\n%s\r\n" % (len(e), e) for e in EVENTS] + [b"%x\r\n%s\r\n0\r\n\r\n" % (len(DONE), DONE)]
+# As llama-server writes it: one event per chunk per write, [DONE] in a write of its own, then the final chunk in two.
+STREAM = [b"%x\r\n%s\r\n" % (len(e), e) for e in EVENTS] + [b"%x\r\n%s\r\n" % (len(DONE), DONE), b"0\r\n", b"\r\n"]
 
 
 class AnswerTestDouble:
@@ -85,15 +86,23 @@ class AnswerTestDouble:
     stream chunk-framed as llama-server sends it (the final chunk in the last read), read through the relay's
     own ``ChunkFraming``."""
 
-    def __init__(self, parts: list[bytes], headers: object, chunked: bool) -> None:
+    def __init__(self, parts: list[bytes], headers: object, chunked: bool, gap: float = 0.0) -> None:
         self.status_code, self.headers, self._parts = 200, headers, parts
         self.chunked, self.length = chunked, None if chunked else len(b"".join(parts))
+        self._gap = gap  # seconds the engine takes per token: a sleep before each content event
+
+    def framing(self, hold_final: bool = False, decode: bool = False):  # noqa: ANN201 - either package's
+        from frankenstein.workload.wire import ChunkFraming
+
+        return ChunkFraming(hold_final=hold_final, decode=decode, end_at_done=True)
 
     def read(self) -> bytes:
         return b"".join(self._parts)
 
     def iter_framed(self, size: int = 0, framing=None) -> Iterator[bytes]:  # noqa: ANN001 - either package's
-        for part in self._parts:
+        for i, part in enumerate(self._parts):
+            if self._gap and 0 < i < len(EVENTS) - 1:
+                time.sleep(self._gap)
             if out := framing.feed(part):
                 yield out
 
@@ -159,22 +168,26 @@ def _request_side(h, wait: float = 0.0) -> float:  # noqa: ANN001
     return time.perf_counter() - t0
 
 
-def _one(h, wire, stream: bool, wait: float = 0.0) -> float:  # noqa: ANN001
-    """One answer relayed; the seconds between its last two writes to the client. ``wait``: the engine's work,
-    after the request side was prepared (an idle wait: the thread sleeps and the caches go cold)."""
+def _one(h, wire, stream: bool, wait: float = 0.0) -> tuple[float, float]:  # noqa: ANN001
+    """One answer relayed; the seconds between its last two writes to the client, and between the two before
+    (a stream: its finish event's write and its ``[DONE]``'s: what decoding the finish event holds ``[DONE]``
+    back). ``wait``: the engine's work, after the request side was prepared (an idle wait: the thread sleeps and
+    the caches go cold), and 0.25 ms before each token's event of a stream (llama-server's pace, tiny model)."""
     h.wfile, h._body = TimedClientTestDouble(h.sock), dict(CHAT)
     h.connection = h.wfile
     h._prepared = h.prepare()
     if wait:
         time.sleep(wait)
     kind = "text/event-stream" if stream else "application/json"
-    resp = AnswerTestDouble(STREAM if stream else [ANSWER], wire.parse_headers([f"Content-Type: {kind}"]), stream)
+    head = wire.parse_headers([f"Content-Type: {kind}"])
+    resp = AnswerTestDouble(STREAM if stream else [ANSWER], head, stream, 0.00025 if wait else 0.0)
     relay = h._relay_stream if stream else h._relay_json
     if h.takes_body:  # the code of a4c45ae passes the body along too
         relay("/v1/chat/completions", h._body, resp, time.perf_counter())
     else:
         relay("/v1/chat/completions", resp, time.perf_counter())
-    return h.wfile.times[-1] - h.wfile.times[-2]
+    t = h.wfile.times
+    return t[-1] - t[-2], (t[-2] - t[-3]) if stream else 0.0
 
 
 def measure(warm: int, cold: int) -> dict[str, float]:
@@ -186,8 +199,12 @@ def measure(warm: int, cold: int) -> dict[str, float]:
             name = "stream" if stream else "chat"
             for _ in range(200):
                 _one(h, wire, stream)
-            out[f"{name} warm"] = statistics.median(_one(h, wire, stream) for _ in range(warm)) * 1e6
-            out[f"{name} cold"] = statistics.median(_one(h, wire, stream, 0.005) for _ in range(cold)) * 1e6
+            warms = [_one(h, wire, stream) for _ in range(warm)]
+            colds = [_one(h, wire, stream, 0.005) for _ in range(cold)]
+            out[f"{name} warm"] = statistics.median(w[0] for w in warms) * 1e6
+            out[f"{name} cold"] = statistics.median(c[0] for c in colds) * 1e6
+            if stream:
+                out["finish to [DONE] cold"] = statistics.median(c[1] for c in colds) * 1e6
         for _ in range(200):
             _request_side(h)
         out["request side warm"] = statistics.median(_request_side(h) for _ in range(warm)) * 1e6
