@@ -177,7 +177,7 @@ def test_a_client_leaving_mid_stream_frees_the_engine_and_the_next_answer_is_cle
 def test_a_request_pipelined_while_the_first_is_made_is_answered_after_it(serve: Serve, engine: Engine) -> None:
     """A client that sends its next request while the engine still makes the first (pipelining) gets both
     answers, in order, as going direct gives them (a watch for departed clients must not take it for one)."""
-    first = SHORT | {"max_tokens": 300, "ignore_eos": True}
+    first = SHORT | {"max_tokens": 2000, "ignore_eos": True}  # ~1 s of the engine: long enough to be seen busy
     want = [chat_timed(engine.url, first)[0], chat_timed(engine.url)[0]]
     s = send_raw(serve.url, first)
     deadline = time.monotonic() + 30

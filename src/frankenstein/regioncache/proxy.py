@@ -26,10 +26,11 @@ Malformed ``Content-Length`` and too deeply nested JSON get a 400; a malformed h
 
 from __future__ import annotations
 
+import io
 import threading
 import time
-from collections.abc import Mapping
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol, cast
 from urllib.parse import urlsplit
 
 from frankenstein.engines.http import TransportError
@@ -52,11 +53,21 @@ from frankenstein.workload.listener import (
     read_body,
     send_json,
 )
+from frankenstein.workload.plainhead import PlainAnswer, plain_answer, plain_request, upstream_head
+from frankenstein.workload.wire import (
+    ChunkFraming,
+    ProtocolError,
+    UpstreamConnection,
+    pump_chunks,
+    server_and_date,
+    status_line,
+)
 
 _NO_BODY = {204, 304}
 
 
 LOCAL_ROUTES = frozenset({"/tokenize", "/count", "/v1/messages/count_tokens"})  # counts answered by the front
+_LOCAL_PATHS = {b"POST": LOCAL_ROUTES, b"GET": frozenset({"/frank/status"})}  # answered here, by method
 
 
 class Counter(Protocol):
@@ -125,11 +136,136 @@ class _Handler(LeanHandler):
     def handle_one_request(self) -> None:
         self._status = None
         self._outside = None
-        super().handle_one_request()
+        if not self._passed_plain():
+            super().handle_one_request()
         observe = self.server.observe
         if observe is not None and self._status is not None:
             ms = (time.perf_counter() - self._t0) * 1000.0
             observe.add(self.path, self._status, ms, self._engine_error, self._outside)
+
+    # ------------------------------------------------------------------ the plain path
+    def _passed_plain(self) -> bool:
+        """A plain request for the engine (``plainhead.plain_request``: GET or POST over HTTP/1.1, its head whole in
+        the read buffer, no field this handler must act on), not a count answered here and not one to refuse over
+        scope, passed on with the fewest steps; False, nothing read, for anything else (the general path then
+        takes it). The engine gets the bytes the general path would send, and the client the same answer."""
+        server = self.server
+        req = plain_request(cast(io.BufferedReader, self.rfile).peek(1), server.max_body_bytes)
+        if req is None:
+            return False
+        self._t0 = time.perf_counter()
+        method, target, fields, length, head_len = req
+        path = target.decode("latin-1")
+        here = route(path)
+        if here in _LOCAL_PATHS[method] or (method == b"GET" and length):  # a GET's body is not read: general
+            return False
+        if server.admission is not None and server.admission.mode != "queue":  # a refusal is the general path's
+            return False
+        self.command, self.path, self.request_version = method.decode(), path, "HTTP/1.1"
+        self.close_connection, self._engine_error = False, False
+        admission = server.admission if method == b"POST" else None
+        if admission is not None:
+            admission.enter()  # queue mode: waits for a place, taken once the request line is read
+        try:
+            data = self.rfile.read(head_len + length)
+            if len(data) != head_len + length:
+                bad_request(self, BadRequest(f"body ended after {len(data) - head_len} of {length} bytes"))
+            else:
+                self._send_plain(method, target, fields, data[head_len:])
+        finally:
+            if admission is not None:
+                admission.leave()
+        return True
+
+    def _send_plain(self, method: bytes, target: bytes, fields: bytes, body: bytes) -> None:
+        server = self.server
+        head = upstream_head(method, target, server.pool.host_field, fields, len(body))
+        meanwhile = self._observe_context(body) if body and method == b"POST" and server.context_scope else None
+        try:
+            conn, first = server.pool.send_plain(head + body, server.upstream_slots, meanwhile)
+        except TransportError as exc:
+            self._upstream_failed(exc)
+            return
+        try:
+            answer = plain_answer(first)
+            if answer is None:  # the general path reads this answer
+                self._relay_general(conn, server.pool)
+            else:
+                self._relay_plain(conn, answer)
+        finally:
+            server.tally(local=False)
+
+    def _relay_general(self, conn: UpstreamConnection, pool: UpstreamPool) -> None:
+        try:
+            resp = pool.answer(conn, self.command, self.server.upstream_slots)
+        except TransportError as exc:
+            self._upstream_failed(exc)
+            return
+        try:
+            self._relay(resp)
+            self.wfile.flush()
+        finally:
+            resp.close()
+
+    def _relay_plain(self, conn: UpstreamConnection, answer: PlainAnswer) -> None:
+        """A plain answer: one with a length up to the read buffer as head and body in one send, a chunked one
+        as ``_relay_framed`` relays it; the connection back to the pool when its answer was read to the end."""
+        status, fields, length, sse, head_len = answer
+        self._status, self._engine_error = status, status >= 500
+        conn.exchanges += 1
+        conn.streamed = length is None
+        head = status_line("HTTP/1.1", status) + server_and_date(self.version_string()) + fields
+        rfile, whole = conn.rfile, False
+        try:
+            if length is not None and length <= READ_BUFFER:
+                data = rfile.read(head_len + length)
+                if len(data) != head_len + length:
+                    raise ProtocolError(f"upstream body ended {head_len + length - len(data)} bytes short")
+                whole = True
+                self.connection.sendall(head + b"Content-Length: %d\r\n\r\n" % length + data[head_len:])
+            else:
+                whole = self._relay_plain_body(conn, head, length, sse, head_len)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True  # the client left; closing the upstream connection ends the stream
+        except TransportError:
+            self._engine_error = True
+            self.close_connection = True  # the upstream died mid-body: end it short (or without the final chunk)
+        finally:
+            self.server.pool.finish(conn, whole, self.server.upstream_slots)
+
+    def _relay_plain_body(
+        self, conn: UpstreamConnection, head: bytes, length: int | None, sse: bool, head_len: int
+    ) -> bool:
+        """A long body with its length, piece by piece, or a chunked one pumped as the engine's bytes; True when
+        read to its end."""
+        rfile, send = conn.rfile, self.connection.sendall
+        rfile.read(head_len)
+        if length is None:
+            send(head + b"Transfer-Encoding: chunked\r\n\r\n")
+            framing = ChunkFraming(end_at_done=sse)
+            pump_chunks(conn, send, framing)
+            self._engine_error |= framing.late > 0
+            return True
+        send(head + b"Content-Length: %d\r\n\r\n" % length)
+        left = length
+        while left:
+            piece = rfile.read1(min(READ_BUFFER, left))
+            if not piece:
+                raise ProtocolError(f"upstream body ended {left} bytes short")
+            left -= len(piece)
+            send(piece)
+        return True
+
+    def _observe_context(self, body: bytes) -> Callable[[], None]:
+        def observe() -> None:
+            self._outside = self._outside_context(body)
+
+        return observe
+
+    def _upstream_failed(self, exc: BaseException) -> None:
+        self._engine_error = True
+        self._json(502, {"error": {"message": f"upstream {self.server.upstream}: {exc}", "type": "bad_gateway"}})
+        self.server.tally(local=False)
 
     # ------------------------------------------------------------------ routing
     def do_POST(self) -> None:
@@ -178,8 +314,6 @@ class _Handler(LeanHandler):
                 self.server.tally(local=True)
                 self._json(200, answer)
                 return
-        if self.server.context_scope is not None:
-            self._outside = self._outside_context(raw)
         self._pass_through(raw)
 
     def _outside_context(self, raw: bytes) -> str | None:
@@ -265,12 +399,12 @@ class _Handler(LeanHandler):
         """To the engine: the head is the client's fields less the hop-by-hop ones, sent before anything else is
         done (the count of passed requests is kept after the answer)."""
         headers = self.headers.lines(HOP_HEADERS)
+        server = self.server
+        meanwhile = self._observe_context(raw) if raw and self.command == "POST" and server.context_scope else None
         try:
-            resp = self.server.pool.open(self.command, self.path, raw or None, headers, self.server.upstream_slots)
+            resp = server.pool.open(self.command, self.path, raw or None, headers, server.upstream_slots, meanwhile)
         except TransportError as exc:
-            self._engine_error = True
-            self._json(502, {"error": {"message": f"upstream {self.server.upstream}: {exc}", "type": "bad_gateway"}})
-            self.server.tally(local=False)
+            self._upstream_failed(exc)
             return
         try:
             self._relay(resp)

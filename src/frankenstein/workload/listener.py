@@ -34,6 +34,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol, cast
 from urllib.parse import urlsplit
 
+from frankenstein.workload.plainhead import HOP_FIELDS
 from frankenstein.workload.wire import (
     READ_BUFFER,
     BadHead,
@@ -57,24 +58,9 @@ UPSTREAM_SLOTS = 64
 # instead of one per header block and body); every write of a stream is flushed as it comes.
 WRITE_BUFFER = 64 * 1024
 MAX_BODY_BYTES = 32 * 1024 * 1024  # 32 MiB: ~8 M tokens of text, far above any model's context
-# Headers a proxy never forwards either way (hop-by-hop, and those it recomputes itself).
-HOP_HEADERS = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-        "host",
-        "content-length",
-        "accept-encoding",
-        "content-encoding",
-        "expect",  # answered by the proxy itself (100 Continue) before it reads the body
-    }
-)
+# Headers a proxy never forwards either way (hop-by-hop, and those it recomputes itself; ``expect`` is answered by
+# the proxy itself, 100 Continue, before it reads the body).
+HOP_HEADERS = frozenset(HOP_FIELDS)
 
 
 class BadRequest(Exception):
@@ -288,6 +274,7 @@ class UpstreamPool:
         self._host = parts.hostname or "127.0.0.1"
         self._port = parts.port or (443 if self._tls else 80)
         self._timeout_s, self._retries = timeout_s, connect_retries
+        self.host_field = f"{self._host}:{self._port}".encode("latin-1")  # the Host of a head made by the caller
         self._idle: list[UpstreamConnection] = []
         self._lock = threading.Lock()
         self._closed = False
@@ -335,6 +322,64 @@ class UpstreamPool:
                 self.resent += 1  # closed by the upstream just as it was reused: sent again on a fresh connection
                 self.closes_after_streams |= conn.streamed
         return self._exchange(self._connect(), method, path, body, headers, meanwhile)
+
+    def send_plain(
+        self, data: bytes, slots: SlotsLike, meanwhile: Callable[[], None] | None = None
+    ) -> tuple[UpstreamConnection, bytes]:
+        """Send one whole request (its head made by the caller, ``Host:`` :attr:`host_field`) and wait for its
+        answer's first bytes, left unread in the connection's buffer: (the connection, those bytes). Connections
+        as :meth:`open` takes them (a reused one the upstream closed: the request sent again on a fresh one). The
+        slot is held until :meth:`finish` (or :meth:`answer`'s ``close``)."""
+        slots.acquire()
+        try:
+            conn = self._live_idle()
+            if conn is not None:
+                try:
+                    return conn, self._peek(conn, data, meanwhile)
+                except Closed:
+                    self.resent += 1
+                    self.closes_after_streams |= conn.streamed
+            conn = self._connect()
+            return conn, self._peek(conn, data, meanwhile)
+        except BaseException:
+            slots.release()
+            raise
+
+    def answer(self, conn: UpstreamConnection, method: str, slots: SlotsLike) -> PooledAnswer:
+        """The answer :meth:`send_plain` saw begin, read by the general path (its head parsed into ``Headers``)."""
+        try:
+            answer = self._exchange_done(conn, method)
+        except BaseException:
+            slots.release()
+            raise
+        return PooledAnswer(answer, self, slots)
+
+    def finish(self, conn: UpstreamConnection, reusable: bool, slots: SlotsLike) -> None:
+        """After a plain answer was relayed: the connection back to the pool (``reusable``: its answer was read to
+        the end on a kept-alive connection) or closed, and the slot freed."""
+        try:
+            if reusable and conn.reusable:
+                self.give_back(conn)
+            else:
+                conn.close()
+        finally:
+            slots.release()
+
+    @staticmethod
+    def _peek(conn: UpstreamConnection, data: bytes, meanwhile: Callable[[], None] | None) -> bytes:
+        try:
+            return conn.send_peek(data, meanwhile)
+        except BaseException:
+            conn.close()
+            raise
+
+    @staticmethod
+    def _exchange_done(conn: UpstreamConnection, method: str) -> UpstreamAnswer:
+        try:
+            return conn.answer(method)
+        except BaseException:
+            conn.close()
+            raise
 
     def _live_idle(self) -> UpstreamConnection | None:
         """An idle connection the upstream has not closed meanwhile (llama-server closes one after every

@@ -332,6 +332,30 @@ class UpstreamConnection:
             status, fields = self._answer_head()
         except (BrokenPipeError, ConnectionResetError) as exc:
             raise Closed(f"upstream {self.host} closed the connection: {exc}") from exc
+        return self.answer_of(method, status, fields)
+
+    def send_peek(self, data: bytes, meanwhile: Callable[[], None] | None = None) -> bytes:
+        """Send one whole request (its head made by the caller, ``Host`` naming :attr:`host`), run ``meanwhile``,
+        and wait for the answer's first bytes: they are returned and left in the read buffer (:meth:`answer`
+        reads the head from there). A reused connection closed before any answer raises :class:`Closed`."""
+        try:
+            self.sock.sendall(data)
+            if meanwhile is not None:
+                meanwhile()
+            first = self.rfile.peek(1)
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            raise Closed(f"upstream {self.host} closed the connection: {exc}") from exc
+        if not first:
+            raise Closed(f"upstream {self.host} closed the connection without an answer")
+        return first
+
+    def answer(self, method: str) -> UpstreamAnswer:
+        """The answer whose first bytes :meth:`send_peek` saw: its head read, its body left to the answer."""
+        status, fields = self._answer_head()
+        return self.answer_of(method, status, fields)
+
+    def answer_of(self, method: str, status: str, fields: Headers) -> UpstreamAnswer:
+        """An answer whose head was read; counted as this connection's latest exchange."""
         self.exchanges += 1
         answer = UpstreamAnswer(self, method, status, fields)
         self.streamed = answer.chunked
@@ -361,6 +385,27 @@ class UpstreamConnection:
             self.rfile.close()
         finally:
             self.sock.close()
+
+
+def pump_chunks(conn: UpstreamConnection, send: Callable[[bytes], object], framing: ChunkFraming) -> None:
+    """A chunked body's bytes from ``conn`` handed to ``send`` as they arrive (:meth:`UpstreamAnswer.pump_framed`),
+    to the end ``framing`` finds; a connection closed after an event stream's end, or with bytes after the body,
+    is not reused. A broken frame, or a close before the end: :class:`ProtocolError`."""
+    read1, feed = conn.rfile.read1, framing.feed
+    while not framing.done:
+        data = read1(READ_BUFFER)
+        if not data and framing.ended:  # closed after [DONE]: the answer was whole, the connection is spent
+            conn.reusable = False
+            break
+        if not data:
+            raise ProtocolError("upstream closed the connection inside a chunked body")
+        out = feed(data)
+        if out:
+            send(out)
+        if framing.broken is not None:
+            raise ProtocolError(f"upstream sent {framing.broken}")
+    if framing.surplus:
+        conn.reusable = False  # bytes after the answer that nobody asked for
 
 
 def read_head_from_upstream(rfile: HeadReader) -> tuple[str, Headers] | None:
@@ -413,22 +458,7 @@ class UpstreamAnswer:
         send). A broken frame: the good bytes before it, then :class:`ProtocolError`; the upstream's close before
         the end: :class:`ProtocolError`. ``framing``: one made by the caller (to hold the final chunk back, or
         read each piece's decoded ``data``)."""
-        framing = framing or ChunkFraming()
-        read1, feed = self.conn.rfile.read1, framing.feed
-        while not framing.done:
-            data = read1(READ_BUFFER)
-            if not data and framing.ended:  # closed after [DONE]: the answer was whole, the connection is spent
-                self.conn.reusable = False
-                break
-            if not data:
-                raise ProtocolError("upstream closed the connection inside a chunked body")
-            out = feed(data)
-            if out:
-                send(out)
-            if framing.broken is not None:
-                raise ProtocolError(f"upstream sent {framing.broken}")
-        if framing.surplus:
-            self.conn.reusable = False  # bytes after the answer that nobody asked for
+        pump_chunks(self.conn, send, framing or ChunkFraming())
         self.finished = True
 
     @property

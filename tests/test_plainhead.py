@@ -1,0 +1,337 @@
+"""The plain path of ``frank serve`` (workload/plainhead.py, proxy._passed_plain): a request or an answer in the
+plainest HTTP/1.1 is taken whole with one match, and the engine and the client must get exactly the bytes the
+general path (``read_message_head`` into ``Headers``, ``Headers.lines(HOP_HEADERS)``, ``request_head``) gives.
+
+Generated heads compare the two byte for byte; a list of heads the general path must keep (because it acts on
+them: 100 Continue, 411, a close, a refused length) attacks the match; and a real ``frank serve`` front in front of
+an upstream test double that records every byte it is sent shows both paths give the engine the same request and
+the client the same answer. (The double stands in for an engine because llama-server cannot show what it was
+sent; the real llama-server behind the plain path is tests/test_serve.py's.)"""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+import socket
+import threading
+from collections.abc import Iterator
+
+import pytest
+from tokenizers import Tokenizer
+
+from frankenstein.regioncache import RegionCache
+from frankenstein.regioncache.proxy import Front, start_front
+from frankenstein.shipped import data_path
+from frankenstein.workload.listener import HOP_HEADERS, _wants_close
+from frankenstein.workload.plainhead import plain_answer, plain_request, upstream_head
+from frankenstein.workload.wire import Headers, read_message_head, request_head
+
+LIMIT = 1 << 20
+NAMES = [
+    *("Host", "Content-Type", "content-length", "Connection", "Keep-Alive", "Expect", "Transfer-Encoding"),
+    *("X-Trace", "Accept-Encoding", "TE", "Authorization", "Upgrade", "Proxy-Authorization", "x-api-key"),
+    *("Trailer", "Content-Encoding", "Accept", "User-Agent"),
+]
+SEPARATORS = [": "] * 8 + [":", ":  ", ": \t"]
+VALUES = [
+    "application/json",
+    "Bearer k",
+    "keep-alive",
+    "close",
+    "chunked",
+    "100-continue",
+    "12",
+    "abc",
+    "",
+    " padded ",
+    "v\tx",
+    "caf\xe9",
+    "*/*",
+]
+
+
+def _case(rng: random.Random, name: str) -> str:
+    return "".join(c.upper() if rng.random() < 0.3 else c for c in name)
+
+
+def _head(rng: random.Random) -> tuple[bytes, bytes]:
+    """A random request (head, body): mostly plain, often not (each field drawn from names the general path acts on
+    and values it trims)."""
+    method = rng.choice(["POST", "POST", "POST", "GET", "HEAD", "post"])
+    target = rng.choice(
+        ["/v1/chat/completions", "/v1/chat/completions", "/x?y=1", "/", "//a", "/a%20b", "http://h/x", "/\xe9"]
+    )
+    version = rng.choice(["HTTP/1.1", "HTTP/1.1", "HTTP/1.1", "HTTP/1.0"])
+    body = b'{"a": 1}' * rng.randint(0, 3)
+    lines = [f"{method} {target} {version}"]
+    for _ in range(rng.randint(0, 4)):
+        name = _case(rng, rng.choice(NAMES))
+        if name.lower() == "content-length":
+            lines.append(f"{name}{rng.choice(SEPARATORS)}{rng.choice([str(len(body)), str(len(body)), 'x1', '-1'])}")
+        else:
+            lines.append(f"{name}{rng.choice(SEPARATORS)}{rng.choice(VALUES)}")
+    if body and not any(line.lower().startswith("content-length") for line in lines[1:]):
+        lines.append(f"Content-Length: {len(body)}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"), body
+
+
+def _general_request(head: bytes, body: bytes, host: str) -> tuple[bytes, bool] | None:
+    """What the general path sends upstream for this head (and whether it keeps the connection); None where it
+    answers the request itself (a bad head, Expect, a chunked body) or would read another length."""
+    rfile = io.BufferedReader(io.BytesIO(head[head.index(b"\r\n") + 2 :] + body))  # type: ignore[arg-type]
+    first = head[: head.index(b"\r\n") + 2]
+    parsed = read_message_head(rfile, first)
+    assert parsed is not None
+    line, headers = parsed
+    method, target, version = line.split()
+    if headers.get("expect") is not None or headers.get("transfer-encoding") is not None:
+        return None
+    value = (headers.get("content-length") or "").strip()
+    if value != str(len(body)) if body else value not in ("", "0"):
+        return None
+    length = len(body) if body else (0 if method in ("POST", "PUT", "PATCH") else None)
+    sent = request_head(method, target, host, headers.lines(HOP_HEADERS), length) + body
+    return sent, not _wants_close(version, headers.get("connection"))
+
+
+def test_a_plain_request_is_forwarded_as_the_general_path_forwards_it_on_3000_generated_heads() -> None:
+    rng = random.Random(38)
+    taken = 0
+    for _ in range(3000):
+        head, body = _head(rng)
+        plain = plain_request(head + body, LIMIT)
+        if plain is None:
+            continue
+        taken += 1
+        method, target, fields, length, head_len = plain
+        assert head_len == len(head) and length == len(body), head
+        general = _general_request(head, body, "127.0.0.1:8080")
+        assert general is not None, head  # the general path would have answered it itself
+        sent, kept_alive = general
+        assert upstream_head(method, target, b"127.0.0.1:8080", fields, length) + body == sent, head
+        assert kept_alive, head
+    assert 300 < taken < 2700, taken  # both kinds were drawn often: the comparison is not vacuous
+
+
+ANSWER_FIELDS = [
+    "Content-Type: application/json",
+    "Content-Type: text/event-stream",
+    "content-type: text/event-stream; charset=utf-8",
+    "Transfer-Encoding: chunked",
+    "Transfer-Encoding: gzip, chunked",
+    "Connection: keep-alive",
+    "Connection: close",
+    "Keep-Alive: timeout=5, max=100",
+    "Server: llama.cpp",
+    "Access-Control-Allow-Origin: *",
+    "Content-Encoding: gzip",
+    "X-Odd:  spaced ",
+    "Trailer: x",
+]
+
+
+def _answer(rng: random.Random) -> bytes:
+    status = rng.choice([200, 200, 200, 201, 204, 304, 100, 404, 500, 503])
+    version = rng.choice(["HTTP/1.1", "HTTP/1.1", "HTTP/1.0"])
+    lines = [f"{version} {status} Whatever"]
+    lines += rng.sample(ANSWER_FIELDS, rng.randint(0, 3))
+    for _ in range(rng.choice([0, 1, 1, 1, 2])):
+        lines.append(f"{_case(rng, 'Content-Length')}: {rng.choice(['17', '17', 'x'])}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def test_a_plain_answer_is_relayed_as_the_general_path_relays_it_on_3000_generated_heads() -> None:
+    rng = random.Random(39)
+    taken = 0
+    for _ in range(3000):
+        head = _answer(rng)
+        plain = plain_answer(head + b"body")
+        if plain is None:
+            continue
+        taken += 1
+        status, fields, length, sse, head_len = plain
+        rfile = io.BufferedReader(io.BytesIO(head[head.index(b"\r\n") + 2 :]))  # type: ignore[arg-type]
+        parsed = read_message_head(rfile, head[: head.index(b"\r\n") + 2], unfold=True)
+        assert parsed is not None
+        line, headers = parsed
+        assert head_len == len(head) and status == int(line.split()[1]), head
+        assert fields == headers.lines(HOP_HEADERS).encode("latin-1"), head
+        chunked = "chunked" in (headers.get("transfer-encoding") or "").lower()
+        assert (length is None) == chunked and (chunked or str(length) == headers.get("content-length")), head
+        assert not _wants_close("HTTP/1.1", headers.get("connection")), head
+        event_stream = (headers.get("content-type") or "").startswith("text/event-stream")
+        assert sse == (chunked and event_stream), head  # what ends a chunked answer at [DONE]
+    assert 300 < taken < 2700, taken
+
+
+BODY = b'{"messages": []}'
+NOT_PLAIN_REQUESTS = {
+    "Expect (100 Continue is the general path's)": b"Expect: 100-continue\r\n",
+    "a chunked body (411)": b"Transfer-Encoding: chunked\r\n",
+    "Connection: close": b"Connection: close\r\n",
+    "Connection: keep-alive, Upgrade": b"Connection: keep-alive, Upgrade\r\n",
+    "Upgrade": b"Upgrade: websocket\r\n",
+    "a second Content-Length": b"Content-Length: 16\r\n",
+    "a field without a space after its colon": b"X-A:b\r\n",
+    "a value with a trailing space": b"X-A: b \r\n",
+    "a folded line": b"X-A: b\r\n c\r\n",
+    "a bare LF": b"X-A: b\n",
+    "a name with a space": b"X A: b\r\n",
+    "101 fields": b"X-A: b\r\n" * 101,
+}
+
+
+@pytest.mark.parametrize("why", list(NOT_PLAIN_REQUESTS))
+def test_a_request_the_general_path_must_see_is_not_plain(why: str) -> None:
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" + NOT_PLAIN_REQUESTS[why]
+    assert plain_request(head + b"Content-Length: 16\r\n\r\n" + BODY, LIMIT) is None, why
+    assert plain_request(b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 16\r\n\r\n" + BODY, LIMIT)
+
+
+@pytest.mark.parametrize(
+    "request_line",
+    [b"HEAD / HTTP/1.1", b"post / HTTP/1.1", b"POST / HTTP/1.0", b"POST http://h/ HTTP/1.1", b"POST //a HTTP/1.1"],
+)
+def test_other_methods_versions_and_targets_are_not_plain(request_line: bytes) -> None:
+    assert plain_request(request_line + b"\r\nContent-Length: 0\r\n\r\n", LIMIT) is None
+
+
+@pytest.mark.parametrize("length", [b"-1", b"+16", b"1e3", b"0x10", b"", b"\xb2"])
+def test_a_length_the_general_path_refuses_or_reads_otherwise_is_not_plain(length: bytes) -> None:
+    assert plain_request(b"POST / HTTP/1.1\r\nContent-Length: " + length + b"\r\n\r\n" + BODY, LIMIT) is None
+
+
+def test_a_head_not_whole_in_the_buffer_or_a_body_above_the_limit_is_not_plain() -> None:
+    whole = b"POST / HTTP/1.1\r\nContent-Length: 16\r\n\r\n"
+    assert plain_request(whole[:-2], LIMIT) is None
+    assert plain_request(whole, 15) is None
+    assert plain_request(whole, 16) == (b"POST", b"/", b"", 16, len(whole))
+
+
+NOT_PLAIN_ANSWERS = {
+    "100 Continue": b"HTTP/1.1 100 Continue\r\n\r\n",
+    "204": b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n",
+    "304": b"HTTP/1.1 304 Not Modified\r\nContent-Length: 0\r\n\r\n",
+    "HTTP/1.0": b"HTTP/1.0 200 OK\r\nContent-Length: 4\r\n\r\n",
+    "ended by a close": b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n",
+    "a length and chunks": b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n",
+    "gzip, chunked": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+    "Connection: close": b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nConnection: close\r\n\r\n",
+    "two lengths": b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nContent-Length: 4\r\n\r\n",
+    "a folded line": b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nX-A: b\r\n c\r\n\r\n",
+    "a status out of range": b"HTTP/1.1 600 Odd\r\nContent-Length: 4\r\n\r\n",
+}
+
+
+@pytest.mark.parametrize("why", list(NOT_PLAIN_ANSWERS))
+def test_an_answer_the_general_path_must_read_is_not_plain(why: str) -> None:
+    assert plain_answer(NOT_PLAIN_ANSWERS[why] + b"body") is None, why
+
+
+# ------------------------------------------------------------------ through a real front
+
+
+class RecordingUpstreamTestDouble:
+    """A test double for an engine that keeps every byte it is sent (llama-server cannot show them) and answers each
+    request with the next of ``answers``, on kept-alive connections."""
+
+    def __init__(self, answers: list[bytes]) -> None:
+        self.answers = answers
+        self.received: list[bytes] = []
+        self.connections = 0
+        self._sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        rfile = conn.makefile("rb")
+        with conn, rfile:
+            while self.answers:
+                head = b""
+                while (line := rfile.readline()) not in (b"\r\n", b""):
+                    head += line
+                if not line:
+                    return
+                fields = Headers.of_fields(
+                    [
+                        (n.strip(), v.strip())
+                        for n, _, v in (x.partition(":") for x in head.decode().split("\r\n")[1:-1])
+                    ]
+                )
+                body = rfile.read(int(fields.get("content-length") or 0))
+                self.received.append(head + b"\r\n" + body)
+                conn.sendall(self.answers.pop(0))
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+JSON_ANSWER = b'{"choices": [{"message": {"content": "hi"}}]}'
+SSE = b'data: {"choices": [{"delta": {"content": "hi"}}]}\n\n'
+ANSWERS = {
+    "length": b"HTTP/1.1 200 OK\r\nServer: e\r\nKeep-Alive: timeout=5\r\nContent-Type: application/json\r\n"
+    b"Content-Length: %d\r\n\r\n%s" % (len(JSON_ANSWER), JSON_ANSWER),
+    "stream": b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    + b"%x\r\n%s\r\n" % (len(SSE), SSE)
+    + b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n",
+}
+
+
+@pytest.fixture(params=list(ANSWERS))
+def served(request: pytest.FixtureRequest) -> Iterator[tuple[Front, RecordingUpstreamTestDouble]]:
+    double = RecordingUpstreamTestDouble([ANSWERS[request.param]] * 4)
+    with start_front(double.url, RegionCache(Tokenizer.from_file(str(data_path("tiny-tokenizer.json"))))) as front:
+        yield front, double
+    double.close()
+
+
+def _exchange(url: str, requests: list[bytes]) -> list[bytes]:
+    """Each request on one client connection; the bytes of each answer, its Date line dropped."""
+    host, port = url.removeprefix("http://").split(":")
+    out = []
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        rfile = s.makefile("rb")
+        for req in requests:
+            s.sendall(req)
+            head = b""
+            while (line := rfile.readline()) != b"\r\n":
+                head += b"" if line.startswith(b"Date: ") else line
+            if b"chunked" in head:
+                body = b""
+                while not body.endswith(b"0\r\n\r\n"):
+                    body += rfile.read1(65536)
+            else:
+                body = rfile.read(int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0]))
+            out.append(head + b"\r\n" + body)
+    return out
+
+
+def test_the_engine_and_the_client_get_the_same_bytes_from_the_plain_and_the_general_path(
+    served: tuple[Front, RecordingUpstreamTestDouble],
+) -> None:
+    """The same chat sent plain (kept alive) and general (``Connection: close`` sends it down the general path): the
+    engine is sent the same bytes, the client gets the same answer; the plain one reuses the engine's connection."""
+    front, double = served
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}).encode()
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: me\r\nAuthorization: Bearer k\r\nContent-Type: application/json\r\n"
+    plain = head + b"Connection: keep-alive\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    general = head + b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    assert plain_request(plain, LIMIT) is not None and plain_request(general, LIMIT) is None
+    answers = _exchange(front.url, [plain, plain]) + _exchange(front.url, [general])
+    assert answers[0] == answers[1] == answers[2], answers
+    assert b"HTTP/1.1 200 OK\r\n" in answers[0] and b"Keep-Alive" not in answers[0]
+    assert double.received[0] == double.received[1] == double.received[2], double.received
+    sent = double.received[0]
+    assert sent.startswith(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:") and sent.endswith(body)
+    assert b"Connection" not in sent and b"Authorization: Bearer k\r\n" in sent
+    assert double.connections == 1  # the plain requests' connection went back to the pool and carried the third
