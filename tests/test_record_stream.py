@@ -1,0 +1,221 @@
+"""A stream's pieces as the recording proxy reads them: the pieces that are whole ``data: {...}`` events go
+straight to json's scanner, every other piece through the SSE parser; on random streams, cut at random, the
+trace holds exactly what the parser alone makes of the whole stream, and the client gets the engine's bytes.
+
+Real ``serve_recorder`` over real HTTP on 127.0.0.1; the engine is a test double that writes the pieces it is
+given, one chunk and one flush each (``TCP_NODELAY``: most reach the proxy one by one)."""
+
+from __future__ import annotations
+
+import json
+import random
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from frankenstein.engines.response import StreamAssembler
+from frankenstein.workload.record import serve_recorder
+from frankenstein.workload.trace import Turn, load_trace
+
+
+class PiecesTestDouble(BaseHTTPRequestHandler):
+    """TEST DOUBLE of an engine: answers every POST with ``server.pieces`` (the test sets them before each
+    request) as an event stream, one chunk per piece, each flushed on its own (``server.gap`` seconds apart),
+    and its final chunk once ``server.release`` is set."""
+
+    protocol_version = "HTTP/1.1"
+    server: Any
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.wfile.flush()
+        for piece in self.server.pieces:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            self.wfile.flush()
+            if self.server.gap:
+                threading.Event().wait(self.server.gap)  # the engine's time per token
+        assert self.server.release.wait(10)  # the final chunk: once the test lets it go
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+
+@pytest.fixture
+def engine() -> Iterator[Any]:
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), PiecesTestDouble)
+    srv.daemon_threads = True
+    srv.release = threading.Event()
+    srv.gap = 0.0
+    srv.release.set()
+    t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    t.start()
+    srv.url = f"http://127.0.0.1:{srv.server_address[1]}"
+    yield srv
+    srv.release.set()
+    srv.shutdown()
+    srv.server_close()
+
+
+TEXTS = ["Hello", " wor", "ld", "!", ' "quoted"', " back\\slash", " line\nbreak", " é", " 😀", " \u2028", ""]
+
+
+def _events(rng: random.Random) -> list[bytes]:
+    """One chat stream's events (their ``data:`` payloads), llama-server's shapes and others an engine may send."""
+    out: list[Any] = [{"choices": [{"index": 0, "delta": {"role": "assistant", "content": None}}]}]
+    for _ in range(rng.randint(0, 8)):
+        delta: dict[str, Any] = {"content": rng.choice(TEXTS)}
+        if rng.random() < 0.15:
+            delta = {"reasoning_content": rng.choice(TEXTS)}
+        if rng.random() < 0.1:
+            fn = {"name": "read", "arguments": rng.choice(['{"a":', "1}", ""])}
+            delta = {"tool_calls": [{"index": 0, "id": "c1", "type": "function", "function": fn}]}
+        out.append({"choices": [{"index": 0, "delta": delta, "finish_reason": None}], "id": "x"})
+    timings = {"prompt_n": 3, "predicted_n": 2, "predicted_ms": rng.random() * 9}
+    finish = {"choices": [{"index": 0, "delta": {}, "finish_reason": rng.choice(["stop", "length"])}]}
+    out.append(finish | {"usage": {"prompt_tokens": 3, "completion_tokens": 2}, "timings": timings})
+    if rng.random() < 0.2:
+        out.append({"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 5}})
+    payloads = [json.dumps(e, ensure_ascii=rng.random() < 0.5).encode() for e in out]
+    if rng.random() < 0.1:  # what only the parser reads: not an object, not JSON
+        payloads.insert(rng.randint(1, len(payloads)), rng.choice([b"[1, 2]", b'{"choices": [', b"42"]))
+    return payloads + [b"[DONE]"]
+
+
+def _stream(rng: random.Random) -> bytes:
+    """The events as an SSE body: mostly ``data: X`` and a blank line, at times CRLF line ends, a comment, an
+    ``event:`` field or no space after ``data:``."""
+    parts = []
+    for payload in _events(rng):
+        r = rng.random()
+        if r < 0.05:
+            parts.append(b": keep-alive\n\n")
+        elif r < 0.1:
+            parts.append(b"event: message\n")
+        sep = b"\r\n\r\n" if rng.random() < 0.05 else b"\n\n"
+        parts.append((b"data:" if rng.random() < 0.05 else b"data: ") + payload + sep)
+    return b"".join(parts)
+
+
+def _pieces(rng: random.Random, body: bytes) -> list[bytes]:
+    """``body`` cut into the engine's writes: mostly one event to a write, at times two, at times cut anywhere."""
+    cuts = {0, len(body)}
+    ends = [i + 2 for i in range(len(body) - 1) if body[i : i + 2] == b"\n\n"]
+    cuts.update(e for e in ends if rng.random() < 0.8)
+    cuts.update(rng.randrange(1, len(body)) for _ in range(rng.choice([0, 0, 0, 1, 3])))
+    at = sorted(cuts)
+    return [body[a:b] for a, b in zip(at, at[1:], strict=False)]
+
+
+def test_random_streams_are_recorded_as_the_sse_parser_reads_them(engine: Any, tmp_path: Path) -> None:
+    rng = random.Random(33)
+    out = tmp_path / "t.jsonl"
+    expected = []
+    with serve_recorder(engine.url, "127.0.0.1", 0, out) as proxy, httpx.Client(timeout=30) as client:
+        for i in range(150):
+            body = _stream(rng)
+            engine.pieces = _pieces(rng, body)
+            reference = StreamAssembler("/v1/chat/completions")
+            reference.feed(body)
+            request = {"messages": [{"role": "user", "content": f"stream {i}"}], "stream": True}
+            with client.stream("POST", proxy.url + "/v1/chat/completions", json=request) as r:
+                try:
+                    relayed = r.read()
+                except httpx.HTTPError:  # a stream that does not finish: the client's read fails
+                    relayed = None
+            if reference.finished:
+                assert relayed == body, i
+                expected.append((f"stream {i}", reference.output()))
+            else:
+                assert relayed is None, i
+        errors = list(proxy.errors)
+    turns = load_trace(out).turns
+    assert [(t.request["messages"][0]["content"], t.output) for t in turns] == expected
+    assert len(turns) == len(expected) > 100
+    assert len(errors) == 150 - len(expected)
+
+
+CHOICE = b'data: {"choices":[{"index":0,"delta":{"content":"%s"},"finish_reason":%s}]}\n\n'
+HAND_CUT = [
+    # a field's line cut just before bytes that look like a whole event: they are the rest of that line
+    [b"event: x ", CHOICE % (b"ghost", b"null"), CHOICE % (b"ok", b'"stop"'), b"data: [DONE]\n\n"],
+    # an event with more after its JSON: malformed (the stream does not finish)
+    [(CHOICE % (b"ok", b'"stop"'))[:-2] + b" more\n\n", b"data: [DONE]\n\n"],
+    # an event cut anywhere, then whole ones
+    [CHOICE[:9], CHOICE[9:] % (b"a", b"null"), CHOICE % (b"b", b'"stop"') + b"data: [DONE]\n\n"],
+    # a line break inside the JSON (whitespace to JSON, the end of a line to SSE): malformed
+    [CHOICE.replace(b'"choices":', b'"choices":\n') % (b"a", b'"stop"'), b"data: [DONE]\n\n"],
+    # CR before the line ends, [DONE] glued to the last event
+    [(CHOICE % (b"a", b'"stop"'))[:-2] + b"\r\n\n" + b"data: [DONE]\n\n"],
+]
+
+
+@pytest.mark.parametrize("pieces", HAND_CUT)
+def test_pieces_cut_by_hand_are_recorded_as_the_sse_parser_reads_them(
+    engine: Any, pieces: list[bytes], tmp_path: Path
+) -> None:
+    out = tmp_path / "t.jsonl"
+    engine.pieces, engine.gap = pieces, 0.005  # each piece read on its own
+    reference = StreamAssembler("/v1/chat/completions")
+    reference.feed(b"".join(pieces))
+    request = {"messages": [{"role": "user", "content": "cut"}], "stream": True}
+    with serve_recorder(engine.url, "127.0.0.1", 0, out) as proxy, httpx.Client(timeout=30) as client:
+        with client.stream("POST", proxy.url + "/v1/chat/completions", json=request) as r:
+            try:
+                relayed = r.read()
+            except httpx.HTTPError:
+                relayed = None
+        errors = list(proxy.errors)
+    if reference.finished:
+        assert relayed == b"".join(pieces) and errors == []
+        assert [t.output for t in load_trace(out).turns] == [reference.output()]
+    else:
+        assert relayed is None and len(errors) == 1
+        assert not out.exists() or load_trace(out).turns == []
+
+
+def _turns_within(path: Path, seconds: float) -> list[Turn]:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if path.exists() and path.stat().st_size:
+            return load_trace(path).turns
+        threading.Event().wait(0.001)
+    return []
+
+
+def test_a_streams_turn_is_in_the_trace_at_its_done_event_before_the_engine_ends_its_answer(
+    engine: Any, tmp_path: Path
+) -> None:
+    """The engine sends ``data: [DONE]`` in a write of its own, then holds its final chunk: the turn is in the
+    trace while it holds (written at the last event, which was read straight by the scanner), and the answer's
+    end follows."""
+    out = tmp_path / "t.jsonl"
+    finish = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "timings": {"predicted_n": 1}}
+    engine.pieces = [b'data: {"choices":[{"index":0,"delta":{"content":"Hi"}}]}\n\n']
+    engine.pieces += [b"data: " + json.dumps(finish).encode() + b"\n\n", b"data: [DONE]\n\n"]
+    engine.release.clear()
+    engine.gap = 0.005  # each piece read on its own
+    request = {"messages": [{"role": "user", "content": "hold"}], "stream": True}
+    with serve_recorder(engine.url, "127.0.0.1", 0, out) as proxy, httpx.Client(timeout=30) as client:
+        with client.stream("POST", proxy.url + "/v1/chat/completions", json=request) as r:
+            lines = r.iter_lines()
+            assert [next(lines) for _ in range(5)][-1] == "data: [DONE]"
+            written = _turns_within(out, 10.0)  # the engine still holds its final chunk meanwhile
+            engine.release.set()
+            assert list(lines) == [""]
+    (turn,) = written
+    assert load_trace(out).turns == written
+    assert (turn.output.text, turn.output.finish_reason, turn.timings.server) == ("Hi", "stop", {"predicted_n": 1})
