@@ -335,3 +335,21 @@ def test_the_engine_and_the_client_get_the_same_bytes_from_the_plain_and_the_gen
     assert sent.startswith(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:") and sent.endswith(body)
     assert b"Connection" not in sent and b"Authorization: Bearer k\r\n" in sent
     assert double.connections == 1  # the plain requests' connection went back to the pool and carried the third
+
+
+def test_a_count_is_answered_here_on_both_paths_and_never_reaches_the_engine(
+    served: tuple[Front, RecordingUpstreamTestDouble],
+) -> None:
+    """``/count`` and ``/tokenize`` sent plain and general get the same answer from the front's tokenizer; a bad body
+    the same 400; the engine is sent nothing."""
+    front, double = served
+    bodies = [b'{"content": "The quick brown fox"}', b'{"content": 7}']
+    for path in (b"/count", b"/tokenize"):
+        for body in bodies:
+            head = b"POST %s HTTP/1.1\r\nHost: me\r\nContent-Type: application/json\r\n" % path
+            plain = head + b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+            general = head + b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+            got = _exchange(front.url, [plain]) + _exchange(front.url, [general])
+            assert got[0].split(b"\r\n\r\n")[1] == got[1].split(b"\r\n\r\n")[1], got
+            assert got[0].startswith(b"HTTP/1.1 200" if body == bodies[0] else b"HTTP/1.1 400"), got
+    assert double.received == [] and front.server.local_answers == 4

@@ -58,7 +58,7 @@ from frankenstein.workload.wire import (
     ChunkFraming,
     ProtocolError,
     UpstreamConnection,
-    pump_chunks,
+    pump_plain_chunks,
     server_and_date,
     status_line,
 )
@@ -67,7 +67,6 @@ _NO_BODY = {204, 304}
 
 
 LOCAL_ROUTES = frozenset({"/tokenize", "/count", "/v1/messages/count_tokens"})  # counts answered by the front
-_LOCAL_PATHS = {b"POST": LOCAL_ROUTES, b"GET": frozenset({"/frank/status"})}  # answered here, by method
 
 
 class Counter(Protocol):
@@ -145,10 +144,11 @@ class _Handler(LeanHandler):
 
     # ------------------------------------------------------------------ the plain path
     def _passed_plain(self) -> bool:
-        """A plain request for the engine (``plainhead.plain_request``: GET or POST over HTTP/1.1, its head whole in
-        the read buffer, no field this handler must act on), not a count answered here and not one to refuse over
-        scope, passed on with the fewest steps; False, nothing read, for anything else (the general path then
-        takes it). The engine gets the bytes the general path would send, and the client the same answer."""
+        """A plain request (``plainhead.plain_request``: GET or POST over HTTP/1.1, its head whole in the read buffer,
+        no field this handler must act on) answered with the fewest steps: a count here, anything else passed to the
+        engine (within the adopted concurrency, queued); False, nothing read, for anything else and for a request
+        over scope to refuse (the general path then takes it). The engine gets the bytes the general path would
+        send, and the client the same answer."""
         server = self.server
         req = plain_request(cast(io.BufferedReader, self.rfile).peek(1), server.max_body_bytes)
         if req is None:
@@ -156,21 +156,22 @@ class _Handler(LeanHandler):
         self._t0 = time.perf_counter()
         method, target, fields, length, head_len = req
         path = target.decode("latin-1")
-        here = route(path)
-        if here in _LOCAL_PATHS[method] or (method == b"GET" and length):  # a GET's body is not read: general
-            return False
-        if server.admission is not None and server.admission.mode != "queue":  # a refusal is the general path's
+        self._route = here = route(path)
+        if method == b"GET" and (length or here == "/frank/status"):  # a GET's body is not read; the status is
+            return False  # the general path's
+        local = method == b"POST" and here in LOCAL_ROUTES
+        admission = server.admission if method == b"POST" and not local else None
+        if admission is not None and admission.mode != "queue":  # a refusal is the general path's
             return False
         self.command, self.path, self.request_version = method.decode(), path, "HTTP/1.1"
         self.close_connection, self._engine_error = False, False
-        admission = server.admission if method == b"POST" else None
         if admission is not None:
             admission.enter()  # queue mode: waits for a place, taken once the request line is read
         try:
             data = self.rfile.read(head_len + length)
             if len(data) != head_len + length:
                 bad_request(self, BadRequest(f"body ended after {len(data) - head_len} of {length} bytes"))
-            else:
+            elif not (local and self._answered_here(data[head_len:])):
                 self._send_plain(method, target, fields, data[head_len:])
         finally:
             if admission is not None:
@@ -191,7 +192,7 @@ class _Handler(LeanHandler):
             if answer is None:  # the general path reads this answer
                 self._relay_general(conn, server.pool)
             else:
-                self._relay_plain(conn, answer)
+                self._relay_plain(conn, answer, len(first))
         finally:
             server.tally(local=False)
 
@@ -207,9 +208,10 @@ class _Handler(LeanHandler):
         finally:
             resp.close()
 
-    def _relay_plain(self, conn: UpstreamConnection, answer: PlainAnswer) -> None:
+    def _relay_plain(self, conn: UpstreamConnection, answer: PlainAnswer, buffered: int) -> None:
         """A plain answer: one with a length up to the read buffer as head and body in one send, a chunked one
-        as ``_relay_framed`` relays it; the connection back to the pool when its answer was read to the end."""
+        as ``_relay_framed`` relays it; the connection back to the pool when its answer was read to the end.
+        ``buffered``: the bytes in the connection's read buffer, the head's among them."""
         status, fields, length, sse, head_len = answer
         self._status, self._engine_error = status, status >= 500
         conn.exchanges += 1
@@ -224,7 +226,7 @@ class _Handler(LeanHandler):
                 whole = True
                 self.connection.sendall(head + b"Content-Length: %d\r\n\r\n" % length + data[head_len:])
             else:
-                whole = self._relay_plain_body(conn, head, length, sse, head_len)
+                whole = self._relay_plain_body(conn, head, length, sse, head_len, buffered - head_len)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True  # the client left; closing the upstream connection ends the stream
         except TransportError:
@@ -234,7 +236,7 @@ class _Handler(LeanHandler):
             self.server.pool.finish(conn, whole, self.server.upstream_slots)
 
     def _relay_plain_body(
-        self, conn: UpstreamConnection, head: bytes, length: int | None, sse: bool, head_len: int
+        self, conn: UpstreamConnection, head: bytes, length: int | None, sse: bool, head_len: int, buffered: int
     ) -> bool:
         """A long body with its length, piece by piece, or a chunked one pumped as the engine's bytes; True when
         read to its end."""
@@ -243,7 +245,7 @@ class _Handler(LeanHandler):
         if length is None:
             send(head + b"Transfer-Encoding: chunked\r\n\r\n")
             framing = ChunkFraming(end_at_done=sse)
-            pump_chunks(conn, send, framing)
+            pump_plain_chunks(conn, buffered, send, framing)
             self._engine_error |= framing.late > 0
             return True
         send(head + b"Content-Length: %d\r\n\r\n" % length)
@@ -299,22 +301,29 @@ class _Handler(LeanHandler):
         except BadRequest as exc:
             bad_request(self, exc)
             return
+        if not self._answered_here(raw):
+            self._pass_through(raw)
+
+    def _answered_here(self, raw: bytes) -> bool:
+        """A count answered by the front (200; 400 or 502 when it cannot be counted); False: not a count this front
+        answers (another route, or a shape for the engine), to pass on."""
         local = _LOCAL.get(self._route)
-        if local is not None:
-            try:
-                answer = local(self, _json_object(raw))
-            except BadRequest as exc:
-                self._json(400, {"error": {"message": str(exc), "type": "invalid_request_error"}})
-                return
-            except FrankError as exc:  # counting through the engine's /tokenize, and the engine failed
-                self._engine_error = True
-                self._json(502, {"error": {"message": str(exc), "type": "bad_gateway"}})
-                return
-            if answer is not None:
-                self.server.tally(local=True)
-                self._json(200, answer)
-                return
-        self._pass_through(raw)
+        if local is None:
+            return False
+        try:
+            answer = local(self, _json_object(raw))
+        except BadRequest as exc:
+            self._json(400, {"error": {"message": str(exc), "type": "invalid_request_error"}})
+            return True
+        except FrankError as exc:  # counting through the engine's /tokenize, and the engine failed
+            self._engine_error = True
+            self._json(502, {"error": {"message": str(exc), "type": "bad_gateway"}})
+            return True
+        if answer is None:
+            return False
+        self.server.tally(local=True)
+        self._json(200, answer)
+        return True
 
     def _outside_context(self, raw: bytes) -> str | None:
         """'context N > LIMIT tokens' when the prompt is longer than the adopted context scope (counted with the

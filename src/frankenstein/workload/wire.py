@@ -408,6 +408,31 @@ def pump_chunks(conn: UpstreamConnection, send: Callable[[bytes], object], frami
         conn.reusable = False  # bytes after the answer that nobody asked for
 
 
+def pump_plain_chunks(
+    conn: UpstreamConnection, buffered: int, send: Callable[[bytes], object], framing: ChunkFraming
+) -> None:
+    """:func:`pump_chunks` for an answer whose head was taken from the read buffer (``plainhead``): the
+    ``buffered`` bytes still in it first, then the socket read directly, one C call per piece (no buffered
+    reader between). The read buffer is empty after it, so the connection's next answer is read as usual."""
+    recv, feed = conn.sock.recv, framing.feed
+    data = conn.rfile.read(buffered) if buffered else recv(READ_BUFFER)
+    while True:
+        if not data and framing.ended:  # closed after [DONE]: the answer was whole, the connection is spent
+            conn.reusable = False
+            return
+        if not data:
+            raise ProtocolError("upstream closed the connection inside a chunked body")
+        out = feed(data)
+        if out:
+            send(out)
+        if framing.broken is not None:
+            raise ProtocolError(f"upstream sent {framing.broken}")
+        if framing.done:
+            conn.reusable = conn.reusable and not framing.surplus  # bytes after the answer that nobody asked for
+            return
+        data = recv(READ_BUFFER)
+
+
 def read_head_from_upstream(rfile: HeadReader) -> tuple[str, Headers] | None:
     """An answer's status line and fields (folded lines joined); None when the upstream closed first."""
     try:
@@ -609,6 +634,10 @@ class ChunkFraming:
         if self.ended:
             self.late += len(self._feed(data))
             return b""
+        if not self._left and self._expect == "size" and not self._line:  # whole chunks: one call, not two
+            whole = self._whole_chunks(data)
+            if whole is not None:
+                return whole
         return self._feed(data)
 
     def _feed(self, data: bytes) -> bytes:
