@@ -353,3 +353,52 @@ def test_a_count_is_answered_here_on_both_paths_and_never_reaches_the_engine(
             assert got[0].split(b"\r\n\r\n")[1] == got[1].split(b"\r\n\r\n")[1], got
             assert got[0].startswith(b"HTTP/1.1 200" if body == bodies[0] else b"HTTP/1.1 400"), got
     assert double.received == [] and front.server.local_answers == 4
+
+
+def test_a_streams_replacement_connection_is_opened_while_the_stream_runs_not_after_it() -> None:
+    """An upstream that closes its connection after each stream (as llama-server does): once the pool has seen it,
+    a stream's replacement connection is opened while the engine still holds the stream, so nothing connects
+    after the answer, on whatever the client sends next. The engine is a test double that holds its second
+    stream's end until released (llama-server cannot be paused mid-stream)."""
+    release, accepted = threading.Event(), []
+    piece = b"%x\r\n%s\r\n" % (len(SSE), SSE)
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    sock = socket.create_server(("127.0.0.1", 0))
+
+    def serve(conn: socket.socket, n: int) -> None:
+        with conn:
+            if not conn.recv(65536):
+                return  # a spare never used
+            conn.sendall(head + piece)
+            if n == 2:
+                release.wait(10)
+            conn.sendall(b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n")  # then closed, as llama-server closes
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                return
+            accepted.append(conn)
+            threading.Thread(target=serve, args=(conn, len(accepted)), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    body = b'{"stream": true}'
+    req = b"POST /v1/chat/completions HTTP/1.1\r\nHost: me\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    with start_front(url, RegionCache(Tokenizer.from_file(str(data_path("tiny-tokenizer.json"))))) as front:
+        assert _exchange(front.url, [req])[0].endswith(b"0\r\n\r\n")  # stream 1 on connection 1, closed after
+        host, port = front.url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as s:
+            s.sendall(req)  # stream 2: connection 1 found closed, connection 2 made on its path
+            got = b""
+            while SSE not in got:
+                got += s.recv(65536)
+            assert len(accepted) == 3  # connection 3, the replacement, opened while stream 2 is held
+            release.set()
+            while not got.endswith(b"0\r\n\r\n"):
+                got += s.recv(65536)
+        pool = front.server.pool
+        assert pool.closes_after_streams and len(accepted) == 3 and pool.opened == 3
+    sock.close()
