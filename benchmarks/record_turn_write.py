@@ -205,6 +205,7 @@ def measure(warm: int, cold: int) -> dict[str, float]:
             out[f"{name} cold"] = statistics.median(c[0] for c in colds) * 1e6
             if stream:
                 out["finish to [DONE] cold"] = statistics.median(c[1] for c in colds) * 1e6
+                out["finish to end cold"] = statistics.median(c[0] + c[1] for c in colds) * 1e6
         for _ in range(200):
             _request_side(h)
         out["request side warm"] = statistics.median(_request_side(h) for _ in range(warm)) * 1e6

@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from frankenstein.engines.response import StreamAssembler
-from frankenstein.workload.record import serve_recorder
+from frankenstein.workload.record import RecordedTurn, serve_recorder
 from frankenstein.workload.trace import Turn, load_trace
 
 
@@ -124,7 +124,11 @@ def test_random_streams_are_recorded_as_the_sse_parser_reads_them(engine: Any, t
     rng = random.Random(33)
     out = tmp_path / "t.jsonl"
     expected = []
-    with serve_recorder(engine.url, "127.0.0.1", 0, out) as proxy, httpx.Client(timeout=30) as client:
+    told: list[RecordedTurn] = []
+    with (
+        serve_recorder(engine.url, "127.0.0.1", 0, out, on_turn=told.append) as proxy,
+        httpx.Client(timeout=30) as client,
+    ):
         for i in range(150):
             body = _stream(rng)
             engine.pieces = _pieces(rng, body)
@@ -138,13 +142,15 @@ def test_random_streams_are_recorded_as_the_sse_parser_reads_them(engine: Any, t
                     relayed = None
             if reference.finished:
                 assert relayed == body, i
-                expected.append((f"stream {i}", reference.output()))
+                expected.append((f"stream {i}", reference.output(), reference.timings))
             else:
                 assert relayed is None, i
         errors = list(proxy.errors)
     turns = load_trace(out).turns
-    assert [(t.request["messages"][0]["content"], t.output) for t in turns] == expected
+    assert [(t.request["messages"][0]["content"], t.output, t.timings.server) for t in turns] == expected
     assert len(turns) == len(expected) > 100
+    # what frank record's console line says of each turn, read without a model built: the trace's
+    assert [(t.turn_id, t.completion_tokens) for t in told] == [(t.turn_id, t.output.completion_tokens) for t in turns]
     assert len(errors) == 150 - len(expected)
 
 

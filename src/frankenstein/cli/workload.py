@@ -81,9 +81,13 @@ def record(
 
 
 def _drain(lines: queue.SimpleQueue[RecordedTurn]) -> None:
+    """The turns recorded since the last drain, said in one write (the printer shares the proxy's GIL)."""
+    said = []
     while not lines.empty():
         t = lines.get()
-        typer.echo(f"recorded {t.turn_id} ({t.endpoint}, {t.output.completion_tokens} tokens)")
+        said.append(f"recorded {t.turn_id} ({t.endpoint}, {t.completion_tokens} tokens)")
+    if said:
+        typer.echo("\n".join(said))
 
 
 @workload_app.command("import")
