@@ -244,7 +244,6 @@ class _Handler(LeanHandler):
         rfile.read(head_len)
         if length is None:
             send(head + b"Transfer-Encoding: chunked\r\n\r\n")
-            self.server.pool.replace_ahead(conn)  # while the engine reads the prompt
             framing = ChunkFraming(end_at_done=sse)
             pump_plain_chunks(conn, buffered, send, framing)
             self._engine_error |= framing.late > 0

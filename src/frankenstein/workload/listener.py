@@ -427,32 +427,10 @@ class UpstreamPool:
         if (conn.streamed and self.closes_after_streams) or conn.closed_by_peer():
             self.closes_after_streams |= conn.streamed
             conn.close()
-            if conn.replaced:
-                with self._lock:
-                    self.dropped += 1
-            else:
-                self._spare()
+            self._spare()
             return
         with self._lock:
             self._idle.append(conn)
-
-    def replace_ahead(self, conn: UpstreamConnection) -> None:
-        """While a stream runs on ``conn`` and the upstream is seen to close after streams: its replacement opened
-        now, in the engine's time before the first token, not after the answer (where the connect fell on whatever
-        the client sends next); given back, ``conn`` is then closed without another."""
-        if not self.closes_after_streams or conn.replaced:
-            return
-        try:
-            fresh = UpstreamConnection.open(self._host, self._port, self._timeout_s, self._tls)
-        except OSError:
-            return  # replaced after the answer, as before
-        with self._lock:
-            if self._closed:
-                fresh.close()
-                return
-            conn.replaced = True
-            self.opened += 1
-            self._idle.append(fresh)
 
     def _spare(self) -> None:
         """Open the replacement of a dropped connection; the drop and the opening are counted together, so a

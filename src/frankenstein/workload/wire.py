@@ -301,7 +301,6 @@ class UpstreamConnection:
         self.exchanges = 0  # requests answered on this connection
         self.streamed = False  # its last answer was chunked (a stream): an upstream may close it after that
         self.reusable = True
-        self.replaced = False  # its replacement is already in the pool (opened while its stream ran)
         self._readable = select.poll()  # asked by closed_by_peer: one C call, no lists made
         self._readable.register(sock, select.POLLIN)
 
