@@ -25,7 +25,9 @@ Targets: ``direct``; ``serve``, ``record`` and ``record-after`` (``frank record 
 written after its answer's end) of this checkout; ``relay``, the floor of a Python hop: a
 bare relay that forwards bytes both ways and parses nothing (a thread per direction, ``TCP_NODELAY``);
 with ``--baseline-src DIR`` also ``serve@base`` and ``record@base``, the same commands run from the
-``frankenstein`` package in ``DIR`` (old code against new, A B A B in one run).
+``frankenstein`` package in ``DIR`` (old code against new, A B A B in one run); with ``--scoped`` also ``scoped``
+(and ``scoped@base``): serve's front as a campaign runs it, every request observed into the campaign's store and
+each chat's prompt counted against an adopted context scope of 4,096 tokens.
 
 Reported per kind and proxy: the proxy's p50 and p99, direct's p50 and p99, and added = the median of
 the paired differences (proxy minus direct of the same round) and p99 minus direct's p99. Goals (issue
@@ -49,10 +51,17 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from tokenizers import Tokenizer
+
+from frankenstein.campaign import init_campaign
 from frankenstein.config import ResolvedRecipe
 from frankenstein.engines import start_engine
 from frankenstein.engines.http import TransportError, fetch_url
 from frankenstein.engines.process import free_port
+from frankenstein.regioncache import RegionCache
+from frankenstein.regioncache.observe import ServedLog
+from frankenstein.regioncache.proxy import start_front
+from frankenstein.regioncache.render import Renderer, engine_template
 from frankenstein.shipped import data_path
 
 FRANK = str(Path(sys.executable).with_name("frank"))
@@ -72,7 +81,7 @@ LONG_CHAT = {
     "max_tokens": 8,
     "temperature": 0.0,
 }
-PROXIES = ("relay", "serve", "serve@base", "record", "record@base", "record-after")
+PROXIES = ("relay", "serve", "serve@base", "scoped", "scoped@base", "record", "record@base", "record-after")
 
 
 def _post(conn: http.client.HTTPConnection, path: str, body: dict[str, object]) -> http.client.HTTPResponse:
@@ -115,7 +124,7 @@ def _request(kind: str, target: str) -> Callable[[http.client.HTTPConnection], t
         return lambda c: _timed_json(c, "/v1/chat/completions", LONG_CHAT)
     if kind == "chat-stream":
         return _timed_stream
-    if kind == "/count" and target.startswith("serve"):
+    if kind == "/count" and target.startswith(("serve", "scoped")):
         return lambda c: _timed_json(c, "/count", {"content": TEXT})
     return lambda c: _timed_json(c, "/tokenize", {"content": TEXT})
 
@@ -190,6 +199,18 @@ def _relay(listen_port: int, upstream_port: int) -> None:
         threading.Thread(target=_pump, args=(upstream, client), daemon=True).start()
 
 
+def _scoped_front(listen_port: int, upstream: str, store_dir: str) -> None:
+    """``frank serve``'s front as it runs for a campaign whose recipe was adopted with a context scope: every request
+    observed into the campaign's store, each chat's prompt counted (the tiny tokenizer, the engine's own chat
+    template from ``/props``) to say whether it is outside the scope. Run from ``--baseline-src`` too (old code)."""
+    cache = RegionCache(Tokenizer.from_file(str(data_path("tiny-tokenizer.json"))))
+    renderer = Renderer(engine_template(fetch_url(upstream + "/props", timeout_s=10).json()))
+    observe = ServedLog(init_campaign(store_dir).store, None)
+    front = start_front(upstream, cache, renderer=renderer, port=listen_port, observe=observe, context_scope=4096)
+    with front:
+        threading.Event().wait()
+
+
 def _report(results: dict[tuple[str, str], list[tuple[float, ...]]]) -> None:
     print(
         f"{'request':<18} {'proxy':<11} {'p50 ms':>8} {'p99 ms':>8} {'direct p50':>11} {'direct p99':>11} "
@@ -258,6 +279,16 @@ def _proxies(
     return procs
 
 
+def _scoped(base_url: str, tmp: str, src: str | None, suffix: str) -> dict[str, tuple[int, subprocess.Popen[bytes]]]:
+    """The scoped front (``_scoped_front``) in its own process, from ``src`` when given."""
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": src} if src else None
+    store = os.path.join(tmp, f"campaign{suffix}")
+    cmd = [sys.executable, __file__, "--scoped-front", str(port), base_url, store]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True, env=env)
+    return {"scoped" + suffix: (port, proc)}
+
+
 def _pin(engine_pid: int | None) -> None:
     """Every thread of the engine on the last CPU; this process (and so the proxies it starts) on the others."""
     cpus = sorted(os.sched_getaffinity(0))
@@ -289,10 +320,19 @@ def main() -> None:
         action="store_true",
         help="the engine's threads on the last CPU, this client and the proxies on the others (a workstation whose engine has cores, or a GPU, of its own)",
     )
+    ap.add_argument(
+        "--scoped",
+        action="store_true",
+        help="also `scoped`: serve's front observing into a campaign with an adopted context scope (each chat counted)",
+    )
     ap.add_argument("--relay", nargs=2, type=int, metavar=("LISTEN", "UPSTREAM"), help=argparse.SUPPRESS)
+    ap.add_argument("--scoped-front", nargs=3, metavar=("LISTEN", "UPSTREAM", "DIR"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.relay:
         _relay(*args.relay)
+        return
+    if args.scoped_front:
+        _scoped_front(int(args.scoped_front[0]), args.scoped_front[1], args.scoped_front[2])
         return
     recipe = ResolvedRecipe(
         name="tiny",
@@ -311,6 +351,10 @@ def main() -> None:
         procs = {"relay": (relay_port, relay), **_proxies(eng.base_url, tmp, None, "", tiny, after=True)}
         if args.baseline_src:
             procs.update(_proxies(eng.base_url, tmp, os.path.abspath(args.baseline_src), "@base", tiny))
+        if args.scoped and tiny:
+            procs.update(_scoped(eng.base_url, tmp, None, ""))
+            if args.baseline_src:
+                procs.update(_scoped(eng.base_url, tmp, os.path.abspath(args.baseline_src), "@base"))
         ports = {"direct": eng.port or 0, **{name: port for name, (port, _) in procs.items()}}
         try:
             for name, (port, proc) in procs.items():
