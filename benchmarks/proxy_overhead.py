@@ -26,8 +26,8 @@ written after its answer's end) of this checkout; ``relay``, the floor of a Pyth
 bare relay that forwards bytes both ways and parses nothing (a thread per direction, ``TCP_NODELAY``);
 with ``--baseline-src DIR`` also ``serve@base`` and ``record@base``, the same commands run from the
 ``frankenstein`` package in ``DIR`` (old code against new, A B A B in one run); with ``--scoped`` also ``scoped``
-(and ``scoped@base``): serve's front as a campaign runs it, every request observed into the campaign's store and
-each chat's prompt counted against an adopted context scope of 4,096 tokens.
+(and ``scoped@base``): serve's front as a campaign runs it, every request observed into the campaign's store, held
+to an adopted concurrency of 1 and each chat's prompt counted against an adopted context scope of 4,096 tokens.
 
 Reported per kind and proxy: the proxy's p50 and p99, direct's p50 and p99, and added = the median of
 the paired differences (proxy minus direct of the same round) and p99 minus direct's p99. Goals (issue
@@ -59,6 +59,7 @@ from frankenstein.engines import start_engine
 from frankenstein.engines.http import TransportError, fetch_url
 from frankenstein.engines.process import free_port
 from frankenstein.regioncache import RegionCache
+from frankenstein.regioncache.admission import Admission
 from frankenstein.regioncache.observe import ServedLog
 from frankenstein.regioncache.proxy import start_front
 from frankenstein.regioncache.render import Renderer, engine_template
@@ -200,13 +201,17 @@ def _relay(listen_port: int, upstream_port: int) -> None:
 
 
 def _scoped_front(listen_port: int, upstream: str, store_dir: str) -> None:
-    """``frank serve``'s front as it runs for a campaign whose recipe was adopted with a context scope: every request
-    observed into the campaign's store, each chat's prompt counted (the tiny tokenizer, the engine's own chat
-    template from ``/props``) to say whether it is outside the scope. Run from ``--baseline-src`` too (old code)."""
+    """``frank serve``'s front as it runs for a campaign whose recipe was adopted with a scope (concurrency 1, context
+    4,096): every request observed into the campaign's store, each generation request let through one at a time, each
+    chat's prompt counted (the tiny tokenizer, the engine's own chat template from ``/props``) to say whether it is
+    outside the scope. Run from ``--baseline-src`` too (old code)."""
     cache = RegionCache(Tokenizer.from_file(str(data_path("tiny-tokenizer.json"))))
     renderer = Renderer(engine_template(fetch_url(upstream + "/props", timeout_s=10).json()))
     observe = ServedLog(init_campaign(store_dir).store, None)
-    front = start_front(upstream, cache, renderer=renderer, port=listen_port, observe=observe, context_scope=4096)
+    admission = Admission(1, "queue", "adopted for concurrency 1 (ledger step 1)")
+    front = start_front(
+        upstream, cache, renderer=renderer, port=listen_port, observe=observe, admission=admission, context_scope=4096
+    )
     with front:
         threading.Event().wait()
 

@@ -11,6 +11,7 @@ answers itself are not generation and are not held).
 
 from __future__ import annotations
 
+import queue
 import threading
 from typing import Any, Literal
 
@@ -18,19 +19,36 @@ OverScope = Literal["queue", "refuse"]
 
 
 class Admission:
+    """Places as tokens in a ``queue.SimpleQueue`` (one C call each way; a ``BoundedSemaphore`` runs a Python
+    ``Condition`` on every request's path) and the counts under one lock, taken once per ``enter`` that finds a
+    place free and once per ``leave``."""
+
     def __init__(self, limit: int, mode: OverScope, why: str) -> None:
         self.limit = limit
         self.mode = mode
         self.why = why  # 'adopted for concurrency 1 (ledger step 1)'
-        self._slots = threading.BoundedSemaphore(limit)
+        self._free: queue.SimpleQueue[None] = queue.SimpleQueue()
+        for _ in range(limit):
+            self._free.put(None)
         self._lock = threading.Lock()
         self._running = self._waiting = self._refused = 0
 
     def enter(self) -> bool:
         """Take a place: wait for one (queue) or give up at once (refuse); False: refused."""
+        try:
+            self._free.get_nowait()
+        except queue.Empty:
+            return self._wait()
+        with self._lock:
+            self._running += 1
+        return True
+
+    def _wait(self) -> bool:
         with self._lock:
             self._waiting += 1
-        got = self._slots.acquire(blocking=self.mode == "queue")
+        got = self.mode == "queue"
+        if got:
+            self._free.get()
         with self._lock:
             self._waiting -= 1
             self._running += got
@@ -39,8 +57,10 @@ class Admission:
 
     def leave(self) -> None:
         with self._lock:
+            if self._running <= 0:
+                raise ValueError("Admission left more often than entered")
             self._running -= 1
-        self._slots.release()
+        self._free.put(None)
 
     def counts(self) -> dict[str, Any]:
         """For ``GET /frank/status``: the limit, the mode, requests running, waiting and refused so far."""

@@ -29,7 +29,7 @@ from __future__ import annotations
 import io
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Protocol, cast
 from urllib.parse import urlsplit
 
@@ -125,7 +125,6 @@ class _Handler(LeanHandler):
         self._t0 = time.perf_counter()  # the request line is read: the request's time starts here
         self._status: int | None = None
         self._engine_error = False
-        self._outside: str | None = None
         return super().parse_request()
 
     def send_response(self, code: int, message: str | None = None) -> None:
@@ -134,13 +133,15 @@ class _Handler(LeanHandler):
 
     def handle_one_request(self) -> None:
         self._status = None
-        self._outside = None
+        self._to_count: bytes | None = None  # a passed-on POST's body, counted against the context scope
         if not self._passed_plain():
             super().handle_one_request()
         observe = self.server.observe
         if observe is not None and self._status is not None:
             ms = (time.perf_counter() - self._t0) * 1000.0
-            observe.add(self.path, self._status, ms, self._engine_error, self._outside)
+            counted = self._to_count  # counted after the answer was sent: off the request's path
+            outside = self._outside_context(counted) if counted else None
+            observe.add(self.path, self._status, ms, self._engine_error, outside)
 
     # ------------------------------------------------------------------ the plain path
     def _passed_plain(self) -> bool:
@@ -181,9 +182,10 @@ class _Handler(LeanHandler):
     def _send_plain(self, method: bytes, target: bytes, fields: bytes, body: bytes) -> None:
         server = self.server
         head = upstream_head(method, target, server.pool.host_field, fields, len(body))
-        meanwhile = self._observe_context(body) if body and method == b"POST" and server.context_scope else None
+        if method == b"POST" and server.context_scope is not None:
+            self._to_count = body
         try:
-            conn, first = server.pool.send_plain(head + body, server.upstream_slots, meanwhile)
+            conn, first = server.pool.send_plain(head + body, server.upstream_slots)
         except TransportError as exc:
             self._upstream_failed(exc)
             return
@@ -257,12 +259,6 @@ class _Handler(LeanHandler):
             left -= len(piece)
             send(piece)
         return True
-
-    def _observe_context(self, body: bytes) -> Callable[[], None]:
-        def observe() -> None:
-            self._outside = self._outside_context(body)
-
-        return observe
 
     def _upstream_failed(self, exc: BaseException) -> None:
         self._engine_error = True
@@ -409,9 +405,10 @@ class _Handler(LeanHandler):
         done (the count of passed requests is kept after the answer)."""
         headers = self.headers.lines(HOP_HEADERS)
         server = self.server
-        meanwhile = self._observe_context(raw) if raw and self.command == "POST" and server.context_scope else None
+        if self.command == "POST" and server.context_scope is not None:
+            self._to_count = raw
         try:
-            resp = server.pool.open(self.command, self.path, raw or None, headers, server.upstream_slots, meanwhile)
+            resp = server.pool.open(self.command, self.path, raw or None, headers, server.upstream_slots)
         except TransportError as exc:
             self._upstream_failed(exc)
             return
