@@ -25,6 +25,7 @@ from conftest import frank
 from frankenstein import ledger
 from frankenstein.campaign import open_campaign
 from frankenstein.errors import ConfigError
+from frankenstein.regioncache.admission import Admission
 from frankenstein.regioncache.service import ServeOptions, serving
 from frankenstein.report import write_report
 from frankenstein.scope import parse_scope, scope_words, served_adoptions, served_scope
@@ -259,3 +260,37 @@ def test_a_prompt_longer_than_the_adopted_context_is_kept_as_outside_scope(tmp_p
         assert [r.outside_scope for r in c.store.served_requests()] == [None, f"context {want} > 8 tokens"]
         text = write_report(c, tmp_path / "out").read_text()
     assert f"Outside the adopted scope: 1 request(s) served under step 1 (first: context {want} > 8 tokens)." in text
+
+
+@pytest.mark.parametrize("mode", ["queue", "refuse"])
+def test_admission_never_lets_more_than_its_limit_through_and_counts_every_request(mode: str) -> None:
+    """32 threads entering 50 times each at a limit of 2: at no moment are more than 2 inside; queued ones all get
+    in, refused ones are counted; the counts end at zero running and waiting; a leave without an enter is refused."""
+    admission = Admission(2, "queue" if mode == "queue" else "refuse", "adopted for concurrency 2")
+    inside, most, lock, got = [0], [0], threading.Lock(), [0]
+
+    def worker() -> None:
+        for _ in range(50):
+            if not admission.enter():
+                continue
+            with lock:
+                inside[0] += 1
+                most[0] = max(most[0], inside[0])
+                got[0] += 1
+            time.sleep(0)
+            with lock:
+                inside[0] -= 1
+            admission.leave()
+
+    with ThreadPoolExecutor(32) as pool:
+        for f in [pool.submit(worker) for _ in range(32)]:
+            f.result()
+    counts = admission.counts()
+    assert most[0] <= 2 and counts["running"] == 0 and counts["waiting"] == 0
+    assert got[0] + counts["refused"] == 32 * 50 and (mode == "refuse" or counts["refused"] == 0)
+    with pytest.raises(ValueError):
+        admission.leave()
+    if mode == "refuse":  # both places held: the next is refused at once and counted
+        refused = counts["refused"]
+        assert admission.enter() and admission.enter() and not admission.enter()
+        assert admission.counts()["refused"] == refused + 1 and admission.counts()["running"] == 2
