@@ -21,7 +21,8 @@ import httpx
 import pytest
 
 from frankenstein.engines.response import StreamAssembler
-from frankenstein.workload.record import RecordedTurn, serve_recorder
+from frankenstein.workload.record import HOLD_BYTES, RecordedTurn, _Relayed, serve_recorder
+from frankenstein.workload.wire import ChunkFraming
 from frankenstein.workload.trace import Turn, load_trace
 
 
@@ -202,26 +203,84 @@ def _turns_within(path: Path, seconds: float) -> list[Turn]:
     return []
 
 
-def test_a_streams_turn_is_in_the_trace_at_its_done_event_before_the_engine_ends_its_answer(
-    engine: Any, tmp_path: Path
+FINISH = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "timings": {"predicted_n": 1}}
+LAST_EVENTS = {
+    "/v1/chat/completions": [
+        b'data: {"choices":[{"index":0,"delta":{"content":"Hi"}}]}\n\n',
+        b"data: " + json.dumps(FINISH).encode() + b"\n\n",
+        b"data: [DONE]\n\n",
+    ],
+    "/completion": [  # llama.cpp's: its last event is the stop chunk, no [DONE]
+        b'data: {"content":"Hi","stop":false}\n\n',
+        b'data: {"content":"","stop":true,"stop_type":"eos","timings":{"predicted_n":1}}\n\n',
+    ],
+}
+
+
+@pytest.mark.parametrize("path", list(LAST_EVENTS))
+def test_a_streams_turn_is_in_the_trace_at_its_last_event_before_the_engine_ends_its_answer(
+    engine: Any, path: str, tmp_path: Path
 ) -> None:
-    """The engine sends ``data: [DONE]`` in a write of its own, then holds its final chunk: the turn is in the
-    trace while it holds (written at the last event, which was read straight by the scanner), and the answer's
+    """The engine sends its last event (``data: [DONE]``; llama.cpp's ``stop`` chunk) in a write of its own, then
+    holds its final chunk: the turn is in the trace while it holds (written at the last event), and the answer's
     end follows."""
     out = tmp_path / "t.jsonl"
-    finish = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "timings": {"predicted_n": 1}}
-    engine.pieces = [b'data: {"choices":[{"index":0,"delta":{"content":"Hi"}}]}\n\n']
-    engine.pieces += [b"data: " + json.dumps(finish).encode() + b"\n\n", b"data: [DONE]\n\n"]
+    engine.pieces = LAST_EVENTS[path]
     engine.release.clear()
     engine.gap = 0.005  # each piece read on its own
     request = {"messages": [{"role": "user", "content": "hold"}], "stream": True}
+    if path == "/completion":
+        request = {"prompt": "hold", "stream": True}
     with serve_recorder(engine.url, "127.0.0.1", 0, out) as proxy, httpx.Client(timeout=30) as client:
-        with client.stream("POST", proxy.url + "/v1/chat/completions", json=request) as r:
+        with client.stream("POST", proxy.url + path, json=request) as r:
             lines = r.iter_lines()
-            assert [next(lines) for _ in range(5)][-1] == "data: [DONE]"
+            assert [next(lines) for _ in range(2 * len(engine.pieces) - 1)][-1] == engine.pieces[-1][:-2].decode()
             written = _turns_within(out, 10.0)  # the engine still holds its final chunk meanwhile
             engine.release.set()
             assert list(lines) == [""]
     (turn,) = written
     assert load_trace(out).turns == written
     assert (turn.output.text, turn.output.finish_reason, turn.timings.server) == ("Hi", "stop", {"predicted_n": 1})
+
+
+def test_ttft_is_when_the_first_output_came_though_pieces_are_read_later(engine: Any, tmp_path: Path) -> None:
+    """The engine takes 40 ms per piece: the trace's TTFT is when the first piece with text came (after the role
+    piece: ~40 ms), not when the held pieces were read (at [DONE], ~160 ms), and e2e is the stream's end."""
+    out = tmp_path / "t.jsonl"
+    engine.pieces = [
+        b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":null}}]}\n\n',
+        CHOICE % (b"Hi", b"null"),
+        CHOICE % (b" there", b"null"),
+        CHOICE % (b"", b'"stop"'),
+        b"data: [DONE]\n\n",
+    ]
+    engine.gap = 0.04
+    request = {"messages": [{"role": "user", "content": "pace"}], "stream": True}
+    with serve_recorder(engine.url, "127.0.0.1", 0, out) as proxy:
+        httpx.post(proxy.url + "/v1/chat/completions", json=request, timeout=30).raise_for_status()
+    (turn,) = load_trace(out).turns
+    assert turn.output.text == "Hi there"
+    assert turn.timings.ttft_ms is not None and turn.timings.e2e_ms is not None
+    assert 40 <= turn.timings.ttft_ms < turn.timings.e2e_ms - 80, turn.timings
+
+
+def test_a_long_streams_pieces_are_read_once_a_few_kib_are_held() -> None:
+    """A stream of 2,000 events, never ending: at most ``HOLD_BYTES`` of them are held unread at any time (the
+    memory a stream costs stays bounded), and the first output's time is the piece's, not the reading's."""
+    t0 = time.perf_counter()
+    relayed = _Relayed("/v1/chat/completions", lambda data: None, ChunkFraming(), t0, lambda r: None)
+    piece = CHOICE % (b"word", b"null")
+    before = time.perf_counter()
+    relayed.piece(piece, piece)
+    after = time.perf_counter()
+    assert relayed.ttft is None and relayed.asm.fields()["text"] == ""  # held, not read yet
+    most = 0
+    for sent in range(2, 2002):
+        relayed.piece(piece, piece)
+        unread = sent - len(relayed.asm.fields()["text"]) // 4
+        most = max(most, unread * len(piece))
+    assert HOLD_BYTES - len(piece) < most <= HOLD_BYTES
+    assert relayed.ttft is not None
+    assert (before - t0) * 1e3 - 0.001 <= relayed.ttft <= (after - t0) * 1e3 + 0.001
+    relayed.read_held()
+    assert relayed.asm.fields()["text"] == "word" * 2001
