@@ -574,6 +574,7 @@ def _length(headers: Headers) -> int:
 _HEX_DIGITS = b"0123456789abcdefABCDEF"
 _DONE_TAIL = b"data: [DONE]\n\n\r\n"  # the last event of an OpenAI-style stream, then its chunk's CRLF
 _LF = ord("\n")  # before it: the end of the chunk's size line or of the event before, in the same chunk
+_CHUNK_SIZE = re.compile(rb"[1-9a-f][0-9a-f]{0,15}(?=\r\n)")  # a data chunk's size, lower-case hex as engines send
 
 
 def chunk_size(line: bytes) -> int | None:
@@ -634,11 +635,27 @@ class ChunkFraming:
         if self.ended:
             self.late += len(self._feed(data))
             return b""
-        if not self._left and self._expect == "size" and not self._line:  # whole chunks: one call, not two
+        if not self._left and self._expect == "size" and not self._line:
+            size = _CHUNK_SIZE.match(data)  # one chunk, the piece whole (what an engine sends): one match
+            if size is not None and not self._decode:
+                stop = size.end() + 2 + int(size.group(), 16)
+                if stop + 2 == len(data) and data.endswith(b"\r\n"):
+                    self.surplus = 0
+                    return self._ending(data)
             whole = self._whole_chunks(data)
             if whole is not None:
                 return whole
         return self._feed(data)
+
+    def _ending(self, data: bytes) -> bytes:
+        """A piece of whole chunks as given back: with ``end_at_done``, one whose last event is ``data: [DONE]``
+        ends the answer (the final 0-chunk after it, unless the caller holds it)."""
+        if self._at_done and data.endswith(_DONE_TAIL) and data[-len(_DONE_TAIL) - 1] == _LF:
+            self.ended = True  # what follows is the engine's final chunk: not given back (``late`` otherwise)
+            if not self._hold:
+                self._hold = True
+                return data + b"0\r\n\r\n"
+        return data
 
     def _feed(self, data: bytes) -> bytes:
         if not self._left and self._expect == "size" and not self._line:
@@ -692,12 +709,7 @@ class ChunkFraming:
         self.data = b"".join(parts)
         if not end:
             return None
-        if self._at_done and data.endswith(_DONE_TAIL) and data[-len(_DONE_TAIL) - 1] == _LF:
-            self.ended = True  # what follows is the engine's final chunk: not given back (``late`` otherwise)
-            if not self._hold:
-                self._hold = True
-                return data + b"0\r\n\r\n"
-        return data
+        return self._ending(data)
 
     def _line_at(self, data: bytes, pos: int) -> int:
         """Past the framing line at ``pos``; a line that continues in the next piece is held back; at ``pos``
