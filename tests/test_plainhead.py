@@ -14,7 +14,6 @@ import io
 import json
 import random
 import socket
-import threading
 from collections.abc import Iterator
 
 import pytest
@@ -25,7 +24,8 @@ from frankenstein.regioncache.proxy import Front, start_front
 from frankenstein.shipped import data_path
 from frankenstein.workload.listener import HOP_HEADERS, _wants_close
 from frankenstein.workload.plainhead import plain_answer, plain_request, upstream_head
-from frankenstein.workload.wire import Headers, read_message_head, request_head
+from frankenstein.workload.wire import read_message_head, request_head
+from helpers_upstream import ScriptedUpstreamTestDouble
 
 LIMIT = 1 << 20
 NAMES = [
@@ -232,50 +232,6 @@ def test_an_answer_the_general_path_must_read_is_not_plain(why: str) -> None:
 # ------------------------------------------------------------------ through a real front
 
 
-class RecordingUpstreamTestDouble:
-    """A test double for an engine that keeps every byte it is sent (llama-server cannot show them) and answers each
-    request with the next of ``answers``, on kept-alive connections."""
-
-    def __init__(self, answers: list[bytes]) -> None:
-        self.answers = answers
-        self.received: list[bytes] = []
-        self.connections = 0
-        self._sock = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self._sock.accept()
-            except OSError:
-                return
-            self.connections += 1
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn: socket.socket) -> None:
-        rfile = conn.makefile("rb")
-        with conn, rfile:
-            while self.answers:
-                head = b""
-                while (line := rfile.readline()) not in (b"\r\n", b""):
-                    head += line
-                if not line:
-                    return
-                fields = Headers.of_fields(
-                    [
-                        (n.strip(), v.strip())
-                        for n, _, v in (x.partition(":") for x in head.decode().split("\r\n")[1:-1])
-                    ]
-                )
-                body = rfile.read(int(fields.get("content-length") or 0))
-                self.received.append(head + b"\r\n" + body)
-                conn.sendall(self.answers.pop(0))
-
-    def close(self) -> None:
-        self._sock.close()
-
-
 JSON_ANSWER = b'{"choices": [{"message": {"content": "hi"}}]}'
 SSE = b'data: {"choices": [{"delta": {"content": "hi"}}]}\n\n'
 ANSWERS = {
@@ -288,8 +244,8 @@ ANSWERS = {
 
 
 @pytest.fixture(params=list(ANSWERS))
-def served(request: pytest.FixtureRequest) -> Iterator[tuple[Front, RecordingUpstreamTestDouble]]:
-    double = RecordingUpstreamTestDouble([ANSWERS[request.param]] * 4)
+def served(request: pytest.FixtureRequest) -> Iterator[tuple[Front, ScriptedUpstreamTestDouble]]:
+    double = ScriptedUpstreamTestDouble([ANSWERS[request.param]] * 4)
     with start_front(double.url, RegionCache(Tokenizer.from_file(str(data_path("tiny-tokenizer.json"))))) as front:
         yield front, double
     double.close()
@@ -317,7 +273,7 @@ def _exchange(url: str, requests: list[bytes]) -> list[bytes]:
 
 
 def test_the_engine_and_the_client_get_the_same_bytes_from_the_plain_and_the_general_path(
-    served: tuple[Front, RecordingUpstreamTestDouble],
+    served: tuple[Front, ScriptedUpstreamTestDouble],
 ) -> None:
     """The same chat sent plain (kept alive) and general (``Connection: close`` sends it down the general path): the
     engine is sent the same bytes, the client gets the same answer; the plain one reuses the engine's connection."""
@@ -338,7 +294,7 @@ def test_the_engine_and_the_client_get_the_same_bytes_from_the_plain_and_the_gen
 
 
 def test_a_count_is_answered_here_on_both_paths_and_never_reaches_the_engine(
-    served: tuple[Front, RecordingUpstreamTestDouble],
+    served: tuple[Front, ScriptedUpstreamTestDouble],
 ) -> None:
     """``/count`` and ``/tokenize`` sent plain and general get the same answer from the front's tokenizer; a bad body
     the same 400; the engine is sent nothing."""

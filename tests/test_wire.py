@@ -25,6 +25,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from frankenstein.campaign import init_campaign
+from helpers_upstream import ScriptedUpstreamTestDouble
 from frankenstein.config import ResolvedRecipe
 from frankenstein.engines import start_engine
 from frankenstein.regioncache import RegionCache
@@ -53,55 +54,6 @@ def tok() -> Tokenizer:
 
 def expected_count(text: str = TEXT) -> int:
     return len(tok().encode(text, add_special_tokens=False).ids)
-
-
-class ScriptedUpstreamTestDouble:
-    """A test double for an upstream that answers with raw bytes we choose (a real engine cannot be made to
-    send chunk extensions, trailers, folded headers or a broken chunk). Each request gets the next answer of
-    ``answers``; ``close_after`` closes the connection after an answer (``close_delay_s`` later: llama-server
-    closes ~40 us after a stream, often after the proxy has given the connection back). ``connections`` counts
-    accepts."""
-
-    def __init__(self, answers: list[bytes], close_after: bool = False, close_delay_s: float = 0.0) -> None:
-        self.answers, self.close_after, self.close_delay_s = list(answers), close_after, close_delay_s
-        self.connections = 0
-        self.closed = 0  # connections this double has closed
-        self.requests: list[bytes] = []
-        self._sock = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self._sock.accept()
-            except OSError:
-                return
-            self.connections += 1
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn: socket.socket) -> None:
-        rfile = conn.makefile("rb")
-        with conn, rfile:
-            while (head := self._read_request(rfile)) and self.answers:  # out of answers: open until the peer closes
-                self.requests.append(head)
-                conn.sendall(self.answers.pop(0))
-                if self.close_after:
-                    time.sleep(self.close_delay_s)  # the close comes late, as llama-server's does
-                    break
-        self.closed += 1
-
-    @staticmethod
-    def _read_request(rfile) -> bytes:  # type: ignore[no-untyped-def]
-        head = b""
-        while (line := rfile.readline()) not in (b"\r\n", b""):
-            head += line
-        length = re.search(rb"(?i)content-length: *(\d+)", head)
-        rfile.read(int(length.group(1)) if length else 0)
-        return head
-
-    def close(self) -> None:
-        self._sock.close()
 
 
 @pytest.fixture

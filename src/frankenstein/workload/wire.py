@@ -391,21 +391,7 @@ def pump_chunks(conn: UpstreamConnection, send: Callable[[bytes], object], frami
     """A chunked body's bytes from ``conn`` handed to ``send`` as they arrive (:meth:`UpstreamAnswer.pump_framed`),
     to the end ``framing`` finds; a connection closed after an event stream's end, or with bytes after the body,
     is not reused. A broken frame, or a close before the end: :class:`ProtocolError`."""
-    read1, feed = conn.rfile.read1, framing.feed
-    while not framing.done:
-        data = read1(READ_BUFFER)
-        if not data and framing.ended:  # closed after [DONE]: the answer was whole, the connection is spent
-            conn.reusable = False
-            break
-        if not data:
-            raise ProtocolError("upstream closed the connection inside a chunked body")
-        out = feed(data)
-        if out:
-            send(out)
-        if framing.broken is not None:
-            raise ProtocolError(f"upstream sent {framing.broken}")
-    if framing.surplus:
-        conn.reusable = False  # bytes after the answer that nobody asked for
+    _pump(conn, conn.rfile.read1, send, framing, conn.rfile.read1(READ_BUFFER))
 
 
 def pump_plain_chunks(
@@ -414,8 +400,18 @@ def pump_plain_chunks(
     """:func:`pump_chunks` for an answer whose head was taken from the read buffer (``plainhead``): the
     ``buffered`` bytes still in it first, then the socket read directly, one C call per piece (no buffered
     reader between). The read buffer is empty after it, so the connection's next answer is read as usual."""
-    recv, feed = conn.sock.recv, framing.feed
-    data = conn.rfile.read(buffered) if buffered else recv(READ_BUFFER)
+    recv = conn.sock.recv
+    _pump(conn, recv, send, framing, conn.rfile.read(buffered) if buffered else recv(READ_BUFFER))
+
+
+def _pump(
+    conn: UpstreamConnection,
+    read: Callable[[int], bytes],
+    send: Callable[[bytes], object],
+    framing: ChunkFraming,
+    data: bytes,
+) -> None:
+    feed = framing.feed
     while True:
         if not data and framing.ended:  # closed after [DONE]: the answer was whole, the connection is spent
             conn.reusable = False
@@ -430,7 +426,7 @@ def pump_plain_chunks(
         if framing.done:
             conn.reusable = conn.reusable and not framing.surplus  # bytes after the answer that nobody asked for
             return
-        data = recv(READ_BUFFER)
+        data = read(READ_BUFFER)
 
 
 def read_head_from_upstream(rfile: HeadReader) -> tuple[str, Headers] | None:
