@@ -10,6 +10,9 @@ it), the engine's answer a test double (:class:`AnswerTestDouble`: the bytes lla
 whole or as an SSE stream), the client's end a writer that notes the time of every write
 (:class:`TimedClientTestDouble`). Measured: the time from the write of all but the last byte (the stream's last
 data chunk) to the write of the last byte (the final 0-chunk); that is what recording adds to the answer's end.
+For a stream also: from the write of its finish event to that of its ``data: [DONE]`` (what reading the finish
+event holds ``[DONE]`` back), and from the finish event to the end. The stream double sends llama-server's writes
+(one event each, ``[DONE]`` alone, the final chunk in two), a cold stream's token events 0.25 ms apart.
 On these cores code run after a thread slept is ~10x slower than warm (caches evicted while it waits for the
 engine), so the cold column is the one the proxy sees. Also measured, apart: the turn's request side
 (``_read_turn``: the body read as JSON, redacted, its session found, serialized), which runs while the engine
