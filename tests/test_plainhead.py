@@ -15,6 +15,7 @@ import json
 import random
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from tokenizers import Tokenizer
@@ -23,6 +24,8 @@ from frankenstein.regioncache import RegionCache
 from frankenstein.regioncache.proxy import Front, start_front
 from frankenstein.shipped import data_path
 from frankenstein.workload.listener import HOP_HEADERS, _wants_close
+from frankenstein.workload.record import serve_recorder
+from frankenstein.workload.trace import load_trace
 from frankenstein.workload.plainhead import plain_answer, plain_request, upstream_head
 from frankenstein.workload.wire import read_message_head, request_head
 from helpers_upstream import ScriptedUpstreamTestDouble
@@ -309,3 +312,30 @@ def test_a_count_is_answered_here_on_both_paths_and_never_reaches_the_engine(
             assert got[0].split(b"\r\n\r\n")[1] == got[1].split(b"\r\n\r\n")[1], got
             assert got[0].startswith(b"HTTP/1.1 200" if body == bodies[0] else b"HTTP/1.1 400"), got
     assert double.received == [] and front.server.local_answers == 4
+
+
+def test_frank_record_sends_the_same_bytes_and_records_the_same_turn_from_a_plain_and_a_general_request(
+    tmp_path: Path,
+) -> None:
+    """``frank record``'s plain path: the same chat with its session in a field of odd case, sent plain and general,
+    reaches the engine as the same bytes (less Accept-Encoding asked as identity by both) and is recorded as the same
+    turn, in the session the field names."""
+    answer = json.dumps(
+        {"choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}]}
+    ).encode()
+    canned = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (
+        len(answer),
+        answer,
+    )
+    double = ScriptedUpstreamTestDouble([canned] * 2)
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: me\r\nx-FRANK-session: agent-7\r\nContent-Type: application/json\r\n"
+    plain = head + b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+    general = head + b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    with serve_recorder(double.url, out=tmp_path / "t.jsonl") as rec:
+        got = _exchange(rec.url, [plain]) + _exchange(rec.url, [general])
+    double.close()
+    assert got[0] == got[1] and got[0].endswith(answer)
+    assert double.received[0] == double.received[1] and b"Accept-Encoding: identity\r\n" in double.received[0]
+    turns = load_trace(tmp_path / "t.jsonl").turns
+    assert [t.session_id for t in turns] == ["agent-7", "agent-7"] and turns[0].request == turns[1].request

@@ -54,8 +54,10 @@ What is recorded, and when:
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import re
 import select
 import socket
 import sys
@@ -65,7 +67,7 @@ from collections.abc import Callable, Mapping
 from functools import lru_cache
 from json.scanner import make_scanner
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from pydantic import ValidationError
 
@@ -84,6 +86,7 @@ from frankenstein.workload.listener import (
     loads,
     read_body,
 )
+from frankenstein.workload.plainhead import plain_request
 from frankenstein.workload.trace import (
     DecodedOutput,
     MeasuredTimings,
@@ -101,6 +104,7 @@ from frankenstein.workload.trace import (
 from frankenstein.workload.wire import ChunkFraming, Headers
 
 SESSION_HEADER = "X-Frank-Session"
+_SESSION_FIELD = re.compile(rb"^x-frank-session: ([^\r\n]*)\r\n", re.I | re.M)  # in a plain request's fields
 # How long the writer thread waits, once woken, for more turns before one fsync covers them all: the most a
 # power cut can lose (plus one fsync's time); a kill -9 loses nothing written (each turn is in the kernel).
 SYNC_DELAY_S = 0.05
@@ -313,14 +317,36 @@ class _Handler(LeanHandler):
 
     do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = do_GET
 
+    def handle_one_request(self) -> None:
+        """A plain request (``plainhead.plain_request``: GET or POST over HTTP/1.1, its head whole in the read buffer,
+        no field the standard path must act on) read with one match, its fields forwarded as they came less the
+        hop-by-hop ones; anything else, nothing read, as the standard library reads it."""
+        self._plain: bytes | None = None  # a plain request's fields to forward
+        req = plain_request(cast(io.BufferedReader, self.rfile).peek(1), self.server.max_body_bytes)
+        if req is None or (req[0] == b"GET" and req[3]):  # a GET's body is not read on the general path
+            super().handle_one_request()
+            return
+        method, target, fields, length, head_len = req
+        data = self.rfile.read(head_len + length)
+        self.command, self.path, self.request_version = method.decode(), target.decode("latin-1"), "HTTP/1.1"
+        self.close_connection, self._plain = False, fields
+        if len(data) != head_len + length:
+            bad_request(self, BadRequest(f"body ended after {len(data) - head_len} of {length} bytes"))
+            return
+        self._handle_body(data[head_len:])
+        self.wfile.flush()
+
     def _handle(self) -> None:
-        self.client_gone = False
-        endpoint = _endpoint_of(self.path) if self.command == "POST" else None
         try:
             raw = read_body(self, self.server.max_body_bytes)
         except BadRequest as exc:
             bad_request(self, exc)
             return
+        self._handle_body(raw)
+
+    def _handle_body(self, raw: bytes) -> None:
+        self.client_gone = False
+        endpoint = _endpoint_of(self.path) if self.command == "POST" else None
         try:
             if endpoint:
                 self._exchange(endpoint, raw)
@@ -351,7 +377,15 @@ class _Handler(LeanHandler):
     # -- forwarding helpers
     def _upstream_headers(self) -> str:
         """The client's fields less the hop-by-hop ones, as head lines; the answer asked for uncompressed."""
-        return self.headers.lines(HOP_HEADERS) + "Accept-Encoding: identity\r\n"
+        fields = self.headers.lines(HOP_HEADERS) if self._plain is None else self._plain.decode("latin-1")
+        return fields + "Accept-Encoding: identity\r\n"
+
+    def _session(self) -> str | None:
+        """The client's ``X-Frank-Session`` (its first value)."""
+        if self._plain is None:
+            return self.headers.get(SESSION_HEADER)
+        field = _SESSION_FIELD.search(self._plain)
+        return field.group(1).decode("latin-1") if field else None
 
     def _reply(self, status: int, headers: Headers, data: bytes) -> None:
         """The engine's answer: its head (less the hop-by-hop fields) and ``data``."""
@@ -432,7 +466,7 @@ class _Handler(LeanHandler):
         if body is None:
             return None, None
         try:
-            return body, prepare_request(endpoint, body, self.headers.get(SESSION_HEADER))
+            return body, prepare_request(endpoint, body, self._session())
         except ValueError as exc:
             return body, exc
 
