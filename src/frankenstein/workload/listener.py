@@ -26,6 +26,7 @@ from __future__ import annotations
 import io
 import json
 import queue
+import re
 import socket
 import sys
 import threading
@@ -34,15 +35,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol, cast
 from urllib.parse import urlsplit
 
-from frankenstein.workload.plainhead import HOP_FIELDS
+from frankenstein.workload.plainhead import HOP_FIELDS, PlainAnswer, plain_answer
 from frankenstein.workload.wire import (
     READ_BUFFER,
     BadHead,
     ChunkFraming,
     Closed,
     Headers,
+    ProtocolError,
     UpstreamAnswer,
     UpstreamConnection,
+    pump_plain_chunks,
     read_message_head,
     server_and_date,
     status_line,
@@ -85,6 +88,13 @@ class TooLarge(BadRequest):
     """The request's body is above the server's limit; answered with 413 before the body is read."""
 
     status = 413
+
+
+class FieldLines(Protocol):
+    """Fields a proxy forwards as head lines: :class:`~frankenstein.workload.wire.Headers`, or a plain answer's
+    :class:`PlainFields`."""
+
+    def lines(self, drop: frozenset[str]) -> str: ...
 
 
 class SlotsLike(Protocol):
@@ -233,7 +243,7 @@ class LeanHandler(BaseHTTPRequestHandler):
             self.wfile.flush()
         return True
 
-    def send_fields(self, headers: Headers, drop: frozenset[str] = HOP_HEADERS) -> None:
+    def send_fields(self, headers: FieldLines, drop: frozenset[str] = HOP_HEADERS) -> None:
         """Every field of ``headers`` whose name is not in ``drop`` into the head's buffer, as one piece (after
         :meth:`send_response`; ``send_header`` would make each its own)."""
         self._headers_buffer.append(headers.lines(drop).encode("latin-1"))
@@ -493,3 +503,84 @@ class PooledAnswer:
         if self.slots is not None:
             self.slots.release()
             self.slots = None
+
+
+class PlainFields:
+    """A plain answer's forwarded fields (``plainhead``: the hop-by-hop ones dropped) as :class:`PooledAnswer`'s
+    ``headers`` are asked: ``get`` (the first value; a hop-by-hop field is not here) and ``lines`` of the fields to
+    forward (the hop-by-hop set only: they are dropped already)."""
+
+    def __init__(self, kept: bytes) -> None:
+        self._kept = kept
+
+    def get(self, name: str, default: str = "") -> str:
+        field = re.search(rb"^" + re.escape(name.encode("latin-1")) + rb": ([^\r\n]*)\r\n", self._kept, re.I | re.M)
+        return field.group(1).decode("latin-1") if field else default
+
+    def lines(self, drop: frozenset[str]) -> str:
+        if drop != HOP_HEADERS:
+            raise ValueError("a plain answer's fields are kept less the hop-by-hop set only")
+        return self._kept.decode("latin-1")
+
+
+class PlainPooledAnswer:
+    """A plain answer (``plainhead.plain_answer``) on a pooled connection, as :class:`PooledAnswer` is used for one
+    with a length or chunks: ``status_code``, ``headers`` (:class:`PlainFields`), ``chunked``, ``read``,
+    ``framing``, ``pump_framed``, ``close``. Its head is taken from the read buffer; nothing is parsed into
+    ``Headers``."""
+
+    def __init__(
+        self, conn: UpstreamConnection, answer: PlainAnswer, buffered: int, pool: UpstreamPool, slots: SlotsLike
+    ) -> None:
+        self.status_code, kept, self.length, self._sse, head_len = answer
+        self.headers = PlainFields(kept)
+        self.chunked = self.length is None
+        self._conn, self._pool = conn, pool
+        self.slots: SlotsLike | None = slots
+        self._buffered = buffered - head_len  # what the read buffer holds past the head
+        self._finished = False
+        conn.rfile.read(head_len)
+        conn.exchanges += 1
+        conn.streamed = self.chunked
+
+    def read(self) -> bytes:
+        """The whole body (an answer with a length)."""
+        if self.length is None:
+            raise ProtocolError("a chunked plain answer is pumped, not read")
+        data = self._conn.rfile.read(self.length) if self.length else b""
+        if len(data) != self.length:
+            raise ProtocolError(f"upstream body ended {self.length - len(data)} bytes short")
+        self._finished = True
+        return data
+
+    def framing(self, hold_final: bool = False, decode: bool = False) -> ChunkFraming:
+        return ChunkFraming(hold_final=hold_final, decode=decode, end_at_done=self._sse)
+
+    def pump_framed(self, send: Callable[[bytes], object], framing: ChunkFraming | None = None) -> None:
+        pump_plain_chunks(self._conn, self._buffered, send, framing or self.framing())
+        self._finished = True
+
+    def iter_raw(self, size: int = READ_BUFFER) -> Iterator[bytes]:
+        raise ProtocolError("a plain answer has a length (read) or chunks (pump_framed)")
+
+    def close(self) -> None:
+        if self.slots is not None:
+            self._pool.finish(self._conn, self._finished, self.slots)
+            self.slots = None
+
+
+def open_plain(
+    pool: UpstreamPool,
+    method: str,
+    head: bytes,
+    body: bytes,
+    slots: SlotsLike,
+    meanwhile: Callable[[], None] | None = None,
+) -> PooledAnswer | PlainPooledAnswer:
+    """Send a request whose head the caller made (``plainhead.upstream_head``) and return its answer unread: a plain
+    one as :class:`PlainPooledAnswer`, any other read by the general path (:class:`PooledAnswer`)."""
+    conn, first = pool.send_plain(head + body, slots, meanwhile)
+    answer = plain_answer(first)
+    if answer is None:
+        return pool.answer(conn, method, slots)
+    return PlainPooledAnswer(conn, answer, len(first), pool, slots)

@@ -78,15 +78,18 @@ from frankenstein.workload.listener import (
     HOP_HEADERS,
     MAX_BODY_BYTES,
     BadRequest,
+    FieldLines,
     LeanHandler,
+    PlainPooledAnswer,
     PooledAnswer,
     ProxyHTTPServer,
     UpstreamPool,
     bad_request,
     loads,
+    open_plain,
     read_body,
 )
-from frankenstein.workload.plainhead import plain_request
+from frankenstein.workload.plainhead import plain_request, upstream_head
 from frankenstein.workload.trace import (
     DecodedOutput,
     MeasuredTimings,
@@ -387,7 +390,7 @@ class _Handler(LeanHandler):
         field = _SESSION_FIELD.search(self._plain)
         return field.group(1).decode("latin-1") if field else None
 
-    def _reply(self, status: int, headers: Headers, data: bytes) -> None:
+    def _reply(self, status: int, headers: FieldLines, data: bytes) -> None:
         """The engine's answer: its head (less the hop-by-hop fields) and ``data``."""
         self.send_response(status)
         self.send_fields(headers)
@@ -432,7 +435,7 @@ class _Handler(LeanHandler):
                     self.server.note_error(f"{endpoint}: body is not a UTF-8 JSON object; passed through, not recorded")
 
         try:
-            resp = self.server.open("POST", self.path, raw, self._upstream_headers(), prepare)
+            resp = self._open_generation(raw, prepare)
         except TransportError:
             if not isinstance(self._prepared, BadRequest):
                 raise
@@ -455,6 +458,16 @@ class _Handler(LeanHandler):
             self.server.note_error(str(exc))
         finally:
             resp.close()
+
+    def _open_generation(self, raw: bytes, prepare: Callable[[], None]) -> PooledAnswer | PlainPooledAnswer:
+        """A generation request sent on (``prepare`` run while the engine works); a plain request's head is made of
+        its fields as they came, and a plain answer is taken as plainhead takes it."""
+        if self._plain is None:
+            return self.server.open("POST", self.path, raw, self._upstream_headers(), prepare)
+        fields = self._plain + b"Accept-Encoding: identity\r\n"
+        server = self.server
+        head = upstream_head(b"POST", self.path.encode("latin-1"), server.pool.host_field, fields, len(raw))
+        return open_plain(server.pool, "POST", head, raw, server.upstream_slots, prepare)
 
     def _read_turn(self, endpoint: str, raw: bytes) -> tuple[dict[str, Any] | None, PreparedRequest | Exception | None]:
         """The body as a JSON object (None: it is not one) and its turn's request side, or why it cannot be: a
@@ -496,7 +509,7 @@ class _Handler(LeanHandler):
             why = f"{type(exc).__name__}: {exc}"
         self.server.note_error(f"turn not recorded: the engine's answer on {endpoint} is not one a trace holds ({why})")
 
-    def _relay_json(self, endpoint: str, resp: PooledAnswer, t0: float) -> None:
+    def _relay_json(self, endpoint: str, resp: PooledAnswer | PlainPooledAnswer, t0: float) -> None:
         """All of the answer but its last byte goes to the client at once (it reads the head meanwhile); the last
         byte only after the turn is in the trace: a client that has its answer can read the turn. After the
         answer (``--turn-after-answer``): the whole answer first, then the turn."""
@@ -516,7 +529,7 @@ class _Handler(LeanHandler):
         if answer is None:
             raise _UpstreamFailed(f"upstream answered non-JSON on {endpoint}")
 
-    def _relay_stream(self, endpoint: str, resp: PooledAnswer, t0: float) -> None:
+    def _relay_stream(self, endpoint: str, resp: PooledAnswer | PlainPooledAnswer, t0: float) -> None:
         """The head at once (the client reads it while the engine works), then each piece of the stream straight
         to the client's socket as it comes and into our decoder after; the final chunk once the turn is in the
         trace."""
