@@ -37,10 +37,12 @@ the paired differences (proxy minus direct of the same round) and p99 minus dire
 from __future__ import annotations
 
 import argparse
+import ctypes
 import http.client
 import json
 import os
 import random
+import signal
 import socket
 import statistics
 import subprocess
@@ -254,11 +256,19 @@ def _wait_up(url: str, proc: subprocess.Popen[bytes]) -> None:
     raise SystemExit(f"{url} did not come up")
 
 
+def _with_parent() -> None:
+    """In a child before it runs: killed when this benchmark dies, however it dies (a timeout's SIGTERM or SIGKILL
+    skips the ``finally`` that stops the proxies; left running, they polled and disturbed later runs)."""
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
 def _spawn(args: list[str], src: str | None = None) -> subprocess.Popen[bytes]:
     """``frank ARGS``, from ``src`` (a directory holding a ``frankenstein`` package) when given."""
     env = {**os.environ, "PYTHONPATH": src} if src else None
     cmd = [sys.executable, "-m", "frankenstein", *args] if src else [FRANK, *args]
-    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True, env=env)
+    return subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True, env=env, preexec_fn=_with_parent
+    )
 
 
 def _proxies(
@@ -290,7 +300,9 @@ def _scoped(base_url: str, tmp: str, src: str | None, suffix: str) -> dict[str, 
     env = {**os.environ, "PYTHONPATH": src} if src else None
     store = os.path.join(tmp, f"campaign{suffix}")
     cmd = [sys.executable, __file__, "--scoped-front", str(port), base_url, store]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True, env=env)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True, env=env, preexec_fn=_with_parent
+    )
     return {"scoped" + suffix: (port, proc)}
 
 
@@ -352,7 +364,9 @@ def main() -> None:
         if args.pin:
             _pin(eng.pid)
         relay_port = free_port()
-        relay = subprocess.Popen([sys.executable, __file__, "--relay", str(relay_port), str(eng.port)])
+        relay = subprocess.Popen(
+            [sys.executable, __file__, "--relay", str(relay_port), str(eng.port)], preexec_fn=_with_parent
+        )
         procs = {"relay": (relay_port, relay), **_proxies(eng.base_url, tmp, None, "", tiny, after=True)}
         if args.baseline_src:
             procs.update(_proxies(eng.base_url, tmp, os.path.abspath(args.baseline_src), "@base", tiny))
