@@ -641,7 +641,7 @@ class ChunkFraming:
             whole = self._whole_chunks(data)
             if whole is not None:
                 return whole
-        return self._feed(data)
+        return self._framed(data)
 
     def _ending(self, data: bytes) -> bytes:
         """A piece of whole chunks as given back: with ``end_at_done``, one whose last event is ``data: [DONE]``
@@ -658,6 +658,10 @@ class ChunkFraming:
             whole = self._whole_chunks(data)
             if whole is not None:
                 return whole
+        return self._framed(data)
+
+    def _framed(self, data: bytes) -> bytes:
+        """The general path: ``data`` followed line by line and chunk by chunk."""
         pos, end = 0, len(data)
         self._out, self._mark = [], 0
         decoded: list[bytes] = []
