@@ -22,9 +22,15 @@ def _turn(rec: TurnRecorder, i: int) -> None:
     rec.record("/v1/chat/completions", body, "s", OUTPUT, RecordedTimings(server={}))
 
 
-def _writer_switches() -> int:
-    """Voluntary context switches of the recorder's writer thread so far (each is one sleep it woke from)."""
-    (writer,) = [t for t in threading.enumerate() if t.name == "frank-record-fsync"]
+def _writer_since(before: set[threading.Thread]) -> threading.Thread:
+    """The writer thread a recorder started after ``before`` was taken (other tests' recorders may still be
+    closing theirs, under the same name)."""
+    (writer,) = [t for t in threading.enumerate() if t.name == "frank-record-fsync" and t not in before]
+    return writer
+
+
+def _writer_switches(writer: threading.Thread) -> int:
+    """Voluntary context switches of a recorder's writer thread so far (each is one sleep it woke from)."""
     status = Path(f"/proc/self/task/{writer.native_id}/status").read_text()
     return int(next(line for line in status.splitlines() if line.startswith("voluntary_ctxt_switches")).split()[1])
 
@@ -40,15 +46,17 @@ def test_turns_one_after_another_wake_the_writer_once_per_delay_not_once_per_tur
     """A client's turns 5 ms apart (slower than an fsync here): 20 turns take >= 100 ms, so a 50 ms delay
     groups them into a few fsyncs, and the writer thread sleeps and wakes a few times, where waking it per turn
     made ~20 fsyncs and >= 20 wake-ups. Every turn is in the trace."""
+    before = set(threading.enumerate())
     rec = TurnRecorder(tmp_path / "t.jsonl", sync_delay_s=0.05)
     _turn(rec, 0)
     assert _synced(rec, 1)
-    syncs, switches = rec.syncs, _writer_switches()
+    writer = _writer_since(before)
+    syncs, switches = rec.syncs, _writer_switches(writer)
     for i in range(1, 21):
         _turn(rec, i)
         threading.Event().wait(0.005)  # the client's pace: the next request comes 5 ms after this answer
     assert _synced(rec, syncs + 1)
-    woken = _writer_switches() - switches
+    woken = _writer_switches(writer) - switches
     grouped = rec.syncs - syncs
     rec.close()
     assert 1 <= grouped <= 10, grouped
