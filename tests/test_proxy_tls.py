@@ -2,7 +2,9 @@
 terminator on 127.0.0.1 (:class:`tls_relay.TlsRelayTestDouble`), both commands started as real subprocesses
 with ``SSL_CERT_FILE`` naming the terminator's self-signed certificate, so the default context trusts it.
 
-Shown: a chat and a whole streamed chat with the content going direct gives; kept-alive TLS connections
+Shown, for each of ``frank serve``, ``frank record`` and ``frank serve --record`` (the recorder inside serve's
+process, between its front and the engine): a chat and a whole streamed chat with the content going direct gives,
+and where a trace is kept, each in it as one turn with the output the client got; kept-alive TLS connections
 reused (accepts counted at the terminator); the terminator closing its connections between requests
 (with and without close_notify), each request still answered and reaching the engine exactly once; and an
 upstream whose certificate is not trusted: a 502 to the client naming the refusal, a line from frank, no
@@ -26,6 +28,7 @@ import httpx
 import pytest
 
 from frankenstein.shipped import data_path
+from frankenstein.workload.trace import Turn, load_trace
 
 from tls_relay import TlsRelayTestDouble, llama_server, make_cert, server_context
 
@@ -42,12 +45,19 @@ CHAT = {
 
 @dataclass
 class Proxy:
-    """A running ``frank serve`` or ``frank record`` (its process, URL and stderr file)."""
+    """A running ``frank serve``, ``frank record`` or ``frank serve --record`` (its process, URL, stderr file
+    and the trace it keeps, if any)."""
 
     kind: str
     proc: subprocess.Popen[str]
     url: str
     stderr: Path
+    trace: Path | None
+
+    def turns(self) -> list[Turn]:
+        """The turns its trace holds now (none before the first)."""
+        assert self.trace is not None
+        return list(load_trace(self.trace).turns) if self.trace.exists() else []
 
     def stop(self) -> tuple[str, str]:
         """SIGINT, then (stdout, stderr) once it exited."""
@@ -63,13 +73,16 @@ class Proxy:
 
 
 def start_proxy(kind: str, upstream: str, cert: Path, folder: Path) -> Proxy:
-    """``frank serve``/``frank record`` as a subprocess trusting ``cert``; its URL from its first line."""
+    """``frank serve``/``frank record``/``frank serve --record`` (kind ``serve-record``) as a subprocess trusting
+    ``cert``; its URL from its first line."""
+    command, trace = kind.split("-")[0], folder / "turns.jsonl" if kind != "serve" else None
     args = ["--upstream", upstream, "--listen", "127.0.0.1:0"]
-    args += ["--tokenizer", str(TOKENIZER)] if kind == "serve" else ["--out", str(folder / "turns.jsonl")]
+    args += ["--tokenizer", str(TOKENIZER)] if command == "serve" else ["--out", str(trace)]
+    args += ["--record", str(trace)] if kind == "serve-record" else []
     stderr = folder / f"{kind}.stderr"
     with stderr.open("w") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "frankenstein", kind, *args],
+            [sys.executable, "-m", "frankenstein", command, *args],
             stdout=subprocess.PIPE,
             stderr=err,
             text=True,
@@ -79,7 +92,7 @@ def start_proxy(kind: str, upstream: str, cert: Path, folder: Path) -> Proxy:
     assert proc.stdout is not None
     for line in proc.stdout:
         if line.startswith(("frank serve: listening on ", "recording ")):
-            return Proxy(kind, proc, line.split()[1 if kind == "record" else 4], stderr)
+            return Proxy(kind, proc, line.split()[1 if kind == "record" else 4], stderr, trace)
     proc.wait(timeout=30)
     raise AssertionError(f"frank {kind} did not start: {stderr.read_text()}")
 
@@ -103,7 +116,7 @@ def relay(engine: str, certs: dict[str, tuple[Path, Path]]) -> Iterator[TlsRelay
     r.close()
 
 
-@pytest.fixture(scope="module", params=["serve", "record"])
+@pytest.fixture(scope="module", params=["serve", "record", "serve-record"])
 def proxy(
     request: pytest.FixtureRequest,
     relay: TlsRelayTestDouble,
@@ -141,12 +154,18 @@ def streamed(url: str) -> tuple[str, list[str]]:
 def test_a_chat_and_a_whole_stream_through_tls_are_what_going_direct_gives(
     proxy: Proxy, relay: TlsRelayTestDouble, engine: str
 ) -> None:
-    before = relay.requests
+    before, turns = relay.requests, proxy.turns() if proxy.trace else []
     direct, direct_stream = chat(engine), streamed(engine)
     assert direct != "" and direct_stream == (direct, ["length"])  # temperature 0: one answer
     assert chat(proxy.url) == direct
     assert streamed(proxy.url) == direct_stream
     assert relay.requests - before == 2  # both went through the terminator, once each
+    if proxy.trace:  # each answer, once its end reached the client, is one turn in the trace
+        one, two = proxy.turns()[len(turns) :]
+        assert (one.request, two.request) == (CHAT, CHAT | {"stream": True})
+        assert {t.endpoint for t in (one, two)} == {"/v1/chat/completions"}
+        assert [(t.output.text, t.output.finish_reason) for t in (one, two)] == [(direct, "length")] * 2
+        assert one.session_id == two.session_id and two.turn_index == one.turn_index + 1
 
 
 def test_kept_alive_tls_connections_are_reused_not_reopened_per_request(
