@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from functools import cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -33,6 +34,7 @@ from frankenstein.regioncache.proxy import Front, start_front
 from frankenstein.regioncache.render import Renderer, find_template
 from frankenstein.regioncache.service import ServeOptions, serving
 from frankenstein.shipped import data_path
+from frankenstein.workload.listener import MAX_BODY_BYTES
 
 TOKENIZER = data_path("tiny-tokenizer.json")
 MODEL = data_path("tiny-target.gguf")
@@ -206,6 +208,18 @@ def test_a_body_above_the_limit_is_answered_413_unread(double: EngineTestDouble,
         r = httpx.post(f.url + "/v1/chat/completions", json={"content": text + "a" * 40}, trust_env=False)
         assert r.status_code == 413 and double.seen == []  # refused before anything went upstream
     assert "Traceback" not in capfd.readouterr().err
+
+
+def test_serve_record_takes_the_bodies_its_front_takes(double: EngineTestDouble, tmp_path: Path) -> None:
+    """``--max-body-mb`` above the default: the recorder behind the front (``--record``) was started with the
+    default limit, so a body between the two reached the front and was answered 413 by the recorder. Both hops
+    take it now, and the engine gets it whole."""
+    body = b'{"input": "' + b"a" * MAX_BODY_BYTES + b'"}'
+    opts = ServeOptions(upstream=double.url, tokenizer=TOKENIZER, listen="127.0.0.1:0", record=tmp_path / "t.jsonl")
+    with serving(replace(opts, max_body_bytes=MAX_BODY_BYTES + (1 << 20)), echo=lambda s: None) as front:
+        r = httpx.post(front.url + "/v1/embeddings", content=body, trust_env=False, timeout=60)
+    assert r.status_code == 200, r.text[:200]
+    assert double.seen[-1] == ("POST", "/v1/embeddings", body)
 
 
 def test_deeply_nested_json_gets_400(front: Front, capfd: pytest.CaptureFixture[str]) -> None:

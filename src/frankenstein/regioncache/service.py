@@ -165,7 +165,7 @@ def serving(opts: ServeOptions, echo: Callable[[str], None] = print) -> Iterator
         cache, checked = _counter(opts, choice, api, echo)
         engine = upstream
         if opts.record is not None:
-            upstream = _recorder(upstream, opts.record, stack)
+            upstream = _recorder(upstream, opts.record, opts.max_body_bytes, stack)
         template = engine_template(props) if props else None
         renderer = Renderer(template or find_template(choice.path, Path(model) if model else None))
         observe = _observe(campaign, stack)
@@ -346,8 +346,9 @@ def _scope_lines(campaign: Campaign | None) -> list[str]:
     return lines
 
 
-def _recorder(upstream: str, out: Path, stack: ExitStack) -> str:
-    rec = serve_recorder(upstream, "127.0.0.1", 0, out)
+def _recorder(upstream: str, out: Path, max_body_bytes: int, stack: ExitStack) -> str:
+    """The recording proxy between the front and the engine; it takes the bodies the front takes (--max-body-mb)."""
+    rec = serve_recorder(upstream, "127.0.0.1", 0, out, max_body_bytes=max_body_bytes)
     stack.callback(rec.shutdown)
     return rec.url
 
