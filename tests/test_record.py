@@ -26,6 +26,7 @@ from frankenstein.workload.record import TurnRecorder, _json_object, _plain_json
 from frankenstein.workload.trace import RecordedTimings, append_turn, load_trace, parse_line
 
 from conftest import frank
+from helpers_record import Burst
 
 SECRET = "sk-test-SECRET-1234567890"
 
@@ -706,45 +707,19 @@ def test_kill_9_of_frank_record_mid_burst_loses_no_completed_turn(
         start_new_session=True,
     )
     url = proc.stdout.readline().split()[1]  # type: ignore[union-attr]
-    done: list[str] = []
-    sent: list[str] = []
-    enough = threading.Event()
-
-    def client(c: int) -> None:
-        with httpx.Client(timeout=10) as http:
-            for i in range(10_000):
-                session = f"c{c}-{i}"
-                sent.append(session)
-                try:
-                    r = http.post(
-                        url + "/v1/chat/completions",
-                        json=chat("hi", stream=i % 2 == 1),
-                        headers={"X-Frank-Session": session},
-                    )
-                    r.read()
-                except httpx.HTTPError:
-                    return  # the recorder died under this request: in flight, may or may not be there
-                assert r.status_code == 200
-                done.append(session)
-                if len(done) >= 40:
-                    enough.set()
-
-    threads = [threading.Thread(target=client, args=(c,)) for c in range(4)]
+    burst = Burst(url + "/v1/chat/completions", lambda stream: chat("hi", stream=stream))
     try:
-        for t in threads:
-            t.start()
-        assert enough.wait(60)
+        assert burst.wait_for(40, 60)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    for t in threads:
-        t.join(timeout=30)
+    burst.join()
     recorded = {t.session_id for t in load_trace(out).turns}
-    assert len(done) >= 40
-    assert len(set(done) - recorded) <= (4 if after_answer else 0) and recorded <= set(sent)
+    assert len(burst.done) >= 40 and burst.refused == []
+    assert len(set(burst.done) - recorded) <= (4 if after_answer else 0) and recorded <= set(burst.sent)
 
 
 def test_group_commit_syncs_every_turn_and_closes(tmp_path: Path) -> None:

@@ -23,8 +23,10 @@ from typing import Any
 import httpx
 import pytest
 from conftest import pids_of
+from helpers_record import Burst
 from tokenizers import Tokenizer
 
+from frankenstein.campaign import init_campaign
 from frankenstein.config import ResolvedRecipe
 from frankenstein.engines import start_engine
 from frankenstein.engines.process import free_port
@@ -35,6 +37,7 @@ from frankenstein.regioncache.render import Renderer, find_template
 from frankenstein.regioncache.service import ServeOptions, serving
 from frankenstein.shipped import data_path
 from frankenstein.workload.listener import MAX_BODY_BYTES
+from frankenstein.workload.trace import load_trace
 
 TOKENIZER = data_path("tiny-tokenizer.json")
 MODEL = data_path("tiny-target.gguf")
@@ -435,6 +438,41 @@ def test_frank_serve_campaign_records_and_reaps(tmp_path: Path, llama_server_bin
     turns = [json.loads(line) for line in rec.read_text().splitlines()]
     assert len(turns) == 1 and turns[0]["request"]["messages"] == [{"role": "user", "content": "Hi"}]
     assert pids_of(f"--port {engine_port}") == []
+
+
+@pytest.mark.engine
+def test_kill_9_of_frank_serve_record_mid_burst_loses_no_completed_turn(tmp_path: Path, llama_server_bin: str) -> None:
+    """``frank serve --record`` of a campaign (it starts the real llama-server): four clients send turns back to back
+    through its front and the recorder behind it, every other one streamed; after 40 answers its process group is
+    killed with SIGKILL. Every turn a client received whole is in the trace (the front's hop ends no answer before
+    the recorder wrote its turn), the trace loads, nothing else is there, and neither frank serve nor the engine it
+    started is left running (the engine dies with its parent: ``PR_SET_PDEATHSIG``)."""
+    camp, out = tmp_path / "camp", tmp_path / "turns.jsonl"
+    init_campaign(camp).close()
+    proc = start_cli("-c", str(camp), "--listen", "127.0.0.1:0", "--record", str(out), cwd=tmp_path)
+    try:
+        url, engine = wait_listening(proc)
+        engine_running = f"--port {engine.rsplit(':', 1)[1]}"
+        assert pids_of(engine_running)  # so the check below can fail
+        burst = Burst(url + "/v1/chat/completions", lambda stream: CHAT_HI | {"stream": stream})
+        assert burst.wait_for(40, 120)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    burst.join()
+    recorded = {t.session_id for t in load_trace(out).turns}
+    assert len(burst.done) >= 40 and burst.refused == []
+    assert set(burst.done) <= recorded <= set(burst.sent)
+    deadline = time.monotonic() + 10  # the kernel kills the orphaned engine: asynchronously, soon
+    while pids_of(engine_running) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pids_of(engine_running) == [] and proc.returncode == -signal.SIGKILL
+
+
+CHAT_HI = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
 
 
 def test_frank_serve_reports_a_missing_tokenizer(tmp_path: Path) -> None:
