@@ -58,3 +58,25 @@ class ScriptedUpstreamTestDouble:
 
     def close(self) -> None:
         self._sock.close()
+
+
+def exchange(url: str, requests: list[bytes]) -> list[bytes]:
+    """Each request sent on one client connection to ``url``; the bytes of each answer (head and body), its Date
+    line dropped (it changes with the second)."""
+    host, port = url.removeprefix("http://").split(":")
+    out = []
+    with socket.create_connection((host, int(port)), timeout=10) as s, s.makefile("rb") as rfile:
+        for req in requests:
+            s.sendall(req)
+            head = b""
+            while (line := rfile.readline()) not in (b"\r\n", b""):
+                head += b"" if line.startswith(b"Date: ") else line
+            if b"chunked" in head:
+                body = b""
+                while not body.endswith(b"0\r\n\r\n"):
+                    body += rfile.read1(65536)
+            else:
+                length = re.search(rb"(?i)content-length: *(\d+)", head)
+                body = rfile.read(int(length.group(1)) if length else 0)
+            out.append(head + b"\r\n" + body)
+    return out

@@ -391,12 +391,11 @@ class _Handler(LeanHandler):
         return field.group(1).decode("latin-1") if field else None
 
     def _reply(self, status: int, headers: FieldLines, data: bytes) -> None:
-        """The engine's answer: its head (less the hop-by-hop fields) and ``data``."""
+        """The engine's answer: its head (less the hop-by-hop fields) and ``data``, in one send."""
         self.send_response(status)
         self.send_fields(headers)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self._write(data if self.command != "HEAD" else b"")
+        body = data if self.command != "HEAD" else b""
+        self._send(self.head_ending(b"Content-Length: %d\r\n" % len(data)) + body)
 
     def _write(self, data: bytes) -> None:
         if self.client_gone or not data:
