@@ -14,6 +14,7 @@ import io
 import json
 import random
 import socket
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,11 +24,11 @@ from tokenizers import Tokenizer
 from frankenstein.regioncache import RegionCache
 from frankenstein.regioncache.proxy import Front, start_front
 from frankenstein.shipped import data_path
-from frankenstein.workload.listener import HOP_HEADERS, _wants_close
+from frankenstein.workload.listener import HOP_HEADERS, PlainPooledAnswer, UpstreamPool, _wants_close, open_plain
 from frankenstein.workload.record import serve_recorder
 from frankenstein.workload.trace import load_trace
 from frankenstein.workload.plainhead import plain_answer, plain_request, upstream_head
-from frankenstein.workload.wire import read_message_head, request_head
+from frankenstein.workload.wire import READ_BUFFER, read_message_head, request_head
 from helpers_upstream import ScriptedUpstreamTestDouble
 
 LIMIT = 1 << 20
@@ -235,6 +236,7 @@ def test_an_answer_the_general_path_must_read_is_not_plain(why: str) -> None:
 # ------------------------------------------------------------------ through a real front
 
 
+LONG_LENGTH = 3 * READ_BUFFER + 7
 JSON_ANSWER = b'{"choices": [{"message": {"content": "hi"}}]}'
 SSE = b'data: {"choices": [{"delta": {"content": "hi"}}]}\n\n'
 ANSWERS = {
@@ -243,6 +245,11 @@ ANSWERS = {
     "stream": b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
     + b"%x\r\n%s\r\n" % (len(SSE), SSE)
     + b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n",
+    # an event stream with a length (not chunked), and a body longer than the read buffer: read in pieces
+    "stream with a length": b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n%s"
+    % (len(SSE) + 14, SSE + b"data: [DONE]\n\n"),
+    "long": b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+    % (LONG_LENGTH, b'"' + b"x" * (LONG_LENGTH - 2) + b'"'),
 }
 
 
@@ -268,7 +275,9 @@ def _exchange(url: str, requests: list[bytes]) -> list[bytes]:
             if b"chunked" in head:
                 body = b""
                 while not body.endswith(b"0\r\n\r\n"):
-                    body += rfile.read1(65536)
+                    piece = rfile.read1(65536)
+                    assert piece, f"the answer ended without its final chunk: {head + body!r}"
+                    body += piece
             else:
                 body = rfile.read(int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0]))
             out.append(head + b"\r\n" + body)
@@ -339,3 +348,79 @@ def test_frank_record_sends_the_same_bytes_and_records_the_same_turn_from_a_plai
     assert double.received[0] == double.received[1] and b"Accept-Encoding: identity\r\n" in double.received[0]
     turns = load_trace(tmp_path / "t.jsonl").turns
     assert [t.session_id for t in turns] == ["agent-7", "agent-7"] and turns[0].request == turns[1].request
+
+
+CHAT_STREAM = [
+    b'data: {"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}\n\n',
+    b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n',
+]
+STREAMS = {
+    "chunked": b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    + b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in CHAT_STREAM)
+    + b"0\r\n\r\n",
+    # what an engine that buffers its stream could send: the events with a length (not chunked)
+    "with a length": b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n%s"
+    % (len(b"".join(CHAT_STREAM)), b"".join(CHAT_STREAM)),
+}
+
+
+@pytest.mark.parametrize("framing", list(STREAMS))
+def test_frank_record_relays_and_records_a_stream_alike_from_a_plain_and_a_general_request(
+    framing: str, tmp_path: Path
+) -> None:
+    """A streamed chat through ``frank record``, plain and general: the client reads the same whole answer, the turn
+    is recorded twice alike with the output the client got, and nothing is said as an error. Stop 38's plain path
+    failed the stream with a length ("upstream died mid-stream": a plain answer had no ``iter_raw``)."""
+    double = ScriptedUpstreamTestDouble([STREAMS[framing]] * 2)
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}).encode()
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: me\r\nContent-Type: application/json\r\n"
+    plain = head + b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+    general = head + b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    with serve_recorder(double.url, out=tmp_path / "t.jsonl") as rec:
+        got = _exchange(rec.url, [plain]) + _exchange(rec.url, [general])
+        errors = list(rec.errors)
+    double.close()
+    assert errors == [] and got[0] == got[1], (errors, got)
+    assert got[0].endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n"), got[0]
+    turns = load_trace(tmp_path / "t.jsonl").turns
+    assert [t.output.text for t in turns] == ["hi", "hi"] and turns[0].output == turns[1].output
+
+
+@pytest.mark.parametrize("answer", ["stream", "long"])
+def test_a_plain_answer_read_whole_is_the_body_the_general_path_reads(answer: str) -> None:
+    """``PlainPooledAnswer.read``: a chunked answer's data without its framing, a long one whole, as ``PooledAnswer``
+    reads them; the connection goes back to the pool and carries the next request (read to the end)."""
+    double = ScriptedUpstreamTestDouble([ANSWERS[answer]] * 2)
+    pool = UpstreamPool(double.url, 10.0)
+    head = upstream_head(b"GET", b"/x", pool.host_field, b"", 0)
+    try:
+        plain = open_plain(pool, "GET", head, b"", threading.BoundedSemaphore(1))
+        assert isinstance(plain, PlainPooledAnswer)
+        got = plain.read()
+        plain.close()
+        general = pool.open("GET", "/x", None, "", threading.BoundedSemaphore(1))
+        assert not isinstance(general, PlainPooledAnswer)
+        want = general.read()
+        general.close()
+    finally:
+        pool.close()
+        double.close()
+    assert got == want and len(got) > 20, (got[:80], want[:80])
+    assert double.connections == 1
+
+
+def test_an_answer_the_general_path_cannot_read_is_a_502_counted_once(tmp_path: Path) -> None:
+    """A plain request whose answer head is broken (a line with no colon: not plain, and the general path refuses
+    it): the client gets a 502 naming the upstream, and the front counts one passed request (stop 38's plain path
+    counted it twice: once for the failure, once after)."""
+    double = ScriptedUpstreamTestDouble([b"HTTP/1.1 200 OK\r\nno colon here\r\nContent-Length: 2\r\n\r\nhi"])
+    tokenizer = Tokenizer.from_file(str(data_path("tiny-tokenizer.json")))
+    with start_front(double.url, RegionCache(tokenizer)) as front:
+        count = b'{"content": "hi"}'
+        then = b"POST /count HTTP/1.1\r\nHost: me\r\nContent-Length: %d\r\n\r\n%s" % (len(count), count)
+        # the count on the same connection is answered once the first request's handling ended (its tally made)
+        got = _exchange(front.url, [b"GET /v1/models HTTP/1.1\r\nHost: me\r\n\r\n", then])
+        passed = front.server.passed_through
+    double.close()
+    assert got[0].startswith(b"HTTP/1.1 502") and double.url.encode() in got[0], got
+    assert passed == 1

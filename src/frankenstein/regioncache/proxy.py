@@ -45,23 +45,17 @@ from frankenstein.workload.listener import (
     MAX_BODY_BYTES,
     BadRequest,
     LeanHandler,
+    PlainPooledAnswer,
     PooledAnswer,
     ProxyHTTPServer,
     UpstreamPool,
     bad_request,
     loads,
+    open_plain,
     read_body,
     send_json,
 )
-from frankenstein.workload.plainhead import PlainAnswer, plain_answer, plain_request, upstream_head
-from frankenstein.workload.wire import (
-    ChunkFraming,
-    ProtocolError,
-    UpstreamConnection,
-    pump_plain_chunks,
-    server_and_date,
-    status_line,
-)
+from frankenstein.workload.plainhead import plain_request, upstream_head
 
 _NO_BODY = {204, 304}
 
@@ -180,85 +174,22 @@ class _Handler(LeanHandler):
         return True
 
     def _send_plain(self, method: bytes, target: bytes, fields: bytes, body: bytes) -> None:
+        """To the engine with the head plainhead makes; its answer relayed as any other (a plain one taken from the
+        read buffer as :class:`PlainPooledAnswer`, nothing parsed into ``Headers``)."""
         server = self.server
         head = upstream_head(method, target, server.pool.host_field, fields, len(body))
         if method == b"POST" and server.context_scope is not None:
             self._to_count = body
         try:
-            conn, first = server.pool.send_plain(head + body, server.upstream_slots)
-        except TransportError as exc:
-            self._upstream_failed(exc)
-            return
-        try:
-            answer = plain_answer(first)
-            if answer is None:  # the general path reads this answer
-                self._relay_general(conn, server.pool)
-            else:
-                self._relay_plain(conn, answer, len(first))
-        finally:
-            server.tally(local=False)
-
-    def _relay_general(self, conn: UpstreamConnection, pool: UpstreamPool) -> None:
-        try:
-            resp = pool.answer(conn, self.command, self.server.upstream_slots)
+            resp = open_plain(server.pool, self.command, head, body, server.upstream_slots)
         except TransportError as exc:
             self._upstream_failed(exc)
             return
         try:
             self._relay(resp)
-            self.wfile.flush()
         finally:
             resp.close()
-
-    def _relay_plain(self, conn: UpstreamConnection, answer: PlainAnswer, buffered: int) -> None:
-        """A plain answer: one with a length up to the read buffer as head and body in one send, a chunked one
-        as ``_relay_framed`` relays it; the connection back to the pool when its answer was read to the end.
-        ``buffered``: the bytes in the connection's read buffer, the head's among them."""
-        status, fields, length, sse, head_len = answer
-        self._status, self._engine_error = status, status >= 500
-        conn.exchanges += 1
-        conn.streamed = length is None
-        head = status_line("HTTP/1.1", status) + server_and_date(self.version_string()) + fields
-        rfile, whole = conn.rfile, False
-        try:
-            if length is not None and length <= READ_BUFFER:
-                data = rfile.read(head_len + length)
-                if len(data) != head_len + length:
-                    raise ProtocolError(f"upstream body ended {head_len + length - len(data)} bytes short")
-                whole = True
-                self.connection.sendall(head + b"Content-Length: %d\r\n\r\n" % length + data[head_len:])
-            else:
-                whole = self._relay_plain_body(conn, head, length, sse, head_len, buffered - head_len)
-        except (BrokenPipeError, ConnectionResetError):
-            self.close_connection = True  # the client left; closing the upstream connection ends the stream
-        except TransportError:
-            self._engine_error = True
-            self.close_connection = True  # the upstream died mid-body: end it short (or without the final chunk)
-        finally:
-            self.server.pool.finish(conn, whole, self.server.upstream_slots)
-
-    def _relay_plain_body(
-        self, conn: UpstreamConnection, head: bytes, length: int | None, sse: bool, head_len: int, buffered: int
-    ) -> bool:
-        """A long body with its length, piece by piece, or a chunked one pumped as the engine's bytes; True when
-        read to its end."""
-        rfile, send = conn.rfile, self.connection.sendall
-        rfile.read(head_len)
-        if length is None:
-            send(head + b"Transfer-Encoding: chunked\r\n\r\n")
-            framing = ChunkFraming(end_at_done=sse)
-            pump_plain_chunks(conn, buffered, send, framing)
-            self._engine_error |= framing.late > 0
-            return True
-        send(head + b"Content-Length: %d\r\n\r\n" % length)
-        left = length
-        while left:
-            piece = rfile.read1(min(READ_BUFFER, left))
-            if not piece:
-                raise ProtocolError(f"upstream body ended {left} bytes short")
-            left -= len(piece)
-            send(piece)
-        return True
+            server.tally(local=False)
 
     def _upstream_failed(self, exc: BaseException) -> None:
         self._engine_error = True
@@ -418,7 +349,7 @@ class _Handler(LeanHandler):
             resp.close()
             self.server.tally(local=False)
 
-    def _relay(self, resp: PooledAnswer) -> None:
+    def _relay(self, resp: PooledAnswer | PlainPooledAnswer) -> None:
         """The answer as it arrives: with its length when the engine gave one (head and body leave in one
         send), chunked otherwise (each piece flushed as it comes: SSE events reach the client at once)."""
         self._engine_error = resp.status_code >= 500
@@ -436,7 +367,7 @@ class _Handler(LeanHandler):
             self._engine_error = True
             self.close_connection = True  # the upstream died mid-body: end it short (or without the final chunk)
 
-    def _relay_body(self, resp: PooledAnswer) -> None:
+    def _relay_body(self, resp: PooledAnswer | PlainPooledAnswer) -> None:
         if resp.length is not None:
             head = self.head_ending(b"Content-Length: %d\r\n" % resp.length)
             if resp.length <= READ_BUFFER:  # head and body in one send, no buffered writer between
@@ -446,11 +377,12 @@ class _Handler(LeanHandler):
             for piece in resp.iter_raw():
                 self.connection.sendall(piece)
             return
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-        if resp.chunked:
+        if resp.chunked:  # the head in one send of its own: the client reads it while the engine works
+            self.connection.sendall(self.head_ending(b"Transfer-Encoding: chunked\r\n"))
             self._relay_framed(resp)
             return
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
         for chunk in resp.iter_raw():  # a body ended by the engine's close: chunked here
             if chunk:
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
@@ -458,14 +390,13 @@ class _Handler(LeanHandler):
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
 
-    def _relay_framed(self, resp: PooledAnswer) -> None:
+    def _relay_framed(self, resp: PooledAnswer | PlainPooledAnswer) -> None:
         """The engine's chunks as the bytes it sent, each read sent on at once: no decoding and re-chunking.
         The head goes first, as soon as the engine's came (the client reads it while the engine works), then each
         piece straight to the socket. The final 0-chunk reaches the client only if the framing before it was whole
         (a broken or cut stream ends without it). An event stream's final chunk goes with its ``data: [DONE]``
         event; what the engine sends after that event is read to its end, and chunks among it (none from an
         engine that keeps the protocol) count as an engine error."""
-        self.wfile.flush()
         framing = resp.framing()
         resp.pump_framed(self.connection.sendall, framing)
         if framing.late:

@@ -524,44 +524,60 @@ class PlainFields:
 
 
 class PlainPooledAnswer:
-    """A plain answer (``plainhead.plain_answer``) on a pooled connection, as :class:`PooledAnswer` is used for one
-    with a length or chunks: ``status_code``, ``headers`` (:class:`PlainFields`), ``chunked``, ``read``,
-    ``framing``, ``pump_framed``, ``close``. Its head is taken from the read buffer; nothing is parsed into
-    ``Headers``."""
+    """A plain answer (``plainhead.plain_answer``) on a pooled connection, used as :class:`PooledAnswer` is:
+    ``status_code``, ``headers`` (:class:`PlainFields`), ``length``, ``chunked``, ``read``, ``iter_raw``, ``framing``,
+    ``pump_framed``, ``close``. Its head is left in the read buffer and taken with the body's first read (an answer
+    with a length up to the buffer: head and body in one read); nothing is parsed into ``Headers``."""
 
     def __init__(
         self, conn: UpstreamConnection, answer: PlainAnswer, buffered: int, pool: UpstreamPool, slots: SlotsLike
     ) -> None:
-        self.status_code, kept, self.length, self._sse, head_len = answer
+        self.status_code, kept, self.length, self._sse, self._head = answer
         self.headers = PlainFields(kept)
         self.chunked = self.length is None
         self._conn, self._pool = conn, pool
         self.slots: SlotsLike | None = slots
-        self._buffered = buffered - head_len  # what the read buffer holds past the head
+        self._buffered = buffered  # what the read buffer holds, the head included
         self._finished = False
-        conn.rfile.read(head_len)
         conn.exchanges += 1
         conn.streamed = self.chunked
 
     def read(self) -> bytes:
-        """The whole body (an answer with a length)."""
+        """The whole body: one with a length in one read, the head's with it; a chunked one decoded (its data
+        without the framing, as :class:`PooledAnswer` reads it)."""
         if self.length is None:
-            raise ProtocolError("a chunked plain answer is pumped, not read")
-        data = self._conn.rfile.read(self.length) if self.length else b""
-        if len(data) != self.length:
-            raise ProtocolError(f"upstream body ended {self.length - len(data)} bytes short")
+            parts: list[bytes] = []
+            framing = ChunkFraming(decode=True)
+            self.pump_framed(lambda _: parts.append(framing.data), framing)
+            return b"".join(parts)
+        want = self._head + self.length
+        data = self._conn.rfile.read(want)
+        if len(data) != want:
+            raise ProtocolError(f"upstream body ended {want - len(data)} bytes short")
         self._finished = True
-        return data
+        return data[self._head :]
+
+    def iter_raw(self, size: int = READ_BUFFER) -> Iterator[bytes]:
+        """A body with a length in pieces as they arrive (a chunked one is pumped: :meth:`pump_framed`)."""
+        if self.length is None:
+            raise ProtocolError("a chunked plain answer is pumped (pump_framed) or read whole (read)")
+        rfile, left = self._conn.rfile, self.length
+        rfile.read(self._head)
+        while left:
+            piece = rfile.read1(min(size, left))
+            if not piece:
+                raise ProtocolError(f"upstream body ended {left} bytes short")
+            left -= len(piece)
+            yield piece
+        self._finished = True
 
     def framing(self, hold_final: bool = False, decode: bool = False) -> ChunkFraming:
         return ChunkFraming(hold_final=hold_final, decode=decode, end_at_done=self._sse)
 
     def pump_framed(self, send: Callable[[bytes], object], framing: ChunkFraming | None = None) -> None:
-        pump_plain_chunks(self._conn, self._buffered, send, framing or self.framing())
+        self._conn.rfile.read(self._head)
+        pump_plain_chunks(self._conn, self._buffered - self._head, send, framing or self.framing())
         self._finished = True
-
-    def iter_raw(self, size: int = READ_BUFFER) -> Iterator[bytes]:
-        raise ProtocolError("a plain answer has a length (read) or chunks (pump_framed)")
 
     def close(self) -> None:
         if self.slots is not None:
