@@ -12,7 +12,8 @@ recorder per trace: it holds the file's lock from its first turn until it stops.
 two bytes only the line is made (:func:`~frankenstein.workload.trace.recorded_line`, from the request side
 prepared while the engine worked) and written; the fsync thread is woken after the last byte (when it sleeps).
 Every other path (``/tokenize``, ``/detokenize``, ``/v1/models``, ``/health``, ``/metrics``,
-token-count calls, ...) is passed through and not recorded.
+token-count calls, ...) is passed through and not recorded; a plain request of either kind (``plainhead``) is sent
+on as the bytes it came with, its plain answer taken by ``listener.open_plain``.
 
 Reuse (``frank serve --record``)::
 
@@ -408,7 +409,9 @@ class _Handler(LeanHandler):
             self.close_connection = True
 
     def _pass_through(self, raw: bytes) -> None:
-        resp = self.server.open(self.command, self.path, raw, self._upstream_headers())
+        """A request that is not recorded (``/tokenize``, ``/health``, ``/v1/models``, ...): sent on as a generation
+        request is, its answer relayed whole."""
+        resp = self._open(self.command, raw)
         try:
             self._reply(resp.status_code, resp.headers, resp.read())
         finally:
@@ -434,7 +437,7 @@ class _Handler(LeanHandler):
                     self.server.note_error(f"{endpoint}: body is not a UTF-8 JSON object; passed through, not recorded")
 
         try:
-            resp = self._open_generation(raw, prepare)
+            resp = self._open("POST", raw, prepare)
         except TransportError:
             if not isinstance(self._prepared, BadRequest):
                 raise
@@ -458,15 +461,17 @@ class _Handler(LeanHandler):
         finally:
             resp.close()
 
-    def _open_generation(self, raw: bytes, prepare: Callable[[], None]) -> PooledAnswer | PlainPooledAnswer:
-        """A generation request sent on (``prepare`` run while the engine works); a plain request's head is made of
-        its fields as they came, and a plain answer is taken as plainhead takes it."""
+    def _open(
+        self, method: str, raw: bytes, prepare: Callable[[], None] | None = None
+    ) -> PooledAnswer | PlainPooledAnswer:
+        """The request sent on (``prepare`` run while the engine works); a plain request's head is made of its fields
+        as they came, and a plain answer is taken as plainhead takes it (the bytes the general path gives)."""
         if self._plain is None:
-            return self.server.open("POST", self.path, raw, self._upstream_headers(), prepare)
+            return self.server.open(method, self.path, raw, self._upstream_headers(), prepare)
         fields = self._plain + b"Accept-Encoding: identity\r\n"
         server = self.server
-        head = upstream_head(b"POST", self.path.encode("latin-1"), server.pool.host_field, fields, len(raw))
-        return open_plain(server.pool, "POST", head, raw, server.upstream_slots, prepare)
+        head = upstream_head(method.encode(), self.path.encode("latin-1"), server.pool.host_field, fields, len(raw))
+        return open_plain(server.pool, method, head, raw, server.upstream_slots, prepare)
 
     def _read_turn(self, endpoint: str, raw: bytes) -> tuple[dict[str, Any] | None, PreparedRequest | Exception | None]:
         """The body as a JSON object (None: it is not one) and its turn's request side, or why it cannot be: a
