@@ -74,7 +74,9 @@ def exchange(url: str, requests: list[bytes]) -> list[bytes]:
             if b"chunked" in head:
                 body = b""
                 while not body.endswith(b"0\r\n\r\n"):
-                    body += rfile.read1(65536)
+                    piece = rfile.read1(65536)
+                    assert piece, f"the answer ended without its final chunk: {head + body!r}"
+                    body += piece
             else:
                 length = re.search(rb"(?i)content-length: *(\d+)", head)
                 body = rfile.read(int(length.group(1)) if length else 0)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import io
 import json
 import random
-import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,7 +28,7 @@ from frankenstein.workload.record import serve_recorder
 from frankenstein.workload.trace import load_trace
 from frankenstein.workload.plainhead import plain_answer, plain_request, upstream_head
 from frankenstein.workload.wire import READ_BUFFER, read_message_head, request_head
-from helpers_upstream import ScriptedUpstreamTestDouble
+from helpers_upstream import ScriptedUpstreamTestDouble, exchange
 
 LIMIT = 1 << 20
 NAMES = [
@@ -261,29 +260,6 @@ def served(request: pytest.FixtureRequest) -> Iterator[tuple[Front, ScriptedUpst
     double.close()
 
 
-def _exchange(url: str, requests: list[bytes]) -> list[bytes]:
-    """Each request on one client connection; the bytes of each answer, its Date line dropped."""
-    host, port = url.removeprefix("http://").split(":")
-    out = []
-    with socket.create_connection((host, int(port)), timeout=10) as s:
-        rfile = s.makefile("rb")
-        for req in requests:
-            s.sendall(req)
-            head = b""
-            while (line := rfile.readline()) != b"\r\n":
-                head += b"" if line.startswith(b"Date: ") else line
-            if b"chunked" in head:
-                body = b""
-                while not body.endswith(b"0\r\n\r\n"):
-                    piece = rfile.read1(65536)
-                    assert piece, f"the answer ended without its final chunk: {head + body!r}"
-                    body += piece
-            else:
-                body = rfile.read(int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0]))
-            out.append(head + b"\r\n" + body)
-    return out
-
-
 def test_the_engine_and_the_client_get_the_same_bytes_from_the_plain_and_the_general_path(
     served: tuple[Front, ScriptedUpstreamTestDouble],
 ) -> None:
@@ -295,7 +271,7 @@ def test_the_engine_and_the_client_get_the_same_bytes_from_the_plain_and_the_gen
     plain = head + b"Connection: keep-alive\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
     general = head + b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
     assert plain_request(plain, LIMIT) is not None and plain_request(general, LIMIT) is None
-    answers = _exchange(front.url, [plain, plain]) + _exchange(front.url, [general])
+    answers = exchange(front.url, [plain, plain]) + exchange(front.url, [general])
     assert answers[0] == answers[1] == answers[2], answers
     assert b"HTTP/1.1 200 OK\r\n" in answers[0] and b"Keep-Alive" not in answers[0]
     assert double.received[0] == double.received[1] == double.received[2], double.received
@@ -317,7 +293,7 @@ def test_a_count_is_answered_here_on_both_paths_and_never_reaches_the_engine(
             head = b"POST %s HTTP/1.1\r\nHost: me\r\nContent-Type: application/json\r\n" % path
             plain = head + b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
             general = head + b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
-            got = _exchange(front.url, [plain]) + _exchange(front.url, [general])
+            got = exchange(front.url, [plain]) + exchange(front.url, [general])
             assert got[0].split(b"\r\n\r\n")[1] == got[1].split(b"\r\n\r\n")[1], got
             assert got[0].startswith(b"HTTP/1.1 200" if body == bodies[0] else b"HTTP/1.1 400"), got
     assert double.received == [] and front.server.local_answers == 4
@@ -342,7 +318,7 @@ def test_frank_record_sends_the_same_bytes_and_records_the_same_turn_from_a_plai
     plain = head + b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
     general = head + b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
     with serve_recorder(double.url, out=tmp_path / "t.jsonl") as rec:
-        got = _exchange(rec.url, [plain]) + _exchange(rec.url, [general])
+        got = exchange(rec.url, [plain]) + exchange(rec.url, [general])
     double.close()
     assert got[0] == got[1] and got[0].endswith(answer)
     assert double.received[0] == double.received[1] and b"Accept-Encoding: identity\r\n" in double.received[0]
@@ -377,7 +353,7 @@ def test_frank_record_relays_and_records_a_stream_alike_from_a_plain_and_a_gener
     plain = head + b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
     general = head + b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
     with serve_recorder(double.url, out=tmp_path / "t.jsonl") as rec:
-        got = _exchange(rec.url, [plain]) + _exchange(rec.url, [general])
+        got = exchange(rec.url, [plain]) + exchange(rec.url, [general])
         errors = list(rec.errors)
     double.close()
     assert errors == [] and got[0] == got[1], (errors, got)
@@ -419,7 +395,7 @@ def test_an_answer_the_general_path_cannot_read_is_a_502_counted_once(tmp_path: 
         count = b'{"content": "hi"}'
         then = b"POST /count HTTP/1.1\r\nHost: me\r\nContent-Length: %d\r\n\r\n%s" % (len(count), count)
         # the count on the same connection is answered once the first request's handling ended (its tally made)
-        got = _exchange(front.url, [b"GET /v1/models HTTP/1.1\r\nHost: me\r\n\r\n", then])
+        got = exchange(front.url, [b"GET /v1/models HTTP/1.1\r\nHost: me\r\n\r\n", then])
         passed = front.server.passed_through
     double.close()
     assert got[0].startswith(b"HTTP/1.1 502") and double.url.encode() in got[0], got

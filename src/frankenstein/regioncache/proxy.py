@@ -26,11 +26,10 @@ Malformed ``Content-Length`` and too deeply nested JSON get a 400; a malformed h
 
 from __future__ import annotations
 
-import io
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from frankenstein.engines.http import TransportError
@@ -117,25 +116,20 @@ class _Handler(LeanHandler):
     # ------------------------------------------------------------------ observations
     def parse_request(self) -> bool:
         self._t0 = time.perf_counter()  # the request line is read: the request's time starts here
-        self._status: int | None = None
         self._engine_error = False
         return super().parse_request()
 
-    def send_response(self, code: int, message: str | None = None) -> None:
-        self._status = code
-        super().send_response(code, message)
-
     def handle_one_request(self) -> None:
-        self._status = None
+        self.status_sent = None  # set by send_response: the answer's status, observed after it
         self._to_count: bytes | None = None  # a passed-on POST's body, counted against the context scope
         if not self._passed_plain():
             super().handle_one_request()
         observe = self.server.observe
-        if observe is not None and self._status is not None:
+        if observe is not None and self.status_sent is not None:
             ms = (time.perf_counter() - self._t0) * 1000.0
             counted = self._to_count  # counted after the answer was sent: off the request's path
             outside = self._outside_context(counted) if counted else None
-            observe.add(self.path, self._status, ms, self._engine_error, outside)
+            observe.add(self.path, self.status_sent, ms, self._engine_error, outside)
 
     # ------------------------------------------------------------------ the plain path
     def _passed_plain(self) -> bool:
@@ -145,7 +139,7 @@ class _Handler(LeanHandler):
         over scope to refuse (the general path then takes it). The engine gets the bytes the general path would
         send, and the client the same answer."""
         server = self.server
-        req = plain_request(cast(io.BufferedReader, self.rfile).peek(1), server.max_body_bytes)
+        req = plain_request(self.reader.peek(1), server.max_body_bytes)
         if req is None:
             return False
         self._t0 = time.perf_counter()

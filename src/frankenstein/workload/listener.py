@@ -212,6 +212,12 @@ class LeanHandler(BaseHTTPRequestHandler):
     _headers_buffer: list[bytes]  # the head being made (send_response, send_header, send_fields)
 
     headers: Headers  # type: ignore[assignment]  # wire.Headers: get(), items(), iteration, as handlers use them
+    status_sent: int | None = None  # the status of the answer begun last (send_response)
+
+    def setup(self) -> None:
+        super().setup()
+        self.reader = cast(io.BufferedReader, self.rfile)  # rbufsize -1: buffered (peek, read1)
+        self._server_field = self.version_string()
 
     def parse_request(self) -> bool:
         self.command, self.path, self.request_version = "", "", "HTTP/1.1"
@@ -223,7 +229,7 @@ class LeanHandler(BaseHTTPRequestHandler):
             return False
 
     def _parse_head(self) -> bool:
-        head = read_message_head(cast(io.BufferedReader, self.rfile), self.raw_requestline)  # rbufsize -1: buffered
+        head = read_message_head(self.reader, self.raw_requestline)
         if head is None:
             return False  # an empty line where a request line belongs: closed, as the standard library does
         self.requestline, self.headers = head
@@ -257,11 +263,10 @@ class LeanHandler(BaseHTTPRequestHandler):
         return head
 
     def send_response(self, code: int, message: str | None = None) -> None:
-        """The status line, ``Server`` and ``Date`` into the head's buffer (written by ``end_headers``)."""
-        self._headers_buffer = [
-            status_line(self.protocol_version, code, message),
-            server_and_date(self.version_string()),
-        ]
+        """The status line, ``Server`` and ``Date`` into the head's buffer (written by ``end_headers``); the status
+        kept as ``status_sent``."""
+        self.status_sent = code
+        self._headers_buffer = [status_line(self.protocol_version, code, message), server_and_date(self._server_field)]
 
 
 def _wants_close(version: str, connection: str | None) -> bool:

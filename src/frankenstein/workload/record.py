@@ -55,7 +55,6 @@ What is recorded, and when:
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import re
@@ -68,7 +67,7 @@ from collections.abc import Callable, Mapping
 from functools import lru_cache
 from json.scanner import make_scanner
 from pathlib import Path
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
@@ -326,7 +325,7 @@ class _Handler(LeanHandler):
         no field the standard path must act on) read with one match, its fields forwarded as they came less the
         hop-by-hop ones; anything else, nothing read, as the standard library reads it."""
         self._plain: bytes | None = None  # a plain request's fields to forward
-        req = plain_request(cast(io.BufferedReader, self.rfile).peek(1), self.server.max_body_bytes)
+        req = plain_request(self.reader.peek(1), self.server.max_body_bytes)
         if req is None or (req[0] == b"GET" and req[3]):  # a GET's body is not read on the general path
             super().handle_one_request()
             return
