@@ -344,45 +344,40 @@ class _Handler(LeanHandler):
             self.server.tally(local=False)
 
     def _relay(self, resp: PooledAnswer | PlainPooledAnswer) -> None:
-        """The answer as it arrives: with its length when the engine gave one (head and body leave in one
-        send), chunked otherwise (each piece flushed as it comes: SSE events reach the client at once)."""
-        self._engine_error = resp.status_code >= 500
-        self.send_response(resp.status_code)
-        self.send_fields(resp.headers)
-        if self.command == "HEAD" or resp.status_code in _NO_BODY:
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return
+        """The answer as it arrives, its head made in one call (``answer_head``): with its length when the engine
+        gave one (head and body leave in one send), chunked otherwise (each piece sent as it comes: SSE events reach
+        the client at once)."""
+        status, send = resp.status_code, self.connection.sendall
+        self._engine_error = status >= 500
         try:
-            self._relay_body(resp)
+            if self.command == "HEAD" or status in _NO_BODY:
+                send(self.answer_head(status, resp.headers, b"Content-Length: 0\r\n"))
+            elif resp.length is not None:
+                head = self.answer_head(status, resp.headers, b"Content-Length: %d\r\n" % resp.length)
+                if resp.length <= READ_BUFFER:  # head and body in one send, no buffered writer between
+                    send(head + resp.read())
+                    return
+                send(head)
+                for piece in resp.iter_raw():
+                    send(piece)
+            else:  # the head in one send of its own: the client reads it while the engine works
+                send(self.answer_head(status, resp.headers, b"Transfer-Encoding: chunked\r\n"))
+                self._relay_chunks(resp)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True  # the client left; closing the upstream response ends the stream
         except TransportError:
             self._engine_error = True
             self.close_connection = True  # the upstream died mid-body: end it short (or without the final chunk)
 
-    def _relay_body(self, resp: PooledAnswer | PlainPooledAnswer) -> None:
-        if resp.length is not None:
-            head = self.head_ending(b"Content-Length: %d\r\n" % resp.length)
-            if resp.length <= READ_BUFFER:  # head and body in one send, no buffered writer between
-                self.connection.sendall(head + resp.read())
-                return
-            self.connection.sendall(head)
-            for piece in resp.iter_raw():
-                self.connection.sendall(piece)
-            return
-        if resp.chunked:  # the head in one send of its own: the client reads it while the engine works
-            self.connection.sendall(self.head_ending(b"Transfer-Encoding: chunked\r\n"))
+    def _relay_chunks(self, resp: PooledAnswer | PlainPooledAnswer) -> None:
+        if resp.chunked:
             self._relay_framed(resp)
             return
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
+        send = self.connection.sendall
         for chunk in resp.iter_raw():  # a body ended by the engine's close: chunked here
             if chunk:
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-                self.wfile.flush()
-        self.wfile.write(b"0\r\n\r\n")
-        self.wfile.flush()
+                send(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        send(b"0\r\n\r\n")
 
     def _relay_framed(self, resp: PooledAnswer | PlainPooledAnswer) -> None:
         """The engine's chunks as the bytes it sent, each read sent on at once: no decoding and re-chunking.

@@ -262,6 +262,14 @@ class LeanHandler(BaseHTTPRequestHandler):
         self._headers_buffer = []
         return head
 
+    def answer_head(self, status: int, headers: FieldLines, fields: bytes) -> bytes:
+        """An answer's whole head in one call (:meth:`send_response`, :meth:`send_fields` and :meth:`head_ending`):
+        the status line, ``Server`` and ``Date``, ``headers`` less the hop-by-hop fields, ``fields`` (whole lines) and
+        the empty line."""
+        self.status_sent = status
+        start = status_line(self.protocol_version, status) + server_and_date(self._server_field)
+        return start + headers.lines(HOP_HEADERS).encode("latin-1") + fields + b"\r\n"
+
     def send_response(self, code: int, message: str | None = None) -> None:
         """The status line, ``Server`` and ``Date`` into the head's buffer (written by ``end_headers``); the status
         kept as ``status_sent``."""

@@ -392,10 +392,8 @@ class _Handler(LeanHandler):
 
     def _reply(self, status: int, headers: FieldLines, data: bytes) -> None:
         """The engine's answer: its head (less the hop-by-hop fields) and ``data``, in one send."""
-        self.send_response(status)
-        self.send_fields(headers)
         body = data if self.command != "HEAD" else b""
-        self._send(self.head_ending(b"Content-Length: %d\r\n" % len(data)) + body)
+        self._send(self.answer_head(status, headers, b"Content-Length: %d\r\n" % len(data)) + body)
 
     def _write(self, data: bytes) -> None:
         if self.client_gone or not data:
@@ -518,10 +516,9 @@ class _Handler(LeanHandler):
         answer (``--turn-after-answer``): the whole answer first, then the turn."""
         data = resp.read()
         after = self.server.after_answer
-        self.send_response(200)
-        self.send_fields(resp.headers)
         held = b"" if after else data[-1:]
-        self._send(self.head_ending(b"Content-Length: %d\r\n" % len(data)) + data[: len(data) - len(held)])
+        head = self.answer_head(200, resp.headers, b"Content-Length: %d\r\n" % len(data))
+        self._send(head + data[: len(data) - len(held)])
         gone = self._peer_closed()  # a client waiting for its answer sends nothing
         answer = _answer_object(data)
         if answer is not None:
@@ -536,11 +533,7 @@ class _Handler(LeanHandler):
         """The head at once (the client reads it while the engine works), then each piece of the stream straight
         to the client's socket as it comes and into our decoder after; the final chunk once the turn is in the
         trace."""
-        self.send_response(200)
-        self.send_fields(resp.headers)
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-        self.wfile.flush()
+        self._send(self.answer_head(200, resp.headers, b"Transfer-Encoding: chunked\r\n"))
         framing = resp.framing(hold_final=True, decode=resp.chunked)
         after = self.server.after_answer
         answered = False
