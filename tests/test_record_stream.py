@@ -243,6 +243,42 @@ def test_a_streams_turn_is_in_the_trace_at_its_last_event_before_the_engine_ends
     assert (turn.output.text, turn.output.finish_reason, turn.timings.server) == ("Hi", "stop", {"predicted_n": 1})
 
 
+UNFINISHED = [b'data: {"choices":[{"index":0,"delta":{"content":"Hi"}}]}\n\n', b"data: [DONE]\n\n"]  # no finish
+UNREADABLE = [b'data: {"choices":"Hi"}\n\n', b"data: [DONE]\n\n"]  # a shape our decoder refuses
+
+
+@pytest.mark.parametrize(
+    ("pieces", "said"), [(UNFINISHED, "ended without finishing"), (UNREADABLE, "not one a trace holds")]
+)
+def test_after_the_answer_a_stream_ends_at_done_whatever_our_decoder_makes_of_it(
+    engine: Any, pieces: list[bytes], said: str, tmp_path: Path
+) -> None:
+    """``--turn-after-answer``: the answer waits for nothing of ours. The client gets the engine's events and the
+    answer's end at ``data: [DONE]`` while the engine still holds its own final chunk, even when no turn can be made
+    of them (no finish; events our decoder refuses): that is said, and nothing is written. (Before, the end waited
+    for our decoder: the unfinished stream got an error event and no end, the unreadable one its end only after the
+    engine's.)"""
+    out = tmp_path / "t.jsonl"
+    engine.pieces = pieces
+    engine.release.clear()
+    engine.gap = 0.005  # each piece read on its own
+    request = {"messages": [{"role": "user", "content": "hold"}], "stream": True}
+    with serve_recorder(engine.url, "127.0.0.1", 0, out, after_answer=True) as proxy:
+        with (
+            httpx.Client(timeout=5) as client,
+            client.stream("POST", proxy.url + "/v1/chat/completions", json=request) as r,
+        ):
+            body = b"".join(r.iter_bytes())  # whole while the engine holds its end: a read that needs it times out
+        engine.release.set()  # the engine's end is read after the answer's; the turn's fate is said then
+        deadline = time.monotonic() + 10
+        while not proxy.errors and time.monotonic() < deadline:
+            threading.Event().wait(0.001)
+        errors = list(proxy.errors)
+    assert body == b"".join(pieces)
+    assert len(errors) == 1 and "turn not recorded" in errors[0] and said in errors[0], errors
+    assert not out.exists() or not out.read_bytes()
+
+
 def test_ttft_is_when_the_first_output_came_though_pieces_are_read_later(engine: Any, tmp_path: Path) -> None:
     """The engine takes 40 ms per piece: the trace's TTFT is when the first piece with text came (after the role
     piece: ~40 ms), not when the held pieces were read (at [DONE], ~160 ms), and e2e is the stream's end."""

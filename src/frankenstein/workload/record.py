@@ -7,7 +7,8 @@ the client sees the end of its response, and a writer thread ``fsync``s what was
 the request path, within ``SYNC_DELAY_S`` (:class:`GroupCommit`): ``kill -9`` of the recorder loses no completed
 turn, a power cut at most the last 50 ms of them. With
 ``--turn-after-answer`` (``after_answer``) the turn is written once the answer's end was sent: the answer
-waits for nothing, and a ``kill -9`` loses at most the turns whose answers were in flight. One
+waits for nothing (a stream's end leaves at ``data: [DONE]``, before our decoder reads its events; a stream no
+turn can be made of is still relayed whole, and said), and a ``kill -9`` loses at most the turns whose answers were in flight. One
 recorder per trace: it holds the file's lock from its first turn until it stops. Between the answer's last
 two bytes only the line is made (:func:`~frankenstein.workload.trace.recorded_line`, from the request side
 prepared while the engine worked) and written; the fsync thread is woken after the last byte (when it sleeps).
@@ -538,18 +539,22 @@ class _Handler(LeanHandler):
         after = self.server.after_answer
         answered = False
 
-        def ended(r: _Relayed) -> None:  # the stream's last event: the turn is whole, written now
+        def end_now() -> None:  # [DONE]: only the engine's final chunk follows, the answer ends here
             nonlocal answered
-            if not after:
-                self._record(endpoint, r.asm, t0, r.ttft, self._peer_closed())
-            if framing.ended:  # [DONE]: only the engine's final chunk follows, the answer ends here
+            if not answered:
                 self._send(b"0\r\n\r\n")
                 answered = True
+
+        def ended(r: _Relayed) -> None:  # the stream's last event: the turn is whole, written now
+            if not after:
+                self._record(endpoint, r.asm, t0, r.ttft, self._peer_closed())
+            if framing.ended:
+                end_now()
                 if after:
                     self._record(endpoint, r.asm, t0, r.ttft, self._peer_closed())
                 self._after_turn()
 
-        relayed = _Relayed(endpoint, self._send, framing, t0, ended)
+        relayed = _Relayed(endpoint, self._send, framing, t0, ended, end_now if after else None)
         try:
             if resp.chunked:
                 resp.pump_framed(relayed.framed, framing)
@@ -565,6 +570,8 @@ class _Handler(LeanHandler):
         if answered:
             if framing.late:
                 self.server.note_error(f"the engine sent {framing.late} bytes after [DONE] on {endpoint}: dropped")
+            if not relayed.ended:  # --turn-after-answer: ended at [DONE] before its events were read
+                self._not_recorded(endpoint, relayed)
             return
         relayed.read_held()
         asm = relayed.asm
@@ -582,6 +589,14 @@ class _Handler(LeanHandler):
             self._record(endpoint, asm, t0, relayed.ttft, self._peer_closed())
         self._send(b"0\r\n\r\n")  # the end of the answer, only once its turn is in the trace
         self._after_turn()
+
+    def _not_recorded(self, endpoint: str, relayed: _Relayed) -> None:
+        """A stream relayed to its end whose turn was not written: why, said."""
+        if relayed.unread is not None:
+            self._unreadable(endpoint, relayed.unread)
+        else:
+            why = relayed.asm.error or "it ended without finishing"
+            self.server.note_error(f"turn not recorded: the stream on {endpoint} was relayed whole, but {why}")
 
     def _send(self, data: bytes) -> None:
         """``data`` straight to the client's socket (what was written to ``wfile`` is flushed already)."""
@@ -622,6 +637,8 @@ class _Relayed:
     client's path); the time to the first output (TTFT, from ``t0``) and what the decoder could not read.
     ``on_end`` is called once, at the stream's last event (``[DONE]``, llama.cpp's ``stop``) when the stream
     finished: the turn is whole then, and is written while the engine still sends its last framing bytes.
+    ``end_first`` (``--turn-after-answer``) is called before the held pieces are read, once the framing found the
+    answer's end (``[DONE]``): the client's answer ends before our decoder runs.
 
     An OpenAI stream's pieces are held (with the time each came) and read together: at a piece that ends with
     ``data: [DONE]``, once ``HOLD_BYTES`` are held, and at the stream's end (:meth:`read_held`). Each piece then
@@ -633,7 +650,7 @@ class _Relayed:
 
     __slots__ = (
         *("asm", "ttft", "unread", "ended", "_send", "_framing", "_t0", "_on_end", "_partial"),
-        *("_held", "_held_bytes", "_hold"),
+        *("_held", "_held_bytes", "_hold", "_end_first"),
     )
 
     def __init__(
@@ -643,8 +660,10 @@ class _Relayed:
         framing: ChunkFraming,
         t0: float,
         on_end: Callable[[_Relayed], None],
+        end_first: Callable[[], None] | None = None,
     ) -> None:
         self.asm = StreamAssembler(endpoint)
+        self._end_first = end_first  # called when the framing ends the answer ([DONE]), before the events are read
         self.ttft: float | None = None
         self.unread: Exception | None = None
         self.ended = False
@@ -664,6 +683,8 @@ class _Relayed:
         self._held_bytes += len(data)
         if self._hold and self._held_bytes < HOLD_BYTES and not data.endswith(_DONE_EVENT):
             return
+        if self._end_first is not None and self._framing.ended:
+            self._end_first()  # --turn-after-answer: the answer's end does not wait for our decoder
         self.read_held()
         if self.asm.done and not self.ended and self.unread is None and self.asm.finished:
             self.ended = True
