@@ -633,10 +633,13 @@ class ChunkFraming:
             return b""
         if not self._left and self._expect == "size" and not self._line:
             size = _CHUNK_SIZE.match(data)  # one chunk, the piece whole (what an engine sends): one match
-            if size is not None and not self._decode:
-                stop = size.end() + 2 + int(size.group(), 16)
+            if size is not None:
+                start = size.end() + 2
+                stop = start + int(size.group(), 16)
                 if stop + 2 == len(data) and data.endswith(b"\r\n"):
                     self.surplus = 0
+                    if self._decode:
+                        self.data = data[start:stop]
                     return self._ending(data)
             whole = self._whole_chunks(data)
             if whole is not None:
