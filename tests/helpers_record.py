@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -55,3 +58,17 @@ class Burst:
                 self.done.append(session)
                 if self._want and len(self.done) >= self._want:
                     self._enough.set()
+
+
+def kill_9_mid_burst(proc: subprocess.Popen[str], burst: Burst, answers: int, timeout_s: float, group: bool) -> None:
+    """SIGKILL ``proc`` (its whole process group with ``group``) once ``burst`` has ``answers`` whole answers; ``proc``
+    is reaped (its group killed) whatever fails, and the burst's clients are joined."""
+    try:
+        assert burst.wait_for(answers, timeout_s)
+        (os.killpg if group else os.kill)(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    burst.join()

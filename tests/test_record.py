@@ -26,7 +26,7 @@ from frankenstein.workload.record import TurnRecorder, _json_object, _plain_json
 from frankenstein.workload.trace import RecordedTimings, append_turn, load_trace, parse_line
 
 from conftest import frank
-from helpers_record import Burst
+from helpers_record import Burst, kill_9_mid_burst
 
 SECRET = "sk-test-SECRET-1234567890"
 
@@ -708,15 +708,7 @@ def test_kill_9_of_frank_record_mid_burst_loses_no_completed_turn(
     )
     url = proc.stdout.readline().split()[1]  # type: ignore[union-attr]
     burst = Burst(url + "/v1/chat/completions", lambda stream: chat("hi", stream=stream))
-    try:
-        assert burst.wait_for(40, 60)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    burst.join()
+    kill_9_mid_burst(proc, burst, 40, 60, group=False)
     recorded = {t.session_id for t in load_trace(out).turns}
     assert len(burst.done) >= 40 and burst.refused == []
     assert len(set(burst.done) - recorded) <= (4 if after_answer else 0) and recorded <= set(burst.sent)

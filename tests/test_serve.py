@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import pytest
 from conftest import pids_of
-from helpers_record import Burst
+from helpers_record import Burst, kill_9_mid_burst
 from tokenizers import Tokenizer
 
 from frankenstein.campaign import init_campaign
@@ -455,14 +455,11 @@ def test_kill_9_of_frank_serve_record_mid_burst_loses_no_completed_turn(tmp_path
         engine_running = f"--port {engine.rsplit(':', 1)[1]}"
         assert pids_of(engine_running)  # so the check below can fail
         burst = Burst(url + "/v1/chat/completions", lambda stream: CHAT_HI | {"stream": stream})
-        assert burst.wait_for(40, 120)
+    except BaseException:
         os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    burst.join()
+        proc.wait()
+        raise
+    kill_9_mid_burst(proc, burst, 40, 120, group=True)
     recorded = {t.session_id for t in load_trace(out).turns}
     assert len(burst.done) >= 40 and burst.refused == []
     assert set(burst.done) <= recorded <= set(burst.sent)
