@@ -120,7 +120,7 @@ class _Handler(LeanHandler):
         return super().parse_request()
 
     def handle_one_request(self) -> None:
-        self.status_sent = None  # set by send_response: the answer's status, observed after it
+        self.status_sent = None  # set by send_response or answer_head: the answer's status, observed after it
         self._to_count: bytes | None = None  # a passed-on POST's body, counted against the context scope
         if not self._passed_plain():
             super().handle_one_request()

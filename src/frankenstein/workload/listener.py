@@ -209,7 +209,7 @@ class LeanHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     wbufsize = WRITE_BUFFER  # headers and body leave in one send (each write is followed by a flush)
     raw_requestline: bytes  # the request line, read by handle_one_request
-    _headers_buffer: list[bytes]  # the head being made (send_response, send_header, send_fields)
+    _headers_buffer: list[bytes]  # the head being made (send_response, send_header)
 
     headers: Headers  # type: ignore[assignment]  # wire.Headers: get(), items(), iteration, as handlers use them
     status_sent: int | None = None  # the status of the answer begun last (send_response)
@@ -249,11 +249,6 @@ class LeanHandler(BaseHTTPRequestHandler):
             self.wfile.flush()
         return True
 
-    def send_fields(self, headers: FieldLines, drop: frozenset[str] = HOP_HEADERS) -> None:
-        """Every field of ``headers`` whose name is not in ``drop`` into the head's buffer, as one piece (after
-        :meth:`send_response`; ``send_header`` would make each its own)."""
-        self._headers_buffer.append(headers.lines(drop).encode("latin-1"))
-
     def head_ending(self, fields: bytes = b"") -> bytes:
         """The head begun by :meth:`send_response` with ``fields`` (whole ``Name: value\\r\\n`` lines) and its
         empty line, as bytes for the caller to send (with the body: one send); the head's buffer is emptied."""
@@ -263,9 +258,8 @@ class LeanHandler(BaseHTTPRequestHandler):
         return head
 
     def answer_head(self, status: int, headers: FieldLines, fields: bytes) -> bytes:
-        """An answer's whole head in one call (:meth:`send_response`, :meth:`send_fields` and :meth:`head_ending`):
-        the status line, ``Server`` and ``Date``, ``headers`` less the hop-by-hop fields, ``fields`` (whole lines) and
-        the empty line."""
+        """An engine's answer's whole head in one call: the status line, ``Server`` and ``Date``, ``headers`` less the
+        hop-by-hop fields, ``fields`` (whole lines) and the empty line."""
         self.status_sent = status
         start = status_line(self.protocol_version, status) + server_and_date(self._server_field)
         return start + headers.lines(HOP_HEADERS).encode("latin-1") + fields + b"\r\n"

@@ -337,8 +337,7 @@ class _Handler(LeanHandler):
         if len(data) != head_len + length:
             bad_request(self, BadRequest(f"body ended after {len(data) - head_len} of {length} bytes"))
             return
-        self._handle_body(data[head_len:])
-        self.wfile.flush()
+        self._handle_body(data[head_len:])  # every answer leaves by sendall: nothing waits in wfile
 
     def _handle(self) -> None:
         try:
@@ -380,9 +379,8 @@ class _Handler(LeanHandler):
 
     # -- forwarding helpers
     def _upstream_headers(self) -> str:
-        """The client's fields less the hop-by-hop ones, as head lines; the answer asked for uncompressed."""
-        fields = self.headers.lines(HOP_HEADERS) if self._plain is None else self._plain.decode("latin-1")
-        return fields + "Accept-Encoding: identity\r\n"
+        """A general request's fields less the hop-by-hop ones, as head lines; the answer asked for uncompressed."""
+        return self.headers.lines(HOP_HEADERS) + "Accept-Encoding: identity\r\n"
 
     def _session(self) -> str | None:
         """The client's ``X-Frank-Session`` (its first value)."""
@@ -395,16 +393,6 @@ class _Handler(LeanHandler):
         """The engine's answer: its head (less the hop-by-hop fields) and ``data``, in one send."""
         body = data if self.command != "HEAD" else b""
         self._send(self.answer_head(status, headers, b"Content-Length: %d\r\n" % len(data)) + body)
-
-    def _write(self, data: bytes) -> None:
-        if self.client_gone or not data:
-            return
-        try:
-            self.wfile.write(data)
-            self.wfile.flush()
-        except OSError:
-            self.client_gone = True
-            self.close_connection = True
 
     def _pass_through(self, raw: bytes) -> None:
         """A request that is not recorded (``/tokenize``, ``/health``, ``/v1/models``, ...): sent on as a generation
@@ -599,7 +587,7 @@ class _Handler(LeanHandler):
             self.server.note_error(f"turn not recorded: the stream on {endpoint} was relayed whole, but {why}")
 
     def _send(self, data: bytes) -> None:
-        """``data`` straight to the client's socket (what was written to ``wfile`` is flushed already)."""
+        """``data`` straight to the client's socket (nothing of an answer goes through ``wfile``)."""
         if self.client_gone:
             return
         try:
@@ -620,7 +608,7 @@ class _Handler(LeanHandler):
             b"event: error\ndata: " + json.dumps({"error": {"message": reason, "type": "upstream"}}).encode() + b"\n\n"
         )
         if framing.between_chunks:
-            self._write(b"%x\r\n%s\r\n" % (len(event), event))
+            self._send(b"%x\r\n%s\r\n" % (len(event), event))
         self.close_connection = True
         raise _UpstreamFailed(reason)
 
