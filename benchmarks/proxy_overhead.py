@@ -24,9 +24,9 @@ target alike), so a pair of measurements is a few milliseconds apart. Request ki
 Targets: ``direct``; ``serve``, ``record`` and ``record-after`` (``frank record --turn-after-answer``: each turn
 written after its answer's end) of this checkout; ``relay``, the floor of a Python hop: a
 bare relay that forwards bytes both ways and parses nothing (a thread per direction, ``TCP_NODELAY``);
-with ``--baseline-src DIR`` also ``serve@base`` and ``record@base``, the same commands run from the
-``frankenstein`` package in ``DIR`` (old code against new, A B A B in one run); with ``--scoped`` also ``scoped``
-(and ``scoped@base``): serve's front as a campaign runs it, every request observed into the campaign's store, held
+with ``--baseline-src DIR`` also ``serve@base`` and ``record@base`` (and ``record-after@base`` with
+``--after-base``), the same commands run from the ``frankenstein`` package in ``DIR`` (old code against new,
+A B A B in one run); with ``--scoped`` also ``scoped`` (and ``scoped@base``): serve's front as a campaign runs it, every request observed into the campaign's store, held
 to an adopted concurrency of 1 and each chat's prompt counted against an adopted context scope of 4,096 tokens.
 
 Reported per kind and proxy: the proxy's p50 and p99, direct's p50 and p99, and added = the median of
@@ -85,6 +85,7 @@ LONG_CHAT = {
     "temperature": 0.0,
 }
 PROXIES = ("relay", "serve", "serve@base", "scoped", "scoped@base", "record", "record@base", "record-after")
+PROXIES += ("record-after@base",)
 
 
 def _post(conn: http.client.HTTPConnection, path: str, body: dict[str, object]) -> http.client.HTTPResponse:
@@ -342,6 +343,11 @@ def main() -> None:
         action="store_true",
         help="also `scoped`: serve's front observing into a campaign with an adopted context scope (each chat counted)",
     )
+    ap.add_argument(
+        "--after-base",
+        action="store_true",
+        help="with --baseline-src, also `record-after@base` (its --turn-after-answer)",
+    )
     ap.add_argument("--relay", nargs=2, type=int, metavar=("LISTEN", "UPSTREAM"), help=argparse.SUPPRESS)
     ap.add_argument("--scoped-front", nargs=3, metavar=("LISTEN", "UPSTREAM", "DIR"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -369,7 +375,8 @@ def main() -> None:
         )
         procs = {"relay": (relay_port, relay), **_proxies(eng.base_url, tmp, None, "", tiny, after=True)}
         if args.baseline_src:
-            procs.update(_proxies(eng.base_url, tmp, os.path.abspath(args.baseline_src), "@base", tiny))
+            base = os.path.abspath(args.baseline_src)
+            procs.update(_proxies(eng.base_url, tmp, base, "@base", tiny, after=args.after_base))
         if args.scoped and tiny:
             procs.update(_scoped(eng.base_url, tmp, None, ""))
             if args.baseline_src:

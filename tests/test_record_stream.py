@@ -24,12 +24,13 @@ from frankenstein.engines.response import StreamAssembler
 from frankenstein.workload.record import HOLD_BYTES, RecordedTurn, _Relayed, serve_recorder
 from frankenstein.workload.wire import ChunkFraming
 from frankenstein.workload.trace import Turn, load_trace
+from tls_relay import llama_server
 
 
 class PiecesTestDouble(BaseHTTPRequestHandler):
     """TEST DOUBLE of an engine: answers every POST with ``server.pieces`` (the test sets them before each
     request) as an event stream, one chunk per piece, each flushed on its own (``server.gap`` seconds apart),
-    and its final chunk once ``server.release`` is set."""
+    and its final chunk once ``server.release`` is set (``server.together``: in one write with the last piece)."""
 
     protocol_version = "HTTP/1.1"
     server: Any
@@ -45,8 +46,10 @@ class PiecesTestDouble(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         self.wfile.flush()
-        for piece in self.server.pieces:
+        for i, piece in enumerate(self.server.pieces):
             self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            if self.server.together and i == len(self.server.pieces) - 1:
+                break  # the last piece and the final chunk in one write, as a proxy reading late finds them
             self.wfile.flush()
             if self.server.gap:
                 threading.Event().wait(self.server.gap)  # the engine's time per token
@@ -61,6 +64,7 @@ def engine() -> Iterator[Any]:
     srv.daemon_threads = True
     srv.release = threading.Event()
     srv.gap = 0.0
+    srv.together = False
     srv.release.set()
     t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     t.start()
@@ -277,6 +281,68 @@ def test_after_the_answer_a_stream_ends_at_done_whatever_our_decoder_makes_of_it
     assert body == b"".join(pieces)
     assert len(errors) == 1 and "turn not recorded" in errors[0] and said in errors[0], errors
     assert not out.exists() or not out.read_bytes()
+
+
+def _reads_of_a_stream(url: str, request: dict[str, Any]) -> list[bytes]:
+    """One streamed request on a raw socket: each ``recv`` as it came, to the answer's final chunk."""
+    body = json.dumps(request).encode()
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+    with socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])), timeout=10) as sock:
+        sock.sendall(head + b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        reads = [sock.recv(1 << 16)]
+        while reads[-1] and not b"".join(reads).endswith(b"\r\n0\r\n\r\n"):
+            reads.append(sock.recv(1 << 16))
+    return reads
+
+
+def _done_read(reads: list[bytes]) -> bytes:
+    """The read that brought ``data: [DONE]``."""
+    (read,) = [r for r in reads if b"data: [DONE]" in r]
+    return read
+
+
+def test_after_the_answer_done_and_the_end_leave_in_one_send_when_the_engine_wrote_them_in_one(
+    engine: Any, tmp_path: Path
+) -> None:
+    """``--turn-after-answer``, and the engine's [DONE] and final chunk read in one piece (llama-server's two writes,
+    read late): the client gets the answer's end in the same read as [DONE]. Before, the framing did not see the end
+    at [DONE] in such a piece, and the end left only after our decoder had read the held events (~0.1-0.3 ms later,
+    a second wake-up of the client). The turn is written after."""
+    out = tmp_path / "t.jsonl"
+    engine.pieces = [CHOICE % (b"x" * 60, b"null")] * 40 + [CHOICE % (b"", b'"stop"'), b"data: [DONE]\n\n"]
+    engine.together = True
+    request = {"messages": [{"role": "user", "content": "hi"}], "stream": True}
+    with serve_recorder(engine.url, "127.0.0.1", 0, out, after_answer=True) as proxy:
+        reads = [_reads_of_a_stream(proxy.url, request) for _ in range(20)]
+        deadline = time.monotonic() + 10
+        while proxy.recorder.recorded < 20 and time.monotonic() < deadline:
+            threading.Event().wait(0.001)
+        errors = list(proxy.errors)
+    assert [_done_read(r).endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n") for r in reads] == [True] * 20, reads
+    turns = load_trace(out).turns
+    assert errors == [] and [t.output.text for t in turns] == ["x" * 2400] * 20
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("after", [False, True])
+def test_against_llama_server_the_end_leaves_with_done_after_the_answer_and_after_the_turn_otherwise(
+    llama_server_bin: str, after: bool, tmp_path: Path
+) -> None:
+    """The real llama-server, 20 streams: with ``--turn-after-answer`` every answer's end reaches the client in the
+    read that brings [DONE], however the engine's last writes were read; without it, every turn is in the trace
+    (and each answer whole) all the same."""
+    out = tmp_path / "t.jsonl"
+    request = {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8, "stream": True}
+    with llama_server(llama_server_bin, tmp_path / "llama.log") as url:
+        with serve_recorder(url, "127.0.0.1", 0, out, after_answer=after) as proxy:
+            reads = [_reads_of_a_stream(proxy.url, request) for _ in range(20)]
+            deadline = time.monotonic() + 10
+            while proxy.recorder.recorded < 20 and time.monotonic() < deadline:
+                threading.Event().wait(0.001)
+            errors = list(proxy.errors)
+    ends = [_done_read(r).endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n") for r in reads]
+    assert ends == [True] * 20 if after else all(b"".join(r).endswith(b"\r\n0\r\n\r\n") for r in reads), reads
+    assert errors == [] and len(load_trace(out).turns) == 20
 
 
 def test_ttft_is_when_the_first_output_came_though_pieces_are_read_later(engine: Any, tmp_path: Path) -> None:

@@ -417,6 +417,34 @@ def test_a_done_event_cut_across_pieces_or_without_end_at_done_waits_for_the_eng
     assert cut.feed(b"0\r\n\r\n") == plain.feed(b"0\r\n\r\n") == b"0\r\n\r\n"
 
 
+_DONE_CHUNK = b"e\r\ndata: [DONE]\n\n\r\n"
+
+
+@pytest.mark.parametrize("final", [b"0\r\n\r\n", b"0\r\nX-T: y\r\n\r\n"])
+@pytest.mark.parametrize("hold", [False, True])
+def test_a_done_event_read_with_the_engines_final_chunk_in_one_piece_ends_the_answer_at_done(
+    hold: bool, final: bytes
+) -> None:
+    """A proxy that reads late gets llama-server's [DONE] chunk and its final chunk in one piece (seen on these cores
+    in most streams): the answer ended at [DONE] all the same (``ended``), so ``frank record --turn-after-answer``
+    sends its end with that piece, not after our decoder has read the stream. Trailers take the general path."""
+    framing = ChunkFraming(hold_final=hold, end_at_done=True)
+    assert framing.feed(_SSE[: -len(_DONE_CHUNK)]) == _SSE[: -len(_DONE_CHUNK)] and not framing.ended
+    out = framing.feed(_DONE_CHUNK + final)
+    assert out == _DONE_CHUNK + (b"" if hold else b"0\r\n\r\n") and framing.done and framing.ended
+    assert framing.late == 0 and framing.surplus == 0
+
+
+@pytest.mark.parametrize("hold", [False, True])
+def test_a_done_chunk_whose_size_line_began_in_the_piece_before_ends_the_answer_in_its_own(hold: bool) -> None:
+    """The [DONE] chunk's size line cut across two pieces (held until whole, then given back with the event): the
+    piece that brings the event ends the answer, as a piece of whole chunks does."""
+    framing = ChunkFraming(hold_final=hold, end_at_done=True)
+    assert framing.feed(_SSE[:-18]) == _SSE[:-19] and not framing.ended  # "e" held: the line is not whole
+    assert framing.feed(_SSE[-18:]) == _DONE_CHUNK + (b"" if hold else b"0\r\n\r\n") and framing.ended
+    assert framing.feed(b"0\r\n\r\n") == b"" and framing.done and framing.late == 0
+
+
 @pytest.mark.parametrize("hold", [False, True])
 def test_ending_at_done_gives_back_the_bytes_the_engines_own_end_gives_however_the_stream_is_cut(hold: bool) -> None:
     """Against an engine that keeps the protocol (nothing but its final chunk after [DONE]), ending at [DONE]
@@ -438,8 +466,11 @@ def test_ending_at_done_gives_back_the_bytes_the_engines_own_end_gives_however_t
         pieces = split_at(body, *cuts)
         assert b"".join(early.feed(p) for p in pieces) == b"".join(late.feed(p) for p in pieces), (body, cuts)
         assert early.done and late.done and early.late == 0 and not late.ended
+        if hold:  # held, the end is found unless a cut falls inside the event (its own piece must show it whole)
+            done_end = sum(map(len, chunks))
+            assert early.ended == all(not done_end - 16 <= c < done_end for c in cuts), (body, cuts)
         ended += early.ended
-    assert ended > 200  # the early end was taken often (a plain piece that ends with the [DONE] chunk)
+    assert ended > 1200  # the early end was taken often (a piece that ends with the [DONE] chunk)
 
 
 def test_record_holds_a_streams_final_chunk_until_its_turn_is_in_the_trace(tmp_path: Path) -> None:

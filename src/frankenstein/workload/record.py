@@ -527,10 +527,10 @@ class _Handler(LeanHandler):
         after = self.server.after_answer
         answered = False
 
-        def end_now() -> None:  # [DONE]: only the engine's final chunk follows, the answer ends here
+        def end_now(last: bytes = b"") -> None:  # [DONE]: only the engine's final chunk follows, the answer ends here
             nonlocal answered
             if not answered:
-                self._send(b"0\r\n\r\n")
+                self._send(last + b"0\r\n\r\n")
                 answered = True
 
         def ended(r: _Relayed) -> None:  # the stream's last event: the turn is whole, written now
@@ -625,8 +625,9 @@ class _Relayed:
     client's path); the time to the first output (TTFT, from ``t0``) and what the decoder could not read.
     ``on_end`` is called once, at the stream's last event (``[DONE]``, llama.cpp's ``stop``) when the stream
     finished: the turn is whole then, and is written while the engine still sends its last framing bytes.
-    ``end_first`` (``--turn-after-answer``) is called before the held pieces are read, once the framing found the
-    answer's end (``[DONE]``): the client's answer ends before our decoder runs.
+    ``end_first`` (``--turn-after-answer``) sends the piece with which the framing found the answer's end (``[DONE]``,
+    alone or read with the engine's final chunk) and that end in one send: the client's answer ends before our
+    decoder runs, and the client reads it in one wake-up.
 
     An OpenAI stream's pieces are held (with the time each came) and read together: at a piece that ends with
     ``data: [DONE]``, once ``HOLD_BYTES`` are held, and at the stream's end (:meth:`read_held`). Each piece then
@@ -648,7 +649,7 @@ class _Relayed:
         framing: ChunkFraming,
         t0: float,
         on_end: Callable[[_Relayed], None],
-        end_first: Callable[[], None] | None = None,
+        end_first: Callable[[bytes], None] | None = None,
     ) -> None:
         self.asm = StreamAssembler(endpoint)
         self._end_first = end_first  # called when the framing ends the answer ([DONE]), before the events are read
@@ -667,12 +668,13 @@ class _Relayed:
 
     def piece(self, out: bytes, data: bytes) -> None:
         self._held.append((time.perf_counter(), data))
-        self._send(out)
+        if self._end_first is not None and self._framing.ended:
+            self._end_first(out)  # --turn-after-answer: [DONE] and the answer's end in one send, before our decoder
+        else:
+            self._send(out)
         self._held_bytes += len(data)
         if self._hold and self._held_bytes < HOLD_BYTES and not data.endswith(_DONE_EVENT):
             return
-        if self._end_first is not None and self._framing.ended:
-            self._end_first()  # --turn-after-answer: the answer's end does not wait for our decoder
         self.read_held()
         if self.asm.done and not self.ended and self.unread is None and self.asm.finished:
             self.ended = True

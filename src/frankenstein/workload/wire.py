@@ -569,6 +569,15 @@ def _length(headers: Headers) -> int:
 
 _HEX_DIGITS = b"0123456789abcdefABCDEF"
 _DONE_TAIL = b"data: [DONE]\n\n\r\n"  # the last event of an OpenAI-style stream, then its chunk's CRLF
+
+
+def _ends_at_done(data: bytes, end: int) -> bool:
+    """Whether ``data[:end]`` (given back, ending between chunks) ends with the chunk CRLF of a ``data: [DONE]`` event
+    that begins a line: the 14 bytes before that CRLF hold no ``\r``, so no framing line is among them."""
+    start = end - len(_DONE_TAIL)
+    return start > 0 and data.startswith(_DONE_TAIL, start) and data[start - 1] == _LF
+
+
 _LF = ord("\n")  # before it: the end of the chunk's size line or of the event before, in the same chunk
 _CHUNK_SIZE = re.compile(rb"[1-9a-f][0-9a-f]{0,15}(?=\r\n)")  # a data chunk's size, lower-case hex as engines send
 
@@ -644,12 +653,19 @@ class ChunkFraming:
             whole = self._whole_chunks(data)
             if whole is not None:
                 return whole
-        return self._framed(data)
+        out = self._framed(data)  # a piece cut elsewhere than between chunks (a framing line held): the same end
+        if self._at_done and self.broken is None:
+            if self.done:  # with the engine's final chunk (given back whole as 0\r\n\r\n unless held)
+                final = 0 if self._hold else 5
+                self.ended = (self._hold or out.endswith(b"0\r\n\r\n")) and _ends_at_done(out, len(out) - final)
+            elif self.between_chunks:
+                return self._ending(out)
+        return out
 
     def _ending(self, data: bytes) -> bytes:
-        """A piece of whole chunks as given back: with ``end_at_done``, one whose last event is ``data: [DONE]``
-        ends the answer (the final 0-chunk after it, unless the caller holds it)."""
-        if self._at_done and data.endswith(_DONE_TAIL) and data[-len(_DONE_TAIL) - 1] == _LF:
+        """What is given back of a piece that ends between chunks: with ``end_at_done``, one whose last event is
+        ``data: [DONE]`` ends the answer (the final 0-chunk after it, unless the caller holds it)."""
+        if self._at_done and _ends_at_done(data, len(data)):
             self.ended = True  # what follows is the engine's final chunk: not given back (``late`` otherwise)
             if not self._hold:
                 self._hold = True
@@ -701,6 +717,9 @@ class ChunkFraming:
                     return None
                 self.done, self._expect, self.surplus = True, "trailer", 0
                 self.data = b"".join(parts)
+                # [DONE] and the engine's final chunk in one piece (read late): the answer ended at [DONE] too
+                if self._at_done and _ends_at_done(data, pos):
+                    self.ended = True
                 return data[:pos] if self._hold else data
             stop = nl + 2 + n
             if data[stop : stop + 2] != b"\r\n" or digits != b"%x" % n:
