@@ -40,8 +40,9 @@ from frankenstein.regioncache.observe import ServedLog
 from frankenstein.regioncache.render import Renderer, Unrenderable
 from frankenstein.workload.listener import (
     HOP_HEADERS,
-    READ_BUFFER,
     MAX_BODY_BYTES,
+    NO_BODY,
+    READ_BUFFER,
     BadRequest,
     LeanHandler,
     PlainPooledAnswer,
@@ -49,15 +50,13 @@ from frankenstein.workload.listener import (
     ProxyHTTPServer,
     UpstreamPool,
     bad_request,
+    bodiless_length,
     loads,
     open_plain,
     read_body,
     send_json,
 )
 from frankenstein.workload.plainhead import plain_request, upstream_head
-
-_NO_BODY = {204, 304}
-
 
 LOCAL_ROUTES = frozenset({"/tokenize", "/count", "/v1/messages/count_tokens"})  # counts answered by the front
 
@@ -350,8 +349,8 @@ class _Handler(LeanHandler):
         status, send = resp.status_code, self.connection.sendall
         self._engine_error = status >= 500
         try:
-            if self.command == "HEAD" or status in _NO_BODY:
-                send(self.answer_head(status, resp.headers, b"Content-Length: 0\r\n"))
+            if self.command == "HEAD" or status in NO_BODY:  # the engine's length, no body
+                send(self.answer_head(status, resp.headers, bodiless_length(status, resp.headers)))
             elif resp.length is not None:
                 head = self.answer_head(status, resp.headers, b"Content-Length: %d\r\n" % resp.length)
                 if resp.length <= READ_BUFFER:  # head and body in one send, no buffered writer between

@@ -91,10 +91,25 @@ class TooLarge(BadRequest):
 
 
 class FieldLines(Protocol):
-    """Fields a proxy forwards as head lines: :class:`~frankenstein.workload.wire.Headers`, or a plain answer's
-    :class:`PlainFields`."""
+    """Fields a proxy forwards as head lines, and asks by name: :class:`~frankenstein.workload.wire.Headers`, or a
+    plain answer's :class:`PlainFields`."""
 
     def lines(self, drop: frozenset[str]) -> str: ...
+
+    def get(self, name: str, default: str) -> str: ...
+
+
+NO_BODY = frozenset({204, 304})  # statuses whose answers never carry a body
+
+
+def bodiless_length(status: int, headers: FieldLines) -> bytes:
+    """The ``Content-Length`` line of an answer relayed without a body (to a ``HEAD``; a 204 or 304): the engine's own
+    value (the length a ``GET`` would have had), none for a 1xx or 204 (which must not carry one) or when the engine
+    gave none or a malformed one. A client reads no body after such a head whatever its length says."""
+    if status < 200 or status == 204:
+        return b""
+    value = headers.get("content-length", "").strip()
+    return b"Content-Length: %s\r\n" % value.encode() if value.isascii() and value.isdigit() else b""
 
 
 class SlotsLike(Protocol):

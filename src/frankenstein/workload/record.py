@@ -78,6 +78,7 @@ from frankenstein.errors import FrankError, TraceError
 from frankenstein.workload.listener import (
     HOP_HEADERS,
     MAX_BODY_BYTES,
+    NO_BODY,
     BadRequest,
     FieldLines,
     LeanHandler,
@@ -86,6 +87,7 @@ from frankenstein.workload.listener import (
     ProxyHTTPServer,
     UpstreamPool,
     bad_request,
+    bodiless_length,
     loads,
     open_plain,
     read_body,
@@ -390,9 +392,12 @@ class _Handler(LeanHandler):
         return field.group(1).decode("latin-1") if field else None
 
     def _reply(self, status: int, headers: FieldLines, data: bytes) -> None:
-        """The engine's answer: its head (less the hop-by-hop fields) and ``data``, in one send."""
-        body = data if self.command != "HEAD" else b""
-        self._send(self.answer_head(status, headers, b"Content-Length: %d\r\n" % len(data)) + body)
+        """The engine's answer: its head (less the hop-by-hop fields) and ``data``, in one send; to a ``HEAD``, and for
+        a 204 or 304, the head alone with the engine's length (``bodiless_length``)."""
+        if self.command == "HEAD" or status in NO_BODY:
+            self._send(self.answer_head(status, headers, bodiless_length(status, headers)))
+            return
+        self._send(self.answer_head(status, headers, b"Content-Length: %d\r\n" % len(data)) + data)
 
     def _pass_through(self, raw: bytes) -> None:
         """A request that is not recorded (``/tokenize``, ``/health``, ``/v1/models``, ...): sent on as a generation
