@@ -370,15 +370,17 @@ def test_a_long_streams_pieces_are_read_once_a_few_kib_are_held() -> None:
     """A stream of 2,000 events, never ending: at most ``HOLD_BYTES`` of them are held unread at any time (the
     memory a stream costs stays bounded), and the first output's time is the piece's, not the reading's."""
     t0 = time.perf_counter()
-    relayed = _Relayed("/v1/chat/completions", lambda data: None, ChunkFraming(), t0, lambda r: None)
+    framing = ChunkFraming(decode=True)
+    relayed = _Relayed("/v1/chat/completions", lambda data: None, framing, t0, lambda r: None)
     piece = CHOICE % (b"word", b"null")
+    chunk = b"%x\r\n%s\r\n" % (len(piece), piece)
     before = time.perf_counter()
-    relayed.piece(piece, piece)
+    relayed.framed(framing.feed(chunk))
     after = time.perf_counter()
     assert relayed.ttft is None and relayed.asm.fields()["text"] == ""  # held, not read yet
     most = 0
     for sent in range(2, 2002):
-        relayed.piece(piece, piece)
+        relayed.framed(framing.feed(chunk))
         unread = sent - len(relayed.asm.fields()["text"]) // 4
         most = max(most, unread * len(piece))
     assert HOLD_BYTES - len(piece) < most <= HOLD_BYTES

@@ -547,7 +547,8 @@ class _Handler(LeanHandler):
                     self._record(endpoint, r.asm, t0, r.ttft, self._peer_closed())
                 self._after_turn()
 
-        relayed = _Relayed(endpoint, self._send, framing, t0, ended, end_now if after else None)
+        sendall = None if self.client_gone else self.connection.sendall
+        relayed = _Relayed(endpoint, self._send, framing, t0, ended, end_now if after else None, sendall)
         try:
             if resp.chunked:
                 resp.pump_framed(relayed.framed, framing)
@@ -644,7 +645,7 @@ class _Relayed:
 
     __slots__ = (
         *("asm", "ttft", "unread", "ended", "_send", "_framing", "_t0", "_on_end", "_partial"),
-        *("_held", "_held_bytes", "_hold", "_end_first"),
+        *("_held", "_held_bytes", "_hold", "_end_first", "_sendall"),
     )
 
     def __init__(
@@ -655,6 +656,7 @@ class _Relayed:
         t0: float,
         on_end: Callable[[_Relayed], None],
         end_first: Callable[[bytes], None] | None = None,
+        sendall: Callable[[bytes], object] | None = None,
     ) -> None:
         self.asm = StreamAssembler(endpoint)
         self._end_first = end_first  # called when the framing ends the answer ([DONE]), before the events are read
@@ -666,20 +668,34 @@ class _Relayed:
         self._held_bytes = 0
         self._hold = endpoint != "/completion"  # its last event is a stop chunk, found only by reading
         self._send, self._framing, self._t0, self._on_end = send, framing, t0, on_end
+        self._sendall = sendall or send  # the client's socket's own (a C call), until it fails
 
     def framed(self, out: bytes) -> None:
-        """A piece of a chunked answer as the engine framed it (its data decoded by the framing)."""
-        self.piece(out, self._framing.data)
-
-    def piece(self, out: bytes, data: bytes) -> None:
+        """A piece of a chunked answer as the engine framed it (its data decoded by the framing), in this one frame
+        (it runs once per token, cold): held with the time it came, and sent by the client socket's ``sendall``
+        (``send`` once that failed: the client left, and ``send`` says so and sends nothing more)."""
+        data = self._framing.data
         self._held.append((time.perf_counter(), data))
         if self._end_first is not None and self._framing.ended:
             self._end_first(out)  # --turn-after-answer: [DONE] and the answer's end in one send, before our decoder
         else:
-            self._send(out)
+            try:
+                self._sendall(out)
+            except OSError:
+                self._sendall = self._send
+                self._send(out)
         self._held_bytes += len(data)
         if self._hold and self._held_bytes < HOLD_BYTES and not data.endswith(_DONE_EVENT):
             return
+        self._read_now()
+
+    def piece(self, out: bytes, data: bytes) -> None:
+        """A piece of an answer ended by the engine's close (framed here as a chunk): sent, and read at once."""
+        self._held.append((time.perf_counter(), data))
+        self._send(out)
+        self._read_now()
+
+    def _read_now(self) -> None:
         self.read_held()
         if self.asm.done and not self.ended and self.unread is None and self.asm.finished:
             self.ended = True
