@@ -506,6 +506,130 @@ def test_record_holds_a_streams_final_chunk_until_its_turn_is_in_the_trace(tmp_p
     assert rest == b"0\r\n\r\n"
 
 
+@pytest.mark.parametrize("read_with_final", [False, True])
+def test_record_holds_an_openai_streams_done_event_until_its_turn_is_in_the_trace(
+    tmp_path: Path, read_with_final: bool
+) -> None:
+    """An OpenAI client's answer is whole at ``data: [DONE]`` (it stops reading there), and so is that of a front
+    that ends the answer there (``frank serve --record``): the [DONE] event leaves only once the turn is in the trace
+    (held here by an ``on_turn`` that waits), with the final chunk in the same send; the pieces before it as they
+    came. Before, [DONE] left first and the turn was written after it (a ``kill -9`` in between lost a turn whose
+    client had its answer). The engine's [DONE] read alone, or in one piece with the whole answer (then held whole:
+    one send, one wake-up of the client)."""
+    events = [
+        b'data: {"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}\n\n',
+        b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n',
+    ]
+    chunks = [b"%x\r\n%s\r\n" % (len(e), e) for e in events]
+    done = b"e\r\ndata: [DONE]\n\n\r\n"
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    upstream = ScriptedUpstreamTestDouble([head + b"".join(chunks) + done + b"0\r\n\r\n"])
+    if not read_with_final:  # each chunk its own write, as llama-server's: [DONE] ends the answer as it comes
+        upstream = PacedUpstreamTestDouble(head, [*chunks, done, b"0\r\n\r\n"])
+    gate, turns = threading.Event(), []
+    request = b'{"messages": [{"role": "user", "content": "hello"}], "stream": true}'
+    with serve_recorder(
+        upstream.url, out=tmp_path / "t.jsonl", on_turn=lambda t: (turns.append(t), gate.wait(10))
+    ) as rec:
+        with socket.create_connection(("127.0.0.1", port_of(rec.url)), timeout=10) as s:
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n")
+            s.sendall(b"Content-Length: %d\r\n\r\n%s" % (len(request), request))
+            before = b"" if read_with_final else b"".join(chunks)  # what leaves before the turn is written
+            got = s.recv(65536)
+            while not got.endswith(before + b"\r\n\r\n" if not before else before):
+                chunk = s.recv(65536)
+                assert chunk, got
+                got += chunk
+            while not turns:
+                s.settimeout(0.01)
+                with pytest.raises(TimeoutError):
+                    s.recv(1)  # nothing more arrives while the turn is being recorded: [DONE] is held
+            assert json.loads((tmp_path / "t.jsonl").read_text())["output"]["text"] == "hi"
+            gate.set()
+            s.settimeout(10)
+            rest = s.recv(65536)
+    upstream.close()
+    assert rest == b"".join(chunks)[len(before) :] + done + b"0\r\n\r\n" and b"[DONE]" not in got
+
+
+def test_serve_in_front_of_its_recorder_ends_no_answer_before_the_turn_is_in_the_trace(tmp_path: Path) -> None:
+    """``frank serve --record``'s chain in process: serve's front, the recorder behind it, an engine double pacing its
+    chunks. The front ends an event stream at its [DONE] event; the recorder holds that event until the turn is
+    written (an ``on_turn`` that waits holds it here), so the client through the front has nothing after the events
+    before [DONE] while the turn is being written. Before, the front ended the client's answer at [DONE] while the
+    recorder still wrote the turn (a ``kill -9`` then lost a turn whose client had its answer)."""
+    events = [
+        b'data: {"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}\n\n',
+        b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n',
+        b"data: [DONE]\n\n",
+    ]
+    chunks = [b"%x\r\n%s\r\n" % (len(e), e) for e in events]
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    engine = PacedUpstreamTestDouble(head, [*chunks, b"0\r\n\r\n"])
+    gate, turns = threading.Event(), []
+    request = b'{"messages": [{"role": "user", "content": "hello"}], "stream": true}'
+    out = tmp_path / "t.jsonl"
+    with (
+        serve_recorder(engine.url, out=out, on_turn=lambda t: (turns.append(t), gate.wait(10))) as rec,
+        start_front(rec.url, RegionCache(tok())) as front,
+        socket.create_connection(("127.0.0.1", port_of(front.url)), timeout=10) as s,
+    ):
+        s.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(request), request)
+        )
+        got = b""
+        while not got.endswith(chunks[1]):  # the events before [DONE], as they came
+            piece = s.recv(65536)
+            assert piece, got
+            got += piece
+        while not turns:
+            s.settimeout(0.01)
+            with pytest.raises(TimeoutError):
+                s.recv(1)  # nothing more while the recorder writes the turn: [DONE] is held behind it
+        assert json.loads(out.read_text())["output"]["text"] == "hi"
+        gate.set()
+        s.settimeout(10)
+        rest = b""
+        while not rest.endswith(b"0\r\n\r\n"):
+            piece = s.recv(65536)
+            assert piece, rest
+            rest += piece
+    engine.close()
+    assert rest == chunks[2] + b"0\r\n\r\n" and b"[DONE]" not in got
+
+
+class PacedUpstreamTestDouble:
+    """TEST DOUBLE of an engine that writes an answer's head and then each of ``pieces`` on its own, 5 ms apart (a
+    proxy reads each alone), on one connection, then closes."""
+
+    def __init__(self, head: bytes, pieces: list[bytes]) -> None:
+        self._sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        self._head, self._pieces = head, pieces
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        conn, _ = self._sock.accept()
+        with conn:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            buf = b""
+            while b"\r\n\r\n" not in buf or len(buf.split(b"\r\n\r\n", 1)[1]) < _length(buf):
+                buf += conn.recv(65536)
+            conn.sendall(self._head)
+            for piece in self._pieces:
+                threading.Event().wait(0.005)
+                conn.sendall(piece)
+            threading.Event().wait(0.05)
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+def _length(head: bytes) -> int:
+    found = re.search(rb"(?i)content-length: *(\d+)", head)
+    return int(found.group(1)) if found else 0
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
 def test_record_after_answer_sends_the_whole_answer_before_its_turn(tmp_path: Path, stream: bool) -> None:
     """With ``after_answer`` (``frank record --turn-after-answer``) the client gets its whole answer, final chunk

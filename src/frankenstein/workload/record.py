@@ -542,7 +542,7 @@ class _Handler(LeanHandler):
             if not after:
                 self._record(endpoint, r.asm, t0, r.ttft, self._peer_closed())
             if framing.ended:
-                end_now()
+                end_now(r.last)  # [DONE], held until the turn was written, and the answer's end in one send
                 if after:
                     self._record(endpoint, r.asm, t0, r.ttft, self._peer_closed())
                 self._after_turn()
@@ -560,7 +560,7 @@ class _Handler(LeanHandler):
                 self.close_connection = True
                 return
             self._after_turn()  # a turn written at its last event stays: its output is whole
-            self._fail_stream(f"upstream died mid-stream on {endpoint}: {exc!r}", framing)
+            self._fail_stream(f"upstream died mid-stream on {endpoint}: {exc!r}", framing, relayed.last)
         if answered:
             if framing.late:
                 self.server.note_error(f"the engine sent {framing.late} bytes after [DONE] on {endpoint}: dropped")
@@ -573,7 +573,7 @@ class _Handler(LeanHandler):
             self._unreadable(endpoint, relayed.unread)
         elif not asm.finished:
             why = f"upstream stream on {endpoint} ended without finishing" + (f": {asm.error}" if asm.error else "")
-            self._fail_stream(why, framing)
+            self._fail_stream(why, framing, relayed.last)
         elif after:  # the end of the answer first, then its turn
             self._send(b"0\r\n\r\n")
             self._record(endpoint, asm, t0, relayed.ttft, self._peer_closed())
@@ -581,7 +581,7 @@ class _Handler(LeanHandler):
             return
         elif not relayed.ended:  # a stream that ends without a last event ([DONE], llama.cpp's stop)
             self._record(endpoint, asm, t0, relayed.ttft, self._peer_closed())
-        self._send(b"0\r\n\r\n")  # the end of the answer, only once its turn is in the trace
+        self._send(relayed.last + b"0\r\n\r\n")  # the end of the answer ([DONE] held), once its turn is in the trace
         self._after_turn()
 
     def _not_recorded(self, endpoint: str, relayed: _Relayed) -> None:
@@ -607,14 +607,16 @@ class _Handler(LeanHandler):
         if self._written:
             self.server.recorder.sync_soon()
 
-    def _fail_stream(self, reason: str, framing: ChunkFraming) -> None:
-        """An error event as a last chunk (when what was relayed ends between chunks), no final chunk: the
-        client's read fails."""
+    def _fail_stream(self, reason: str, framing: ChunkFraming, held: bytes = b"") -> None:
+        """What was ``held`` (a [DONE] piece), then an error event as a last chunk (when what was relayed ends between
+        chunks), no final chunk: the client's read fails."""
         event = (
             b"event: error\ndata: " + json.dumps({"error": {"message": reason, "type": "upstream"}}).encode() + b"\n\n"
         )
         if framing.between_chunks:
-            self._send(b"%x\r\n%s\r\n" % (len(event), event))
+            self._send(held + b"%x\r\n%s\r\n" % (len(event), event))
+        elif held:
+            self._send(held)
         self.close_connection = True
         raise _UpstreamFailed(reason)
 
@@ -645,7 +647,7 @@ class _Relayed:
 
     __slots__ = (
         *("asm", "ttft", "unread", "ended", "_send", "_framing", "_t0", "_on_end", "_partial"),
-        *("_held", "_held_bytes", "_hold", "_end_first", "_sendall"),
+        *("_held", "_held_bytes", "_hold", "_end_first", "_sendall", "last"),
     )
 
     def __init__(
@@ -669,6 +671,7 @@ class _Relayed:
         self._hold = endpoint != "/completion"  # its last event is a stop chunk, found only by reading
         self._send, self._framing, self._t0, self._on_end = send, framing, t0, on_end
         self._sendall = sendall or send  # the client's socket's own (a C call), until it fails
+        self.last = b""  # the piece that ended the answer ([DONE]), held unsent until the turn is written
 
     def framed(self, out: bytes) -> None:
         """A piece of a chunked answer as the engine framed it (its data decoded by the framing), in this one frame
@@ -676,8 +679,11 @@ class _Relayed:
         (``send`` once that failed: the client left, and ``send`` says so and sends nothing more)."""
         data = self._framing.data
         self._held.append((time.perf_counter(), data))
-        if self._end_first is not None and self._framing.ended:
-            self._end_first(out)  # --turn-after-answer: [DONE] and the answer's end in one send, before our decoder
+        if self._framing.ended:  # [DONE]: an OpenAI client's answer is whole with it
+            if self._end_first is not None:
+                self._end_first(out)  # --turn-after-answer: [DONE] and the answer's end in one send, before our decoder
+            else:
+                self.last = out  # sent with the answer's end once the turn is in the trace
         else:
             try:
                 self._sendall(out)
