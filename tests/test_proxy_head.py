@@ -1,4 +1,8 @@
-"""An answer without a body through both proxies (``frank serve``'s front and ``frank record``): to a ``HEAD`` the
+"""An answer's head through both proxies (``frank serve``'s front and ``frank record``): one ``Date`` (the proxy's)
+and the engine's ``Server``, never two of either (an engine such as vLLM's uvicorn sends both fields; llama-server
+sends ``Server`` only; before, the proxies added theirs beside the engine's).
+
+An answer without a body through both proxies (``frank serve``'s front and ``frank record``): to a ``HEAD`` the
 client gets the engine's head with the length a ``GET`` would have had (before, both proxies said
 ``Content-Length: 0``), a 204 no length at all (it must not carry one), a 304 the engine's length; never a body, so
 the next request on the same connection reads its own answer.
@@ -10,6 +14,7 @@ none of them)."""
 from __future__ import annotations
 
 import re
+import socket
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -98,3 +103,53 @@ def test_an_answer_without_a_body_keeps_the_engines_length_and_the_connection_re
     assert first.split(b"\r\n", 1)[0] == answer.split(b"\r\n", 1)[0] and first.endswith(b"\r\n\r\n"), first
     assert _length(first) == length, first
     assert second.startswith(b"HTTP/1.1 200 OK\r\n") and second.endswith(b"Content-Length: 15\r\n\r\n" + HEALTH), second
+
+
+def _raw_head(url: str, request: bytes) -> bytes:
+    """The head of the answer to ``request``, as the proxy sent it (nothing dropped)."""
+    with socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])), timeout=10) as sock:
+        sock.sendall(request)
+        got = b""
+        while b"\r\n\r\n" not in got:
+            piece = sock.recv(65536)
+            assert piece, got
+            got += piece
+    return got.split(b"\r\n\r\n", 1)[0] + b"\r\n"
+
+
+def _fields(head: bytes, name: bytes) -> list[bytes]:
+    return re.findall(rb"(?im)^" + name + rb": *([^\r\n]*)\r\n", head)
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("proxy", list(PROXIES))
+@pytest.mark.parametrize("path", [b"/health", b"/v1/models"])
+def test_a_relayed_answer_has_one_date_and_the_real_llama_servers_server(
+    llama: str, proxy: str, path: bytes, tmp_path: Path
+) -> None:
+    request = b"GET %s HTTP/1.1\r\nHost: t\r\n\r\n" % path
+    direct = _raw_head(llama, request)
+    with PROXIES[proxy](llama, tmp_path) as url:
+        head = _raw_head(url, request)
+    assert _fields(direct, b"server") == [b"llama.cpp"] and _fields(head, b"server") == [b"llama.cpp"], head
+    assert len(_fields(head, b"date")) == 1, head
+
+
+@pytest.mark.parametrize("proxy", list(PROXIES))
+@pytest.mark.parametrize(
+    "framing",
+    [b"Content-Length: 15\r\n", b"Connection: close\r\n"],  # the plain path; the general one (ended by a close)
+    ids=["plain", "general"],
+)
+def test_an_engines_date_and_server_are_not_doubled(proxy: str, framing: bytes, tmp_path: Path) -> None:
+    """An answer with uvicorn's lowercase ``date`` and ``server`` (a test double sends it as vLLM would): the client gets
+    one ``Date`` and ``server: uvicorn`` once."""
+    answer = (
+        b"HTTP/1.1 200 OK\r\ndate: Mon, 01 Jan 2001 00:00:00 GMT\r\nserver: uvicorn\r\n" + framing + b"\r\n" + HEALTH
+    )
+    double = ScriptedUpstreamTestDouble([answer], close_after=b"close" in framing)
+    with PROXIES[proxy](double.url, tmp_path) as url:
+        head = _raw_head(url, GET)
+    double.close()
+    assert _fields(head, b"server") == [b"uvicorn"] and len(_fields(head, b"date")) == 1, head
+    assert b"Mon, 01 Jan 2001" not in head  # the proxy's Date: the time it answered

@@ -35,7 +35,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol, cast
 from urllib.parse import urlsplit
 
-from frankenstein.workload.plainhead import HOP_FIELDS, PlainAnswer, plain_answer
+from frankenstein.workload.plainhead import ANSWER_DROP_FIELDS, HOP_FIELDS, PlainAnswer, plain_answer
 from frankenstein.workload.wire import (
     READ_BUFFER,
     BadHead,
@@ -47,6 +47,7 @@ from frankenstein.workload.wire import (
     UpstreamConnection,
     pump_plain_chunks,
     read_message_head,
+    date_line,
     server_and_date,
     status_line,
 )
@@ -64,6 +65,9 @@ MAX_BODY_BYTES = 32 * 1024 * 1024  # 32 MiB: ~8 M tokens of text, far above any 
 # Headers a proxy never forwards either way (hop-by-hop, and those it recomputes itself; ``expect`` is answered by
 # the proxy itself, 100 Continue, before it reads the body).
 HOP_HEADERS = frozenset(HOP_FIELDS)
+# An engine's answer's fields not relayed: those, and its Date (the proxy's own goes with every answer, so there is one;
+# the engine's Server is relayed, and the proxy adds none: a second Date or Server field is not HTTP).
+ANSWER_DROP = frozenset(ANSWER_DROP_FIELDS)
 
 
 class BadRequest(Exception):
@@ -273,11 +277,11 @@ class LeanHandler(BaseHTTPRequestHandler):
         return head
 
     def answer_head(self, status: int, headers: FieldLines, fields: bytes) -> bytes:
-        """An engine's answer's whole head in one call: the status line, ``Server`` and ``Date``, ``headers`` less the
-        hop-by-hop fields, ``fields`` (whole lines) and the empty line."""
+        """An engine's answer's whole head in one call: the status line, ``Date``, ``headers`` less
+        :data:`ANSWER_DROP` (its ``Server`` kept), ``fields`` (whole lines) and the empty line."""
         self.status_sent = status
-        start = status_line(self.protocol_version, status) + server_and_date(self._server_field)
-        return start + headers.lines(HOP_HEADERS).encode("latin-1") + fields + b"\r\n"
+        start = status_line(self.protocol_version, status) + date_line()
+        return start + headers.lines(ANSWER_DROP).encode("latin-1") + fields + b"\r\n"
 
     def send_response(self, code: int, message: str | None = None) -> None:
         """The status line, ``Server`` and ``Date`` into the head's buffer (written by ``end_headers``); the status
@@ -528,9 +532,9 @@ class PooledAnswer:
 
 
 class PlainFields:
-    """A plain answer's forwarded fields (``plainhead``: the hop-by-hop ones dropped) as :class:`PooledAnswer`'s
-    ``headers`` are asked: ``get`` (the first value; a hop-by-hop field is not here) and ``lines`` of the fields to
-    forward (the hop-by-hop set only: they are dropped already)."""
+    """A plain answer's forwarded fields (``plainhead``: those of :data:`ANSWER_DROP` dropped) as :class:`PooledAnswer`'s
+    ``headers`` are asked: ``get`` (the first value; a dropped field is not here) and ``lines`` of the fields to
+    forward (less :data:`ANSWER_DROP` only: they are dropped already)."""
 
     def __init__(self, kept: bytes) -> None:
         self._kept = kept
@@ -540,8 +544,8 @@ class PlainFields:
         return field.group(1).decode("latin-1") if field else default
 
     def lines(self, drop: frozenset[str]) -> str:
-        if drop != HOP_HEADERS:
-            raise ValueError("a plain answer's fields are kept less the hop-by-hop set only")
+        if drop != ANSWER_DROP:
+            raise ValueError("a plain answer's fields are kept less ANSWER_DROP only")
         return self._kept.decode("latin-1")
 
 

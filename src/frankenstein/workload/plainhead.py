@@ -35,7 +35,17 @@ _FIELDS = rb"((?:" + _TOKEN + rb": (?:[^ \t\r\n](?:[^\r\n]*[^ \t\r\n])?)?\r\n)*)
 # GET or POST, a target beginning with one '/', of visible ASCII (the general path splits the line on whitespace)
 _REQUEST = re.compile(rb"(GET|POST) (/(?:[!-.0-~][!-~]*)?) HTTP/1\.1\r\n" + _FIELDS)
 _ANSWER = re.compile(rb"HTTP/1\.1 ([2-5][0-9][0-9]) [^\r\n]*\r\n" + _FIELDS)
-_HOP = re.compile(rb"^(?:" + b"|".join(n.encode() for n in HOP_FIELDS) + rb"): [^\r\n]*\r\n", re.I | re.M)
+# Not forwarded of an answer (as listener.ANSWER_DROP): those, and its Date (the proxy writes its own, once); the engine's
+# Server is forwarded, and the proxy adds none.
+ANSWER_DROP_FIELDS = (*HOP_FIELDS, "date")
+
+
+def _dropping(names: tuple[str, ...]) -> re.Pattern[bytes]:
+    return re.compile(rb"^(?:" + b"|".join(n.encode() for n in names) + rb"): [^\r\n]*\r\n", re.I | re.M)
+
+
+_HOP = _dropping(HOP_FIELDS)
+_ANSWER_HOP = _dropping(ANSWER_DROP_FIELDS)
 _LENGTH = re.compile(rb"^content-length: ([^\r\n]*)\r\n", re.I | re.M)
 _CONTENT_TYPE = re.compile(rb"^content-type: ([^\r\n]*)\r\n", re.I | re.M)
 # Fields after which a request is not plain: what the general path answers itself (Expect, a chunked body: 411),
@@ -85,7 +95,7 @@ def plain_answer(buf: bytes) -> PlainAnswer | None:
     chunked = _CHUNKED.search(fields) is not None
     if chunked == bool(lengths) or len(lengths) > 1 or (lengths and not lengths[0].isdigit()):
         return None  # both or neither (an answer ended by a close), or a length the general path refuses
-    kept = _HOP.sub(b"", fields)
+    kept = _ANSWER_HOP.sub(b"", fields)
     if not chunked:
         return status, kept, int(lengths[0]), False, m.end()
     content_type = _CONTENT_TYPE.search(fields)

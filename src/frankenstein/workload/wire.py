@@ -256,6 +256,11 @@ def http_date() -> str:
     return _date[1]
 
 
+def date_line() -> bytes:
+    """The ``Date`` head line as bytes (a relayed answer's: the engine's ``Server`` goes with it, no ``Server`` of ours)."""
+    return b"Date: %s\r\n" % http_date().encode("latin-1")
+
+
 def server_and_date(server: str) -> bytes:
     """The ``Server`` and ``Date`` head lines as bytes, made once per second (a head is begun on every answer's
     path)."""
