@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import socket
 import threading
 import time
@@ -388,3 +389,45 @@ def test_a_long_streams_pieces_are_read_once_a_few_kib_are_held() -> None:
     assert (before - t0) * 1e3 - 0.001 <= relayed.ttft <= (after - t0) * 1e3 + 0.001
     relayed.read_held()
     assert relayed.asm.fields()["text"] == "word" * 2001
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_after_the_answer_a_turns_e2e_is_when_its_answer_ended_not_when_the_turn_was_made(
+    llama_server_bin: str, stream: bool, tmp_path: Path
+) -> None:
+    """``--turn-after-answer`` makes each turn up to ``TURN_WAIT_MS`` after its answer's end (the client reads first:
+    here it sends nothing for 5 ms, so each wait runs whole); the turn's ``e2e_ms`` is still the time to the answer's
+    end: never more than the client measured on its raw socket, from before its request was sent to after the end
+    came (the real llama-server, 12 turns)."""
+    out = tmp_path / "t.jsonl"
+    body = json.dumps({"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8, "stream": stream})
+    client_ms: dict[str, float] = {}
+    with llama_server(llama_server_bin, tmp_path / "llama.log") as url:
+        with serve_recorder(url, "127.0.0.1", 0, out, after_answer=True) as proxy:
+            with socket.create_connection(("127.0.0.1", int(proxy.url.rsplit(":", 1)[1])), timeout=30) as sock:
+                for i in range(12):
+                    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nX-Frank-Session: s%d\r\n" % i
+                    t = time.perf_counter()
+                    sock.sendall(head + b"Content-Length: %d\r\n\r\n%s" % (len(body), body.encode()))
+                    got = sock.recv(1 << 16)
+                    while not _whole(got):
+                        got += sock.recv(1 << 16)
+                    client_ms[f"s{i}"] = (time.perf_counter() - t) * 1e3
+                    assert got.startswith(b"HTTP/1.1 200 "), got
+                    threading.Event().wait(0.005)  # an agent's tool call: the client sends nothing meanwhile
+            deadline = time.monotonic() + 10
+            while proxy.recorder.recorded < 12 and time.monotonic() < deadline:
+                threading.Event().wait(0.001)
+            errors = list(proxy.errors)
+    turns = load_trace(out).turns
+    assert errors == [] and len(turns) == 12
+    over = [(t.session_id, t.timings.e2e_ms, client_ms[t.session_id]) for t in turns]
+    assert all(0 < e2e <= client for _, e2e, client in over), over
+
+
+def _whole(answer: bytes) -> bool:
+    """Whether ``answer`` (a head and a body by length or chunked) is all there."""
+    head, _, body = answer.partition(b"\r\n\r\n")
+    length = re.search(rb"(?i)content-length: *(\d+)", head)
+    return len(body) >= int(length.group(1)) if length else body.endswith(b"0\r\n\r\n")

@@ -114,6 +114,9 @@ _SESSION_FIELD = re.compile(rb"^x-frank-session: ([^\r\n]*)\r\n", re.I | re.M)  
 # How long the writer thread waits, once woken, for more turns before one fsync covers them all: the most a
 # power cut can lose (plus one fsync's time); a kill -9 loses nothing written (each turn is in the kernel).
 SYNC_DELAY_S = 0.05
+# --turn-after-answer: how long a turn waits after its answer's end for the client to read it (the client's next bytes
+# end the wait): the turn is in the kernel at most this later, a kill -9 meanwhile loses it (it is in flight).
+TURN_WAIT_MS = 1
 # ---------------------------------------------------------------- the recording core
 
 
@@ -479,10 +482,17 @@ class _Handler(LeanHandler):
             return body, exc
 
     def _record(
-        self, endpoint: str, answer: dict[str, Any] | StreamAssembler, t0: float, ttft: float | None, gone: bool
+        self,
+        endpoint: str,
+        answer: dict[str, Any] | StreamAssembler,
+        t0: float,
+        ttft: float | None,
+        gone: bool,
+        end: float | None = None,
     ) -> None:
         """The turn written (between the answer's last two bytes: only what the line needs); ``gone``: the
-        client closed its side. An answer our decoder refuses is said, not recorded."""
+        client closed its side; ``end``: when the answer's end was sent (after the answer; else now, the turn
+        written before it). An answer our decoder refuses is said, not recorded."""
         try:
             if isinstance(answer, StreamAssembler):
                 fields, server = answer.fields(), answer.timings
@@ -492,7 +502,7 @@ class _Handler(LeanHandler):
         except DECODER_ERRORS as exc:
             self._unreadable(endpoint, exc)
             return
-        timings = MeasuredTimings(server, ttft, round((time.perf_counter() - t0) * 1e3, 3))
+        timings = MeasuredTimings(server, ttft, round(((end or time.perf_counter()) - t0) * 1e3, 3))
         self._written = self.server.record(self._prepared, output, timings, gone)
 
     def _unreadable(self, endpoint: str, exc: Exception) -> None:
@@ -513,10 +523,12 @@ class _Handler(LeanHandler):
         held = b"" if after else data[-1:]
         head = self.answer_head(200, resp.headers, b"Content-Length: %d\r\n" % len(data))
         self._send(head + data[: len(data) - len(held)])
-        gone = self._peer_closed()  # a client waiting for its answer sends nothing
+        end, gone = time.perf_counter(), self._peer_closed()  # a client waiting for its answer sends nothing
+        if after:
+            self._let_the_client_read()
         answer = _answer_object(data)
         if answer is not None:
-            self._record(endpoint, answer, t0, None, gone)
+            self._record(endpoint, answer, t0, None, gone, end if after else None)
         if held:
             self._send(held)
         self._after_turn()
@@ -531,12 +543,15 @@ class _Handler(LeanHandler):
         framing = resp.framing(hold_final=True, decode=resp.chunked)
         after = self.server.after_answer
         answered = False
+        end, gone = 0.0, False  # when the answer's end was sent, and whether the client had left then
 
         def end_now(last: bytes = b"") -> None:  # [DONE]: only the engine's final chunk follows, the answer ends here
-            nonlocal answered
+            nonlocal answered, end, gone
             if not answered:
                 self._send(last + b"0\r\n\r\n")
                 answered = True
+                if after:  # the turn is made later: its e2e and its client's leaving are taken now
+                    end, gone = time.perf_counter(), self._peer_closed()
 
         def ended(r: _Relayed) -> None:  # the stream's last event: the turn is whole, written now
             if not after:
@@ -544,7 +559,8 @@ class _Handler(LeanHandler):
             if framing.ended:
                 end_now(r.last)  # [DONE], held until the turn was written, and the answer's end in one send
                 if after:
-                    self._record(endpoint, r.asm, t0, r.ttft, self._peer_closed())
+                    self._let_the_client_read()
+                    self._record(endpoint, r.asm, t0, r.ttft, gone, end)
                 self._after_turn()
 
         sendall = None if self.client_gone else self.connection.sendall
@@ -575,8 +591,9 @@ class _Handler(LeanHandler):
             why = f"upstream stream on {endpoint} ended without finishing" + (f": {asm.error}" if asm.error else "")
             self._fail_stream(why, framing, relayed.last)
         elif after:  # the end of the answer first, then its turn
-            self._send(b"0\r\n\r\n")
-            self._record(endpoint, asm, t0, relayed.ttft, self._peer_closed())
+            end_now()
+            self._let_the_client_read()
+            self._record(endpoint, asm, t0, relayed.ttft, gone, end)
             self._after_turn()
             return
         elif not relayed.ended:  # a stream that ends without a last event ([DONE], llama.cpp's stop)
@@ -601,6 +618,12 @@ class _Handler(LeanHandler):
         except OSError:
             self.client_gone = True
             self.close_connection = True
+
+    def _let_the_client_read(self) -> None:
+        """``--turn-after-answer``: wait until the client sends again (its next request, or its close), at most
+        :data:`TURN_WAIT_MS`, before making the turn: on 2 cores its ~0.1-0.3 ms of CPU, run at once, delayed the
+        client reading the answer it had just been sent (docs/benchmarks.md, "Stop 40")."""
+        self._readable.poll(TURN_WAIT_MS)
 
     def _after_turn(self) -> None:
         """Once the answer's last byte is out: the writer thread woken to fsync the turn."""
