@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -489,19 +490,7 @@ def test_record_holds_a_streams_final_chunk_until_its_turn_is_in_the_trace(tmp_p
         with socket.create_connection(("127.0.0.1", port_of(rec.url)), timeout=10) as s:
             s.sendall(b"POST /completion HTTP/1.1\r\nHost: x\r\nConnection: close\r\n")
             s.sendall(b"Content-Length: %d\r\n\r\n%s" % (len(request), request))
-            got = b""
-            while not got.endswith(plain):
-                chunk = s.recv(65536)
-                assert chunk, got
-                got += chunk
-            while not turns:
-                s.settimeout(0.01)
-                with pytest.raises(TimeoutError):
-                    s.recv(1)  # nothing more arrives while the turn is being recorded
-            assert json.loads((tmp_path / "t.jsonl").read_text())["output"]["text"] == "hi"
-            gate.set()
-            s.settimeout(10)
-            rest = s.recv(65536)
+            _, rest = _held_until_the_turn(s, plain, turns, gate, tmp_path / "t.jsonl")
     upstream.close()
     assert rest == b"0\r\n\r\n"
 
@@ -534,22 +523,10 @@ def test_record_holds_an_openai_streams_done_event_until_its_turn_is_in_the_trac
         with socket.create_connection(("127.0.0.1", port_of(rec.url)), timeout=10) as s:
             s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n")
             s.sendall(b"Content-Length: %d\r\n\r\n%s" % (len(request), request))
-            before = b"" if read_with_final else b"".join(chunks)  # what leaves before the turn is written
-            got = s.recv(65536)
-            while not got.endswith(before + b"\r\n\r\n" if not before else before):
-                chunk = s.recv(65536)
-                assert chunk, got
-                got += chunk
-            while not turns:
-                s.settimeout(0.01)
-                with pytest.raises(TimeoutError):
-                    s.recv(1)  # nothing more arrives while the turn is being recorded: [DONE] is held
-            assert json.loads((tmp_path / "t.jsonl").read_text())["output"]["text"] == "hi"
-            gate.set()
-            s.settimeout(10)
-            rest = s.recv(65536)
+            events_before = b"" if read_with_final else b"".join(chunks)  # what leaves before the turn is written
+            got, rest = _held_until_the_turn(s, events_before or b"\r\n\r\n", turns, gate, tmp_path / "t.jsonl")
     upstream.close()
-    assert rest == b"".join(chunks)[len(before) :] + done + b"0\r\n\r\n" and b"[DONE]" not in got
+    assert rest == b"".join(chunks)[len(events_before) :] + done + b"0\r\n\r\n" and b"[DONE]" not in got
 
 
 def test_serve_in_front_of_its_recorder_ends_no_answer_before_the_turn_is_in_the_trace(tmp_path: Path) -> None:
@@ -577,25 +554,35 @@ def test_serve_in_front_of_its_recorder_ends_no_answer_before_the_turn_is_in_the
         s.sendall(
             b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(request), request)
         )
-        got = b""
-        while not got.endswith(chunks[1]):  # the events before [DONE], as they came
-            piece = s.recv(65536)
-            assert piece, got
-            got += piece
-        while not turns:
-            s.settimeout(0.01)
-            with pytest.raises(TimeoutError):
-                s.recv(1)  # nothing more while the recorder writes the turn: [DONE] is held behind it
-        assert json.loads(out.read_text())["output"]["text"] == "hi"
-        gate.set()
-        s.settimeout(10)
-        rest = b""
-        while not rest.endswith(b"0\r\n\r\n"):
-            piece = s.recv(65536)
-            assert piece, rest
-            rest += piece
+        got, rest = _held_until_the_turn(s, chunks[1], turns, gate, out)  # the events before [DONE], as they came
     engine.close()
     assert rest == chunks[2] + b"0\r\n\r\n" and b"[DONE]" not in got
+
+
+def _held_until_the_turn(
+    s: socket.socket, before: bytes, turns: list[Any], gate: threading.Event, trace: Path
+) -> tuple[bytes, bytes]:
+    """What came on ``s`` until it ended with ``before``; then nothing more while the turn is being recorded (its
+    ``on_turn`` waits for ``gate``), the turn in the trace (output "hi"), the gate opened, and the rest to the answer's
+    final chunk: (what came before, the rest)."""
+    got = b""
+    while not got.endswith(before):
+        piece = s.recv(65536)
+        assert piece, got
+        got += piece
+    while not turns:
+        s.settimeout(0.01)
+        with pytest.raises(TimeoutError):
+            s.recv(1)  # nothing more arrives while the turn is being recorded
+    assert json.loads(trace.read_text())["output"]["text"] == "hi"
+    gate.set()
+    s.settimeout(10)
+    rest = b""
+    while not rest.endswith(b"0\r\n\r\n"):
+        piece = s.recv(65536)
+        assert piece, rest
+        rest += piece
+    return got, rest
 
 
 class PacedUpstreamTestDouble:
