@@ -481,16 +481,10 @@ def test_record_holds_a_streams_final_chunk_until_its_turn_is_in_the_trace(tmp_p
     body = b"".join(b"%x;ext=1\r\n%s\r\n" % (len(e), e) for e in events) + b"0\r\nX-T: y\r\n\r\n"
     head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
     upstream = ScriptedUpstreamTestDouble([head + body])
-    gate, turns = threading.Event(), []
-    request = b'{"prompt": "hello", "stream": true}'
     plain = b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events)
-    with serve_recorder(
-        upstream.url, out=tmp_path / "t.jsonl", on_turn=lambda t: (turns.append(t), gate.wait(10))
-    ) as rec:
-        with socket.create_connection(("127.0.0.1", port_of(rec.url)), timeout=10) as s:
-            s.sendall(b"POST /completion HTTP/1.1\r\nHost: x\r\nConnection: close\r\n")
-            s.sendall(b"Content-Length: %d\r\n\r\n%s" % (len(request), request))
-            _, rest = _held_until_the_turn(s, plain, turns, gate, tmp_path / "t.jsonl")
+    _, rest = _recorded_while_held(
+        upstream.url, b"/completion", b'{"prompt": "hello", "stream": true}', plain, tmp_path
+    )
     upstream.close()
     assert rest == b"0\r\n\r\n"
 
@@ -515,16 +509,11 @@ def test_record_holds_an_openai_streams_done_event_until_its_turn_is_in_the_trac
     upstream = ScriptedUpstreamTestDouble([head + b"".join(chunks) + done + b"0\r\n\r\n"])
     if not read_with_final:  # each chunk its own write, as llama-server's: [DONE] ends the answer as it comes
         upstream = PacedUpstreamTestDouble(head, [*chunks, done, b"0\r\n\r\n"])
-    gate, turns = threading.Event(), []
     request = b'{"messages": [{"role": "user", "content": "hello"}], "stream": true}'
-    with serve_recorder(
-        upstream.url, out=tmp_path / "t.jsonl", on_turn=lambda t: (turns.append(t), gate.wait(10))
-    ) as rec:
-        with socket.create_connection(("127.0.0.1", port_of(rec.url)), timeout=10) as s:
-            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n")
-            s.sendall(b"Content-Length: %d\r\n\r\n%s" % (len(request), request))
-            events_before = b"" if read_with_final else b"".join(chunks)  # what leaves before the turn is written
-            got, rest = _held_until_the_turn(s, events_before or b"\r\n\r\n", turns, gate, tmp_path / "t.jsonl")
+    events_before = b"" if read_with_final else b"".join(chunks)  # what leaves before the turn is written
+    got, rest = _recorded_while_held(
+        upstream.url, b"/v1/chat/completions", request, events_before or b"\r\n\r\n", tmp_path
+    )
     upstream.close()
     assert rest == b"".join(chunks)[len(events_before) :] + done + b"0\r\n\r\n" and b"[DONE]" not in got
 
@@ -557,6 +546,19 @@ def test_serve_in_front_of_its_recorder_ends_no_answer_before_the_turn_is_in_the
         got, rest = _held_until_the_turn(s, chunks[1], turns, gate, out)  # the events before [DONE], as they came
     engine.close()
     assert rest == chunks[2] + b"0\r\n\r\n" and b"[DONE]" not in got
+
+
+def _recorded_while_held(
+    upstream: str, path: bytes, request: bytes, before: bytes, tmp_path: Path
+) -> tuple[bytes, bytes]:
+    """``request`` POSTed to ``path`` through a recorder of ``upstream`` whose ``on_turn`` waits for a gate: what the
+    client got until it ended with ``before``, and the rest once the turn is in the trace (``_held_until_the_turn``)."""
+    gate, turns = threading.Event(), []
+    with serve_recorder(upstream, out=tmp_path / "t.jsonl", on_turn=lambda t: (turns.append(t), gate.wait(10))) as rec:
+        with socket.create_connection(("127.0.0.1", port_of(rec.url)), timeout=10) as s:
+            s.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" % path)
+            s.sendall(b"Content-Length: %d\r\n\r\n%s" % (len(request), request))
+            return _held_until_the_turn(s, before, turns, gate, tmp_path / "t.jsonl")
 
 
 def _held_until_the_turn(
