@@ -522,8 +522,9 @@ class _Handler(LeanHandler):
         after = self.server.after_answer
         held = b"" if after else data[-1:]
         head = self.answer_head(200, resp.headers, b"Content-Length: %d\r\n" % len(data))
+        end = time.perf_counter()  # before the send: a client woken by it may read its clock before we read ours
         self._send(head + data[: len(data) - len(held)])
-        end, gone = time.perf_counter(), self._peer_closed()  # a client waiting for its answer sends nothing
+        gone = self._peer_closed()  # a client waiting for its answer sends nothing
         if after:
             self._let_the_client_read()
         answer = _answer_object(data)
@@ -548,10 +549,11 @@ class _Handler(LeanHandler):
         def end_now(last: bytes = b"") -> None:  # [DONE]: only the engine's final chunk follows, the answer ends here
             nonlocal answered, end, gone
             if not answered:
+                sent = time.perf_counter()  # before the send: the client, woken by it, may read its clock first
                 self._send(last + b"0\r\n\r\n")
                 answered = True
                 if after:  # the turn is made later: its e2e and its client's leaving are taken now
-                    end, gone = time.perf_counter(), self._peer_closed()
+                    end, gone = sent, self._peer_closed()
 
         def ended(r: _Relayed) -> None:  # the stream's last event: the turn is whole, written now
             if not after:
