@@ -2,7 +2,7 @@
 front of a real llama-server with one slot (``--parallel 1``), directly or behind a TLS terminator (the test
 double of ``tls_relay``: over TLS the pool cannot see unread bytes on an idle connection, so only the answer's
 own state keeps a half-read connection out of it), a streamed chat asked for 4,000 tokens (``ignore_eos``;
-~11 s at the tiny model's best speed here, ~55 s at its usual one), a few events read, then the client's
+~9 s here on the engine's one thread), a few events read, then the client's
 socket closed (a FIN, or an RST with ``SO_LINGER`` 0).
 
 Shown: serve stays up and prints nothing (no traceback); the engine stops generating for the departed client
@@ -76,7 +76,7 @@ class Serve:
 @pytest.fixture(scope="module")
 def engine(llama_server_bin: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     log = tmp_path_factory.mktemp("engine") / "llama.log"
-    with llama_server(llama_server_bin, log) as url:
+    with llama_server(llama_server_bin, log, threads=1) as url:  # thousands of tokens: one thread (tls_relay says why)
         yield Engine(url, log)
 
 

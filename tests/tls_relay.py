@@ -149,12 +149,16 @@ def _close(tls: ssl.SSLSocket, notify: bool) -> None:
 
 
 @contextmanager
-def llama_server(binary: str, log: Path) -> Iterator[str]:
-    """llama-server on the tiny target, started by the test (never by frank), killed at the end: its URL."""
+def llama_server(binary: str, log: Path, threads: int = 2) -> Iterator[str]:
+    """llama-server on the tiny target, started by the test (never by frank), killed at the end: its URL.
+    ``threads``: its compute threads. One is the safe choice for a test that makes thousands of tokens: two
+    threads wait for each other at every step, and beside one busy process on these 2 cores 2,000 tokens took
+    130-170 s with two and 4.5-5 s with one (4.1-4.4 s alone; 2.5-2.7 s with two, alone)."""
     port = free_port()
     cmd = [binary, "-m", str(data_path("tiny-target.gguf")), "--host", "127.0.0.1", "--port", str(port)]
+    args = [str(threads) if i and BASE_ARGS[i - 1] == "--threads" else a for i, a in enumerate(BASE_ARGS)]
     with log.open("w") as out:
-        proc = subprocess.Popen([*cmd, *BASE_ARGS], stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen([*cmd, *args], stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
