@@ -156,7 +156,8 @@ def llama_server(binary: str, log: Path, threads: int = 2) -> Iterator[str]:
     130-170 s with two and 4.5-5 s with one (4.1-4.4 s alone; 2.5-2.7 s with two, alone)."""
     port = free_port()
     cmd = [binary, "-m", str(data_path("tiny-target.gguf")), "--host", "127.0.0.1", "--port", str(port)]
-    args = [str(threads) if i and BASE_ARGS[i - 1] == "--threads" else a for i, a in enumerate(BASE_ARGS)]
+    args = list(BASE_ARGS)
+    args[args.index("--threads") + 1] = str(threads)
     with log.open("w") as out:
         proc = subprocess.Popen([*cmd, *args], stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
